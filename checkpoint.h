@@ -1,0 +1,320 @@
+// checkpoint.h: the files a run reads and writes, shared by both trainers.
+//  - Model file (llm.c format, so llm.c loads what we train and the other way round): 256 int32 header
+//    [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the 16
+//    tensors in llm.c's tensor-major order. We always write version 3: the FP32 master weights, so
+//    that resume is bit-exact.
+//  - Training state, one file per rank: a 64 x int64 header (magic, version, position, shapes), then
+//    the AdamW moments of this rank's parameters and the FP8 amax histories. Scales are not stored:
+//    they are a function of the histories (fp8_compute_scale of their max).
+//  - `latest_checkpoint` in the output directory names the step of the last complete checkpoint. It is
+//    replaced only after every file of that step is durable, and every file is written to a temp
+//    name, fsync'ed and renamed, so a run killed at any moment resumes from a complete checkpoint.
+#ifndef CHECKPOINT_H
+#define CHECKPOINT_H
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "dataloader.h"
+#include "fp8_scaling.h"
+#include "gpt_model.h"
+
+#define MODEL_FILE_MAGIC 20240326
+#define MODEL_FILE_HEADER_INTS 256
+#define STATE_FILE_MAGIC 20261130
+#define STATE_FILE_VERSION 1
+#define STATE_FILE_HEADER_INTS 64
+#define CHECKPOINT_PATH_LEN 1200 // fits --output_dir (at most 511 characters) and a file name
+
+// ----------------------------------------------------------------------------
+// Atomic writes: data goes to "<path>.tmp", is flushed to disk, then renamed over <path>.
+
+static inline FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_len) {
+    if ((size_t)snprintf(tmp_path, tmp_len, "%s.tmp", path) >= tmp_len) fail("%s: path too long", path);
+    return fopen_check(tmp_path, "wb");
+}
+
+static inline void fsync_parent_dir(const char *path) {
+    char dir[CHECKPOINT_PATH_LEN];
+    if ((size_t)snprintf(dir, sizeof(dir), "%s", path) >= sizeof(dir)) fail("%s: path too long", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd); // a directory that cannot be fsync'ed (some network filesystems) still got the rename
+        close(fd);
+    }
+}
+
+static inline void atomic_commit(FILE *f, const char *tmp_path, const char *path) {
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        fail("%s: cannot flush to disk: %s", tmp_path, strerror(errno));
+    if (fclose(f) != 0) fail("%s: close failed: %s", tmp_path, strerror(errno));
+    if (rename(tmp_path, path) != 0) fail("%s: cannot rename to %s: %s", tmp_path, path, strerror(errno));
+    fsync_parent_dir(path);
+}
+
+static inline void make_dir(const char *path) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        fail("%s: cannot create directory: %s", path, strerror(errno));
+}
+
+// ----------------------------------------------------------------------------
+// Model file
+
+// Calls visit(slice, count, ctx) for every tensor slice in llm.c file order.
+typedef void (*SliceVisitor)(float *slice, size_t count, void *ctx);
+
+static inline void visit_llmc_order(float *params, const GPTConfig *cfg, SliceVisitor visit, void *ctx) {
+    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
+        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
+        for (int l = 0; l < layers; l++)
+            visit(params + param_offset(cfg, tensor, l), param_tensor_size(cfg, tensor), ctx);
+    }
+}
+
+typedef struct {
+    FILE *file;
+    const char *path;
+    int version; // 3: fp32 values, 5: bf16 values
+} ModelFileIO;
+
+static inline void write_slice(float *slice, size_t count, void *ctx) {
+    ModelFileIO *io = (ModelFileIO *)ctx;
+    fwrite_check(slice, sizeof(float), count, io->file, io->path);
+}
+
+static inline void read_slice(float *slice, size_t count, void *ctx) {
+    ModelFileIO *io = (ModelFileIO *)ctx;
+    if (io->version == 3) {
+        fread_check(slice, sizeof(float), count, io->file, io->path);
+        return;
+    }
+    uint16_t chunk[4096];
+    for (size_t done = 0; done < count;) {
+        size_t n = count - done < 4096 ? count - done : 4096;
+        fread_check(chunk, sizeof(uint16_t), n, io->file, io->path);
+        for (size_t i = 0; i < n; i++) slice[done + i] = bf16_to_float(chunk[i]);
+        done += n;
+    }
+}
+
+static inline void save_model_file(const char *path, const float *params, const GPTConfig *cfg) {
+    char tmp[CHECKPOINT_PATH_LEN];
+    FILE *f = atomic_open(path, tmp, sizeof(tmp));
+    int header[MODEL_FILE_HEADER_INTS] = {0};
+    header[0] = MODEL_FILE_MAGIC;
+    header[1] = 3;
+    header[2] = cfg->max_seq_len;
+    header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers;
+    header[5] = cfg->num_heads;
+    header[6] = cfg->channels;
+    header[7] = cfg->padded_vocab_size;
+    fwrite_check(header, sizeof(int), MODEL_FILE_HEADER_INTS, f, tmp);
+    ModelFileIO io = {f, tmp, 3};
+    visit_llmc_order((float *)params, cfg, write_slice, &io);
+    atomic_commit(f, tmp, path);
+}
+
+// Reads the header of a model file and checks it describes a model, and that the file holds exactly it.
+static inline GPTConfig read_model_header(FILE *f, const char *path, int *version) {
+    int64_t size = file_size_check(f, path);
+    int header[MODEL_FILE_HEADER_INTS];
+    if (size < (int64_t)sizeof(header))
+        fail("%s: too short for a model file header (%ld bytes)", path, (long)size);
+    fread_check(header, sizeof(int), MODEL_FILE_HEADER_INTS, f, path);
+    if (header[0] != MODEL_FILE_MAGIC)
+        fail("%s: not an llm.c model file (magic %d, expected %d)", path, header[0], MODEL_FILE_MAGIC);
+    if (header[1] != 3 && header[1] != 5)
+        fail("%s: unsupported model file version %d (expected 3 fp32 or 5 bf16)", path, header[1]);
+    GPTConfig cfg = {header[2], header[3], header[7], header[4], header[5], header[6]};
+    if (cfg.max_seq_len <= 0 || cfg.vocab_size <= 1 || cfg.num_layers <= 0 || cfg.num_heads <= 0 ||
+        cfg.channels <= 0 || cfg.channels % cfg.num_heads != 0 || cfg.padded_vocab_size < cfg.vocab_size)
+        fail("%s: header describes an invalid model (maxT %d V %d L %d NH %d C %d Vp %d)", path,
+             cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels,
+             cfg.padded_vocab_size);
+    *version = header[1];
+    int64_t expected = (int64_t)sizeof(header) + (int64_t)param_count(&cfg) * (header[1] == 3 ? 4 : 2);
+    if (size != expected)
+        fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
+             (long)size, (long)expected);
+    return cfg;
+}
+
+// Loads a model file into a freshly allocated FP32 parameter buffer in our layout.
+static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
+    FILE *f = fopen_check(path, "rb");
+    int version;
+    GPTConfig cfg = read_model_header(f, path, &version);
+    float *params = (float *)malloc_check(param_count(&cfg) * sizeof(float), "model parameters");
+    ModelFileIO io = {f, path, version};
+    visit_llmc_order(params, &cfg, read_slice, &io);
+    fclose(f);
+    *cfg_out = cfg;
+    return params;
+}
+
+// ----------------------------------------------------------------------------
+// Training state
+
+typedef struct {
+    int64_t step;            // optimizer steps completed
+    int64_t updates_applied; // AdamW's t: steps not skipped by the NaN/Inf guard
+    int64_t skipped_steps;
+    DataLoaderPosition train_position;
+    int rank, world_size;
+    int dtype, fp8_recipe, amax_history_len;
+    int batch_size, seq_len;
+    int seed;
+} TrainState;
+
+enum {
+    SH_MAGIC,
+    SH_VERSION,
+    SH_RANK,
+    SH_WORLD,
+    SH_STEP,
+    SH_UPDATES,
+    SH_SKIPPED,
+    SH_EPOCH,
+    SH_SHARD,
+    SH_BATCH,
+    SH_MOMENTS,
+    SH_HISTORY_FLOATS,
+    SH_DTYPE,
+    SH_RECIPE,
+    SH_HISTORY_LEN,
+    SH_LAYERS,
+    SH_CHANNELS,
+    SH_VOCAB,
+    SH_MAXT,
+    SH_HEADS,
+    SH_BATCH_SIZE,
+    SH_SEQ_LEN,
+    SH_SEED
+};
+
+static inline void checkpoint_paths(const char *dir, long step, int rank, char *model_path, char *state_path,
+                                    size_t len) {
+    snprintf(model_path, len, "%s/model_%08ld.bin", dir, step);
+    snprintf(state_path, len, "%s/state_%08ld_%05d.bin", dir, step, rank);
+}
+
+static inline void save_state_file(const char *path, const TrainState *st, const GPTConfig *cfg,
+                                   const float *m, const float *v, size_t num_moments,
+                                   const float *amax_history, size_t history_floats) {
+    char tmp[CHECKPOINT_PATH_LEN];
+    FILE *f = atomic_open(path, tmp, sizeof(tmp));
+    int64_t h[STATE_FILE_HEADER_INTS] = {0};
+    h[SH_MAGIC] = STATE_FILE_MAGIC;
+    h[SH_VERSION] = STATE_FILE_VERSION;
+    h[SH_RANK] = st->rank;
+    h[SH_WORLD] = st->world_size;
+    h[SH_STEP] = st->step;
+    h[SH_UPDATES] = st->updates_applied;
+    h[SH_SKIPPED] = st->skipped_steps;
+    h[SH_EPOCH] = st->train_position.epoch;
+    h[SH_SHARD] = st->train_position.shard_index;
+    h[SH_BATCH] = st->train_position.batch_index;
+    h[SH_MOMENTS] = (int64_t)num_moments;
+    h[SH_HISTORY_FLOATS] = (int64_t)history_floats;
+    h[SH_DTYPE] = st->dtype;
+    h[SH_RECIPE] = st->fp8_recipe;
+    h[SH_HISTORY_LEN] = st->amax_history_len;
+    h[SH_LAYERS] = cfg->num_layers;
+    h[SH_CHANNELS] = cfg->channels;
+    h[SH_VOCAB] = cfg->padded_vocab_size;
+    h[SH_MAXT] = cfg->max_seq_len;
+    h[SH_HEADS] = cfg->num_heads;
+    h[SH_BATCH_SIZE] = st->batch_size;
+    h[SH_SEQ_LEN] = st->seq_len;
+    h[SH_SEED] = st->seed;
+    fwrite_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, tmp);
+    fwrite_check(m, sizeof(float), num_moments, f, tmp);
+    fwrite_check(v, sizeof(float), num_moments, f, tmp);
+    fwrite_check(amax_history, sizeof(float), history_floats, f, tmp);
+    atomic_commit(f, tmp, path);
+}
+
+// Refuses a state that does not continue this run: `expected` holds this run's settings.
+static inline void check_state_field(const char *path, const int64_t *h, int field, int64_t expected,
+                                     const char *what) {
+    if (h[field] != expected)
+        fail("%s: checkpoint has %s %ld but this run has %ld", path, what, (long)h[field], (long)expected);
+}
+
+static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg, float *m, float *v,
+                                   size_t num_moments, float *amax_history, size_t history_floats) {
+    FILE *f = fopen_check(path, "rb");
+    int64_t size = file_size_check(f, path);
+    int64_t h[STATE_FILE_HEADER_INTS];
+    if (size < (int64_t)sizeof(h))
+        fail("%s: too short for a training state header (%ld bytes)", path, (long)size);
+    fread_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, path);
+    if (h[SH_MAGIC] != STATE_FILE_MAGIC)
+        fail("%s: not a training state file (bad magic %ld)", path, (long)h[0]);
+    if (h[SH_VERSION] != STATE_FILE_VERSION)
+        fail("%s: unsupported state file version %ld (expected %d)", path, (long)h[1], STATE_FILE_VERSION);
+    check_state_field(path, h, SH_RANK, st->rank, "rank");
+    check_state_field(path, h, SH_WORLD, st->world_size, "world size");
+    check_state_field(path, h, SH_LAYERS, cfg->num_layers, "layers");
+    check_state_field(path, h, SH_CHANNELS, cfg->channels, "channels");
+    check_state_field(path, h, SH_VOCAB, cfg->padded_vocab_size, "padded vocab");
+    check_state_field(path, h, SH_MAXT, cfg->max_seq_len, "max_seq_len");
+    check_state_field(path, h, SH_HEADS, cfg->num_heads, "heads");
+    check_state_field(path, h, SH_DTYPE, st->dtype, "dtype (0 float32, 1 bfloat16, 2 float8)");
+    check_state_field(path, h, SH_RECIPE, st->fp8_recipe, "fp8_recipe (0 delayed, 1 current)");
+    check_state_field(path, h, SH_HISTORY_LEN, st->amax_history_len, "amax_history");
+    check_state_field(path, h, SH_BATCH_SIZE, st->batch_size, "batch_size");
+    check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
+    check_state_field(path, h, SH_MOMENTS, (int64_t)num_moments, "optimizer moment count");
+    check_state_field(path, h, SH_HISTORY_FLOATS, (int64_t)history_floats, "amax history size");
+    int64_t expected = (int64_t)sizeof(h) + 4 * (int64_t)(2 * num_moments + history_floats);
+    if (size != expected)
+        fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
+             (long)size, (long)expected);
+    st->step = h[SH_STEP];
+    st->updates_applied = h[SH_UPDATES];
+    st->skipped_steps = h[SH_SKIPPED];
+    st->train_position.epoch = h[SH_EPOCH];
+    st->train_position.shard_index = h[SH_SHARD];
+    st->train_position.batch_index = h[SH_BATCH];
+    st->seed = (int)h[SH_SEED];
+    fread_check(m, sizeof(float), num_moments, f, path);
+    fread_check(v, sizeof(float), num_moments, f, path);
+    fread_check(amax_history, sizeof(float), history_floats, f, path);
+    fclose(f);
+}
+
+// ----------------------------------------------------------------------------
+// The latest-checkpoint pointer
+
+static inline void write_latest_checkpoint(const char *dir, long step) {
+    char path[CHECKPOINT_PATH_LEN], tmp[CHECKPOINT_PATH_LEN];
+    snprintf(path, sizeof(path), "%s/latest_checkpoint", dir);
+    FILE *f = atomic_open(path, tmp, sizeof(tmp));
+    fprintf(f, "%ld\n", step);
+    atomic_commit(f, tmp, path);
+}
+
+// The step of the last complete checkpoint in dir; fails if there is none.
+static inline long read_latest_checkpoint(const char *dir) {
+    char path[CHECKPOINT_PATH_LEN];
+    snprintf(path, sizeof(path), "%s/latest_checkpoint", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail("--resume: %s: no checkpoint to resume from: %s", path, strerror(errno));
+    long step = -1;
+    int ok = fscanf(f, "%ld", &step) == 1 && step >= 0;
+    fclose(f);
+    if (!ok) fail("%s: corrupt (expected a step number)", path);
+    return step;
+}
+
+#endif // CHECKPOINT_H

@@ -1,0 +1,245 @@
+// cli.h: the command line shared by both trainers. One table lists every flag with its type, default,
+// range and help; parsing, --help and validation all read that table, so `train` and `train_cpu`
+// take exactly the same flags and reject bad values with the same one-line errors.
+#ifndef CLI_H
+#define CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "gpt_model.h"
+
+typedef enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1, DTYPE_FLOAT8 = 2 } Dtype;
+typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } LrSchedule;
+
+#define OPTION_STRING_LEN 512
+
+typedef struct {
+    char train_data[OPTION_STRING_LEN];
+    char val_data[OPTION_STRING_LEN];
+    char tokenizer[OPTION_STRING_LEN];
+    char output_dir[OPTION_STRING_LEN];
+    char log_file[OPTION_STRING_LEN];
+    char init_from[OPTION_STRING_LEN];
+    char model_size[OPTION_STRING_LEN];
+    char debug_state[OPTION_STRING_LEN];
+    int layers, channels, heads, vocab, max_seq_len;
+    int dtype;      // Dtype
+    int fp8_recipe; // Fp8Recipe
+    int amax_history, fp8_margin;
+    int batch_size, seq_len, total_batch_size;
+    int steps;
+    float lr;
+    int lr_schedule; // LrSchedule
+    int warmup_steps;
+    float final_lr_frac;
+    float beta1, beta2, eps, weight_decay, grad_clip;
+    int val_every, val_batches, sample_every, sample_len, ckpt_every, resume;
+    int seed, shuffle;
+    int cuda_graph;
+} TrainOptions;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_CHOICE } OptionKind;
+
+typedef struct {
+    const char *name;
+    OptionKind kind;
+    size_t offset;
+    const char *default_value;
+    double min, max;     // OPT_INT / OPT_FLOAT: inclusive range
+    const char *choices; // OPT_CHOICE: '|'-separated; the value stored is the index
+    const char *help;
+} OptionSpec;
+
+#define OPT_AT(field) offsetof(TrainOptions, field)
+
+static const OptionSpec OPTION_SPECS[] = {
+    {"train_data", OPT_STRING, OPT_AT(train_data), "data/tinyshakespeare_train_*.bin", 0, 0, NULL,
+     "training token shards (glob)"},
+    {"val_data", OPT_STRING, OPT_AT(val_data), "data/tinyshakespeare_val_*.bin", 0, 0, NULL,
+     "validation token shards (glob); empty disables validation"},
+    {"tokenizer", OPT_STRING, OPT_AT(tokenizer), "", 0, 0, NULL, "llm.c tokenizer file to decode samples"},
+    {"output_dir", OPT_STRING, OPT_AT(output_dir), "out", 0, 0, NULL, "where checkpoints are written"},
+    {"log_file", OPT_STRING, OPT_AT(log_file), "", 0, 0, NULL, "JSON-lines log (empty: none)"},
+    {"init_from", OPT_STRING, OPT_AT(init_from), "", 0, 0, NULL,
+     "llm.c model file to start from (empty: random init)"},
+    {"model_size", OPT_STRING, OPT_AT(model_size), "124M", 0, 0, NULL,
+     "preset: d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B"},
+    {"debug_state", OPT_STRING, OPT_AT(debug_state), "", 0, 0, NULL,
+     "write inputs, logits, loss and gradients of step 1 to this file (GPU test oracle)"},
+    {"layers", OPT_INT, OPT_AT(layers), "0", 0, 1024, NULL, "override the preset's layers (0: preset)"},
+    {"channels", OPT_INT, OPT_AT(channels), "0", 0, 65536, NULL, "override the preset's channels"},
+    {"heads", OPT_INT, OPT_AT(heads), "0", 0, 1024, NULL, "override the preset's heads"},
+    {"vocab", OPT_INT, OPT_AT(vocab), "50257", 2, 1 << 24, NULL, "vocabulary size of the data"},
+    {"max_seq_len", OPT_INT, OPT_AT(max_seq_len), "0", 0, 1 << 20, NULL, "override the preset's maxT"},
+    {"dtype", OPT_CHOICE, OPT_AT(dtype), "float8", 0, 0, "float32|bfloat16|float8", "matmul precision"},
+    {"fp8_recipe", OPT_CHOICE, OPT_AT(fp8_recipe), "delayed", 0, 0, "delayed|current",
+     "per-tensor FP8 scaling of activations and gradients"},
+    {"amax_history", OPT_INT, OPT_AT(amax_history), "16", 1, 1024, NULL, "delayed scaling window (steps)"},
+    {"fp8_margin", OPT_INT, OPT_AT(fp8_margin), "0", 0, 16, NULL, "FP8 scale headroom: scale /= 2^margin"},
+    {"batch_size", OPT_INT, OPT_AT(batch_size), "4", 1, 1 << 20, NULL, "micro-batch size B per process"},
+    {"seq_len", OPT_INT, OPT_AT(seq_len), "0", 0, 1 << 20, NULL, "sequence length T (0: the model's maxT)"},
+    {"total_batch_size", OPT_INT, OPT_AT(total_batch_size), "0", 0, 1 << 30, NULL,
+     "tokens per optimizer step; a multiple of B*T (0: B*T, no accumulation)"},
+    {"steps", OPT_INT, OPT_AT(steps), "1000", 1, 1 << 30, NULL, "optimizer steps"},
+    {"lr", OPT_FLOAT, OPT_AT(lr), "3e-4", 0, 10, NULL, "peak learning rate"},
+    {"lr_schedule", OPT_CHOICE, OPT_AT(lr_schedule), "cosine", 0, 0, "cosine|linear|constant",
+     "decay after warmup"},
+    {"warmup_steps", OPT_INT, OPT_AT(warmup_steps), "0", 0, 1 << 30, NULL, "linear warmup steps"},
+    {"final_lr_frac", OPT_FLOAT, OPT_AT(final_lr_frac), "0.0", 0, 1, NULL, "final lr as a fraction of --lr"},
+    {"beta1", OPT_FLOAT, OPT_AT(beta1), "0.9", 0, 0.999999, NULL, "AdamW beta1"},
+    {"beta2", OPT_FLOAT, OPT_AT(beta2), "0.95", 0, 0.999999, NULL, "AdamW beta2"},
+    {"eps", OPT_FLOAT, OPT_AT(eps), "1e-8", 1e-30, 1, NULL, "AdamW epsilon"},
+    {"weight_decay", OPT_FLOAT, OPT_AT(weight_decay), "0.1", 0, 10, NULL, "AdamW decay of 2-D weights"},
+    {"grad_clip", OPT_FLOAT, OPT_AT(grad_clip), "1.0", 0, 1e6, NULL, "global-norm clip (0 disables)"},
+    {"val_every", OPT_INT, OPT_AT(val_every), "100", 0, 1 << 30, NULL,
+     "steps between val losses (0: end only)"},
+    {"val_batches", OPT_INT, OPT_AT(val_batches), "20", 1, 1 << 20, NULL, "batches per validation"},
+    {"sample_every", OPT_INT, OPT_AT(sample_every), "0", 0, 1 << 30, NULL,
+     "steps between samples (0: never)"},
+    {"sample_len", OPT_INT, OPT_AT(sample_len), "64", 1, 1 << 20, NULL, "tokens per sample"},
+    {"ckpt_every", OPT_INT, OPT_AT(ckpt_every), "0", 0, 1 << 30, NULL,
+     "steps between checkpoints (0: only at the end)"},
+    {"resume", OPT_INT, OPT_AT(resume), "0", 0, 1, NULL,
+     "1: continue from the latest checkpoint in --output_dir"},
+    {"seed", OPT_INT, OPT_AT(seed), "1337", 0, 2147483647, NULL, "initialisation and shuffling seed"},
+    {"shuffle", OPT_INT, OPT_AT(shuffle), "0", 0, 1, NULL, "1: shuffle batch order within shards each epoch"},
+    {"cuda_graph", OPT_INT, OPT_AT(cuda_graph), "1", 0, 1, NULL,
+     "GPU trainer: capture the step in a CUDA Graph"},
+};
+#define NUM_OPTION_SPECS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
+
+// Index of `value` in a '|'-separated list, or -1.
+static inline int choice_index(const char *choices, const char *value) {
+    size_t len = strlen(value);
+    int index = 0;
+    for (const char *p = choices; *p; index++) {
+        const char *end = strchr(p, '|');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, value, n) == 0) return index;
+        if (!end) break;
+        p = end + 1;
+    }
+    return -1;
+}
+
+static inline void option_set(TrainOptions *opts, const OptionSpec *spec, const char *value) {
+    char *field = (char *)opts + spec->offset;
+    char *end = NULL;
+    switch (spec->kind) {
+    case OPT_STRING:
+        if (strlen(value) >= OPTION_STRING_LEN)
+            fail("--%s: value longer than %d characters", spec->name, OPTION_STRING_LEN - 1);
+        strcpy(field, value);
+        return;
+    case OPT_CHOICE: {
+        int index = choice_index(spec->choices, value);
+        if (index < 0) fail("--%s: '%s' is not one of %s", spec->name, value, spec->choices);
+        *(int *)field = index;
+        return;
+    }
+    case OPT_INT: {
+        errno = 0;
+        long v = strtol(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || errno) fail("--%s: '%s' is not an integer", spec->name, value);
+        if (v < spec->min || v > spec->max)
+            fail("--%s: %ld is out of range [%.0f, %.0f]", spec->name, v, spec->min, spec->max);
+        *(int *)field = (int)v;
+        return;
+    }
+    case OPT_FLOAT: {
+        errno = 0;
+        double v = strtod(value, &end);
+        if (*value == '\0' || *end != '\0' || errno || v != v)
+            fail("--%s: '%s' is not a number", spec->name, value);
+        if (v < spec->min || v > spec->max)
+            fail("--%s: %g is out of range [%g, %g]", spec->name, v, spec->min, spec->max);
+        *(float *)field = (float)v;
+        return;
+    }
+    }
+}
+
+static inline void print_usage(const char *program) {
+    printf("usage: %s [--flag value | --flag=value]...\n\n", program);
+    for (int i = 0; i < NUM_OPTION_SPECS; i++) {
+        const OptionSpec *s = &OPTION_SPECS[i];
+        char name[64];
+        snprintf(name, sizeof(name), "--%s", s->name);
+        printf("  %-20s %s", name, s->help);
+        if (s->kind == OPT_CHOICE) printf(" (%s)", s->choices);
+        printf(" [default: %s]\n", *s->default_value ? s->default_value : "\"\"");
+    }
+}
+
+// Parses argv into opts (defaults first, then flags in order). --help prints the table and exits 0.
+static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
+    memset(opts, 0, sizeof(*opts));
+    for (int i = 0; i < NUM_OPTION_SPECS; i++)
+        option_set(opts, &OPTION_SPECS[i], OPTION_SPECS[i].default_value);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            print_usage(argv[0]);
+            exit(0);
+        }
+        if (strncmp(arg, "--", 2) != 0) fail("unexpected argument '%s' (flags are --name value)", arg);
+        const char *name = arg + 2;
+        const char *eq = strchr(name, '=');
+        size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+        const OptionSpec *spec = NULL;
+        for (int k = 0; k < NUM_OPTION_SPECS; k++)
+            if (strlen(OPTION_SPECS[k].name) == name_len &&
+                strncmp(OPTION_SPECS[k].name, name, name_len) == 0)
+                spec = &OPTION_SPECS[k];
+        if (!spec) fail("unknown flag '%.*s' (see --help)", (int)(name_len + 2), arg);
+        const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value) fail("--%s: missing value", spec->name);
+        option_set(opts, spec, value);
+    }
+}
+
+// The model configuration the flags describe (when not loading a model file): the preset, then the
+// explicit overrides. Checks the combinations a single flag's range cannot express.
+static inline GPTConfig config_from_options(const TrainOptions *opts) {
+    const ModelPreset *preset = find_model_preset(opts->model_size);
+    if (!preset)
+        fail("--model_size: unknown preset '%s' (d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B)", opts->model_size);
+    GPTConfig cfg;
+    cfg.num_layers = opts->layers ? opts->layers : preset->num_layers;
+    cfg.channels = opts->channels ? opts->channels : preset->channels;
+    cfg.num_heads = opts->heads ? opts->heads : preset->num_heads;
+    cfg.max_seq_len = opts->max_seq_len ? opts->max_seq_len : preset->max_seq_len;
+    cfg.vocab_size = opts->vocab;
+    cfg.padded_vocab_size = pad_vocab(cfg.vocab_size);
+    if (cfg.channels % cfg.num_heads != 0)
+        fail("--channels: %d is not divisible by --heads %d", cfg.channels, cfg.num_heads);
+    return cfg;
+}
+
+// Sequence length, micro-batch and accumulation for a model; errors name the flag to change.
+static inline int resolve_seq_len(const TrainOptions *opts, const GPTConfig *cfg) {
+    int T = opts->seq_len ? opts->seq_len : cfg->max_seq_len;
+    if (T > cfg->max_seq_len)
+        fail("--seq_len: %d exceeds the model's maximum sequence length %d", T, cfg->max_seq_len);
+    return T;
+}
+
+static inline int resolve_grad_accum_steps(const TrainOptions *opts, int T, int world_size) {
+    long tokens_per_micro_step = (long)opts->batch_size * T * world_size;
+    if (opts->total_batch_size == 0) return 1;
+    if (opts->total_batch_size % tokens_per_micro_step != 0)
+        fail("--total_batch_size: %d is not a multiple of batch_size*seq_len*world_size = %ld",
+             opts->total_batch_size, tokens_per_micro_step);
+    return (int)(opts->total_batch_size / tokens_per_micro_step);
+}
+
+static inline const char *dtype_name(int dtype) {
+    static const char *names[] = {"float32", "bfloat16", "float8"};
+    return names[dtype];
+}
+
+#endif // CLI_H

@@ -1,0 +1,60 @@
+// common.h: error reporting and checked allocation / file I/O shared by both trainers and the tools.
+// Every failure ends the process with one line "error: <what>: <why>" on stderr and exit status 1,
+// so scripts and users see one clear cause and no partial state is ever written in its place.
+#ifndef COMMON_H
+#define COMMON_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((noreturn, format(printf, 1, 2))) static inline void fail(const char *fmt, ...) {
+    fflush(stdout);
+    va_list args;
+    va_start(args, fmt);
+    fputs("error: ", stderr);
+    vfprintf(stderr, fmt, args);
+    fputc('\n', stderr);
+    va_end(args);
+    exit(1);
+}
+
+static inline void *malloc_check(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) fail("%s: out of host memory allocating %zu bytes", what, bytes);
+    return p;
+}
+
+static inline void *calloc_check(size_t count, size_t size, const char *what) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) fail("%s: out of host memory allocating %zu bytes", what, count * size);
+    return p;
+}
+
+static inline FILE *fopen_check(const char *path, const char *mode) {
+    FILE *f = fopen(path, mode);
+    if (!f) fail("%s: cannot open: %s", path, strerror(errno));
+    return f;
+}
+
+// Reads exactly count elements or fails naming the file: a short read means a truncated file.
+static inline void fread_check(void *dst, size_t size, size_t count, FILE *f, const char *path) {
+    if (fread(dst, size, count, f) != count) fail("%s: file is truncated (short read)", path);
+}
+
+static inline void fwrite_check(const void *src, size_t size, size_t count, FILE *f, const char *path) {
+    if (fwrite(src, size, count, f) != count) fail("%s: write failed: %s", path, strerror(errno));
+}
+
+// Size of an open file in bytes, leaving the position at the start.
+static inline int64_t file_size_check(FILE *f, const char *path) {
+    if (fseek(f, 0, SEEK_END) != 0) fail("%s: cannot seek: %s", path, strerror(errno));
+    long size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) fail("%s: cannot seek: %s", path, strerror(errno));
+    return (int64_t)size;
+}
+
+#endif // COMMON_H

@@ -1,0 +1,343 @@
+// dataloader.h: reads llm.c token shards (glob of files), hands out (B,T) batches of inputs and targets.
+//
+// Shard format: 256 little-endian int32 header [0]=20240520 [1]=1 [2]=ntokens, then ntokens little-endian
+// uint16 tokens; the file size is exactly 1024 + 2*ntokens. Every shard is validated at init.
+//
+// Batching, as llm.c does it: a shard of N tokens holds nb = (N-1) / (world_size*B*T) global batches.
+// Global batch j, for rank r, reads the B*T+1 tokens starting at token (j*world_size + r)*B*T; inputs are
+// the first B*T, targets the same shifted by one. So rank r of W reads exactly rows r*B..(r+1)*B-1 of
+// the batch one process with batch W*B reads: W processes with batch B see one process's batch W*B.
+//
+// Order: shards in name order, batches j = 0..nb-1 within a shard; after the last shard the epoch
+// counter grows and reading starts again from the first. With shuffle=1 the order of the shards in each
+// epoch and the order of the batches in each shard are permutations drawn from a splitmix64 stream
+// seeded only from (seed, epoch, shard): every rank draws the same order, and a position (epoch, index
+// of the shard in the epoch's order, index of the batch in the shard's order) names one batch for ever,
+// which is what makes dataloader_set_position + dataloader_next_batch reproduce a run exactly.
+//
+// I/O: one FILE* for the shard being read; each batch is one fseek + one fread of B*T+1 tokens. All
+// buffers are allocated at init: dataloader_next_batch allocates nothing (it only reopens a FILE* when
+// it crosses into another shard).
+//
+// Plain C11, also compiles as C++ (nvcc). Needs POSIX glob().
+#ifndef DATALOADER_H
+#define DATALOADER_H
+
+#include <glob.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#define DATALOADER_MAGIC 20240520
+#define DATALOADER_VERSION 1
+#define DATALOADER_HEADER_BYTES 1024
+
+typedef struct {
+    int64_t epoch;       // full passes over all shards completed
+    int64_t shard_index; // index, in this epoch's shard order, of the shard being read
+    int64_t batch_index; // next batch (global, across ranks), as an index in this shard's batch order
+} DataLoaderPosition;
+
+typedef struct {
+    // set by dataloader_init
+    int B, T, rank, world_size, shuffle, vocab_size;
+    uint64_t seed;
+    int num_shards;
+    char **shard_paths;     // sorted by name
+    int64_t *shard_tokens;  // ntokens of each shard
+    int64_t *shard_batches; // global batches of each shard: (ntokens-1) / (world_size*B*T)
+    int64_t batches_per_epoch;
+    DataLoaderPosition pos; // the batch the next dataloader_next_batch call loads
+    int *inputs;            // (B,T) token ids of the current batch
+    int *targets;           // (B,T) next tokens
+    // the batch last loaded: shard (index into shard_paths) and global batch j within it; -1 before any
+    int current_shard;
+    int64_t current_batch;
+    // private
+    FILE *file;           // open shard, or NULL
+    int file_shard;       // index into shard_paths of the open shard, -1 when none
+    uint8_t *read_buf;    // 2*(B*T+1) bytes: the raw tokens of one batch
+    int *shard_order;     // shuffle: this epoch's shard order
+    int64_t order_epoch;  // epoch shard_order was drawn for, -1 when none
+    int32_t *batch_order; // shuffle: the batch order of one shard (sized for the largest shard)
+    int64_t batch_order_epoch;
+    int batch_order_shard; // (epoch, shard) batch_order was drawn for; shard -1 when none
+} DataLoader;
+
+// ---------------------------------------------------------------------------------------------------
+// small seeded PRNG (splitmix64) and the permutations drawn from it
+
+static inline uint64_t dataloader_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// A generator state that depends on every bit of (seed, epoch, shard, stream) and on nothing else.
+static inline uint64_t dataloader_rng_state(uint64_t seed, int64_t epoch, int64_t shard, uint64_t stream) {
+    uint64_t s = seed;
+    uint64_t h = dataloader_splitmix64(&s);
+    s = h ^ (uint64_t)epoch;
+    h = dataloader_splitmix64(&s);
+    s = h ^ (uint64_t)shard;
+    h = dataloader_splitmix64(&s);
+    s = h ^ stream;
+    return dataloader_splitmix64(&s);
+}
+
+// Uniform in [0, n), n >= 1, without modulo bias.
+static inline uint64_t dataloader_rng_below(uint64_t *state, uint64_t n) {
+    uint64_t reject_below = (0 - n) % n; // 2^64 mod n
+    for (;;) {
+        uint64_t r = dataloader_splitmix64(state);
+        if (r >= reject_below) return r % n;
+    }
+}
+
+// Makes the shard order of pos.epoch current (shuffle only).
+static inline void dataloader_draw_shard_order(DataLoader *loader, int64_t epoch) {
+    if (loader->order_epoch == epoch) return;
+    uint64_t state = dataloader_rng_state(loader->seed, epoch, -1, 1);
+    for (int i = 0; i < loader->num_shards; i++) loader->shard_order[i] = i;
+    for (int i = loader->num_shards - 1; i > 0; i--) {
+        int k = (int)dataloader_rng_below(&state, (uint64_t)i + 1);
+        int tmp = loader->shard_order[i];
+        loader->shard_order[i] = loader->shard_order[k];
+        loader->shard_order[k] = tmp;
+    }
+    loader->order_epoch = epoch;
+}
+
+// Makes the batch order of shard `shard` (index into shard_paths) in `epoch` current (shuffle only).
+static inline void dataloader_draw_batch_order(DataLoader *loader, int64_t epoch, int shard) {
+    if (loader->batch_order_epoch == epoch && loader->batch_order_shard == shard) return;
+    int32_t nb = (int32_t)loader->shard_batches[shard];
+    uint64_t state = dataloader_rng_state(loader->seed, epoch, shard, 2);
+    for (int32_t i = 0; i < nb; i++) loader->batch_order[i] = i;
+    for (int32_t i = nb - 1; i > 0; i--) {
+        int32_t k = (int32_t)dataloader_rng_below(&state, (uint64_t)i + 1);
+        int32_t tmp = loader->batch_order[i];
+        loader->batch_order[i] = loader->batch_order[k];
+        loader->batch_order[k] = tmp;
+    }
+    loader->batch_order_epoch = epoch;
+    loader->batch_order_shard = shard;
+}
+
+// The shard (index into shard_paths) at position shard_index of the given epoch's order.
+static inline int dataloader_shard_at(DataLoader *loader, int64_t epoch, int64_t shard_index) {
+    if (!loader->shuffle) return (int)shard_index;
+    dataloader_draw_shard_order(loader, epoch);
+    return loader->shard_order[shard_index];
+}
+
+// ---------------------------------------------------------------------------------------------------
+// shard discovery and validation
+
+static inline char *dataloader_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)malloc_check(n, "dataloader: shard path");
+    memcpy(p, s, n);
+    return p;
+}
+
+static inline int dataloader_compare_paths(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// Fills shard_paths / num_shards from a glob pattern or a single path.
+static inline void dataloader_find_shards(DataLoader *loader, const char *pattern) {
+    if (!pattern || !pattern[0]) fail("dataloader: empty data file pattern");
+    if (!strpbrk(pattern, "*?[")) {
+        // one plain path: say why it cannot be opened rather than "no match"
+        fclose(fopen_check(pattern, "rb"));
+        loader->num_shards = 1;
+        loader->shard_paths = (char **)malloc_check(sizeof(char *), "dataloader: shard paths");
+        loader->shard_paths[0] = dataloader_strdup(pattern);
+        return;
+    }
+    glob_t g;
+    memset(&g, 0, sizeof(g));
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc == GLOB_NOMATCH) fail("%s: no file matches this data pattern", pattern);
+    if (rc != 0) fail("%s: cannot expand data pattern (glob error %d)", pattern, rc);
+    if (g.gl_pathc > (size_t)INT32_MAX) fail("%s: too many shards (%zu)", pattern, (size_t)g.gl_pathc);
+    loader->num_shards = (int)g.gl_pathc;
+    loader->shard_paths = (char **)malloc_check(g.gl_pathc * sizeof(char *), "dataloader: shard paths");
+    for (size_t i = 0; i < g.gl_pathc; i++) loader->shard_paths[i] = dataloader_strdup(g.gl_pathv[i]);
+    globfree(&g);
+    // byte order, whatever the locale glob sorted by
+    qsort(loader->shard_paths, (size_t)loader->num_shards, sizeof(char *), dataloader_compare_paths);
+}
+
+static inline int32_t dataloader_le_i32(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                     ((uint32_t)p[3] << 24));
+}
+
+// Reads and checks one shard's header and size; returns its token count.
+static inline int64_t dataloader_check_shard(const char *path) {
+    FILE *f = fopen_check(path, "rb");
+    int64_t size = file_size_check(f, path);
+    if (size < DATALOADER_HEADER_BYTES)
+        fail("%s: truncated header: file has %lld bytes, a token shard header has %d", path, (long long)size,
+             DATALOADER_HEADER_BYTES);
+    uint8_t header[DATALOADER_HEADER_BYTES];
+    fread_check(header, 1, sizeof(header), f, path);
+    fclose(f);
+    int32_t magic = dataloader_le_i32(header);
+    int32_t version = dataloader_le_i32(header + 4);
+    int32_t ntokens = dataloader_le_i32(header + 8);
+    if (magic != DATALOADER_MAGIC)
+        fail("%s: bad magic %d, expected %d (not an llm.c token shard)", path, magic, DATALOADER_MAGIC);
+    if (version != DATALOADER_VERSION)
+        fail("%s: unsupported token shard version %d, expected %d", path, version, DATALOADER_VERSION);
+    if (ntokens < 0) fail("%s: negative token count %d in header", path, ntokens);
+    int64_t expected = DATALOADER_HEADER_BYTES + 2 * (int64_t)ntokens;
+    if (size != expected)
+        fail("%s: file size %lld does not match its header (1024 + 2*%d tokens = %lld bytes)", path,
+             (long long)size, ntokens, (long long)expected);
+    return ntokens;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// public API
+
+static inline void dataloader_init(DataLoader *loader, const char *pattern, int B, int T, int rank,
+                                   int world_size, int shuffle, uint64_t seed, int vocab_size) {
+    if (B < 1) fail("dataloader: batch size B=%d must be >= 1", B);
+    if (T < 1) fail("dataloader: sequence length T=%d must be >= 1", T);
+    if (world_size < 1) fail("dataloader: world_size %d must be >= 1", world_size);
+    if (rank < 0 || rank >= world_size) fail("dataloader: rank %d out of range [0, %d)", rank, world_size);
+    if (vocab_size < 1) fail("dataloader: vocab_size %d must be >= 1", vocab_size);
+    int64_t bt = (int64_t)B * T;
+    int64_t global_tokens = bt * world_size; // tokens of one global batch
+    if (bt + 1 > INT32_MAX || global_tokens > INT32_MAX)
+        fail("dataloader: world_size*B*T = %lld tokens per batch is too large", (long long)global_tokens);
+
+    memset(loader, 0, sizeof(*loader));
+    loader->B = B;
+    loader->T = T;
+    loader->rank = rank;
+    loader->world_size = world_size;
+    loader->shuffle = shuffle ? 1 : 0;
+    loader->vocab_size = vocab_size;
+    loader->seed = seed;
+
+    dataloader_find_shards(loader, pattern);
+    int n = loader->num_shards;
+    loader->shard_tokens = (int64_t *)malloc_check((size_t)n * sizeof(int64_t), "dataloader: shard sizes");
+    loader->shard_batches = (int64_t *)malloc_check((size_t)n * sizeof(int64_t), "dataloader: shard sizes");
+    int64_t max_batches = 0;
+    for (int i = 0; i < n; i++) {
+        const char *path = loader->shard_paths[i];
+        int64_t ntok = dataloader_check_shard(path);
+        if (ntok < global_tokens + 1)
+            fail("%s: %lld tokens, fewer than the world_size*B*T+1 = %lld one batch needs", path,
+                 (long long)ntok, (long long)(global_tokens + 1));
+        loader->shard_tokens[i] = ntok;
+        loader->shard_batches[i] = (ntok - 1) / global_tokens;
+        loader->batches_per_epoch += loader->shard_batches[i];
+        if (loader->shard_batches[i] > max_batches) max_batches = loader->shard_batches[i];
+    }
+
+    loader->inputs = (int *)malloc_check((size_t)bt * sizeof(int), "dataloader: inputs");
+    loader->targets = (int *)malloc_check((size_t)bt * sizeof(int), "dataloader: targets");
+    loader->read_buf = (uint8_t *)malloc_check((size_t)(bt + 1) * 2, "dataloader: read buffer");
+    loader->file = NULL;
+    loader->file_shard = -1;
+    loader->order_epoch = -1;
+    loader->batch_order_epoch = -1;
+    loader->batch_order_shard = -1;
+    if (loader->shuffle) {
+        loader->shard_order = (int *)malloc_check((size_t)n * sizeof(int), "dataloader: shard order");
+        loader->batch_order =
+            (int32_t *)malloc_check((size_t)max_batches * sizeof(int32_t), "dataloader: batch order");
+    }
+    loader->current_shard = -1;
+    loader->current_batch = -1;
+    loader->pos.epoch = 0;
+    loader->pos.shard_index = 0;
+    loader->pos.batch_index = 0;
+}
+
+static inline void dataloader_next_batch(DataLoader *loader) {
+    DataLoaderPosition *pos = &loader->pos;
+    int shard = dataloader_shard_at(loader, pos->epoch, pos->shard_index);
+    int64_t j = pos->batch_index;
+    if (loader->shuffle) {
+        dataloader_draw_batch_order(loader, pos->epoch, shard);
+        j = loader->batch_order[j];
+    }
+    const char *path = loader->shard_paths[shard];
+    if (loader->file_shard != shard) {
+        if (loader->file) fclose(loader->file);
+        loader->file = fopen_check(path, "rb");
+        loader->file_shard = shard;
+    }
+    int64_t bt = (int64_t)loader->B * loader->T;
+    int64_t first = (j * loader->world_size + loader->rank) * bt; // token offset in the shard
+    int64_t byte_offset = DATALOADER_HEADER_BYTES + 2 * first;
+    if ((int64_t)(long)byte_offset != byte_offset || fseek(loader->file, (long)byte_offset, SEEK_SET) != 0)
+        fail("%s: cannot seek to token %lld: %s", path, (long long)first, strerror(errno));
+    fread_check(loader->read_buf, 2, (size_t)(bt + 1), loader->file, path);
+    const uint8_t *b = loader->read_buf;
+    for (int64_t i = 0; i <= bt; i++) {
+        int token = (int)b[2 * i] | ((int)b[2 * i + 1] << 8);
+        if (token >= loader->vocab_size)
+            fail("%s: token id %d at token offset %lld is >= vocab_size %d", path, token,
+                 (long long)(first + i), loader->vocab_size);
+        if (i < bt) loader->inputs[i] = token;
+        if (i > 0) loader->targets[i - 1] = token;
+    }
+    loader->current_shard = shard;
+    loader->current_batch = j;
+
+    // advance to the next batch, shard, epoch
+    if (++pos->batch_index >= loader->shard_batches[shard]) {
+        pos->batch_index = 0;
+        if (++pos->shard_index >= loader->num_shards) {
+            pos->shard_index = 0;
+            pos->epoch++;
+        }
+    }
+}
+
+static inline void dataloader_reset(DataLoader *loader) {
+    loader->pos.epoch = 0;
+    loader->pos.shard_index = 0;
+    loader->pos.batch_index = 0;
+}
+
+static inline void dataloader_set_position(DataLoader *loader, DataLoaderPosition pos) {
+    if (pos.epoch < 0) fail("dataloader_set_position: epoch %lld is negative", (long long)pos.epoch);
+    if (pos.shard_index < 0 || pos.shard_index >= loader->num_shards)
+        fail("dataloader_set_position: shard_index %lld out of range [0, %d)", (long long)pos.shard_index,
+             loader->num_shards);
+    int shard = dataloader_shard_at(loader, pos.epoch, pos.shard_index);
+    if (pos.batch_index < 0 || pos.batch_index >= loader->shard_batches[shard])
+        fail("dataloader_set_position: batch_index %lld out of range [0, %lld) for shard %s",
+             (long long)pos.batch_index, (long long)loader->shard_batches[shard], loader->shard_paths[shard]);
+    loader->pos = pos;
+}
+
+static inline void dataloader_free(DataLoader *loader) {
+    if (loader->file) fclose(loader->file);
+    for (int i = 0; i < loader->num_shards; i++) free(loader->shard_paths[i]);
+    free(loader->shard_paths);
+    free(loader->shard_tokens);
+    free(loader->shard_batches);
+    free(loader->inputs);
+    free(loader->targets);
+    free(loader->read_buf);
+    free(loader->shard_order);
+    free(loader->batch_order);
+    memset(loader, 0, sizeof(*loader));
+    loader->file_shard = -1;
+}
+
+#endif // DATALOADER_H

@@ -1,0 +1,295 @@
+// fp8_scaling.h: FP8 / BF16 number formats and per-tensor FP8 scaling, shared by the CPU reference trainer
+// (plain C) and the CUDA trainer (host and device code), so both quantize every value to the same bits.
+//
+// The formats (OCP FP8, as implemented by CUDA's cuda_fp8.h):
+//   E4M3: 1 sign, 4 exponent (bias 7), 3 mantissa bits. No infinities; only S.1111.111 (0x7F/0xFF) is NaN,
+//         which frees S.1111.000-110 for finite values: max finite 1.75 * 2^8 = 448. Smallest normal 2^-6,
+//         subnormals 0.mmm * 2^-6, smallest subnormal 2^-9. More precision, less range: weights, activations.
+//   E5M2: 1 sign, 5 exponent (bias 15), 2 mantissa bits, IEEE-like: exponent 11111 is inf (mantissa 0) or
+//         NaN. Max finite 1.75 * 2^15 = 57344, smallest normal 2^-14, smallest subnormal 2^-16. More range,
+//         less precision: gradients, whose magnitudes spread over many more binades.
+//   BF16: the top 16 bits of a float32 (8 exponent bits, 7 mantissa bits), so float32 range.
+//
+// The conversions are written with integer operations on the bit patterns only. That makes them
+// bit-identical on the host and on the device whatever the compiler's float settings (-ffast-math,
+// --use_fast_math, flush-to-zero), and bit-identical to the host paths of cuda_fp8.h (saturating mode)
+// and cuda_bf16.h, which test/test_fp8_convert.cu checks over every float32 input.
+#ifndef FP8_SCALING_H
+#define FP8_SCALING_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define FP8_HD __host__ __device__
+#else
+#define FP8_HD
+#endif
+
+typedef enum { FP8_E4M3 = 0, FP8_E5M2 = 1 } Fp8Format;
+
+// ---------------------------------------------------------------------------------------------------------
+// Bit casts. memcpy is the portable C idiom; device code uses the intrinsics, which cost nothing.
+
+FP8_HD static inline uint32_t fp8_f32_to_bits(float x) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+#endif
+}
+
+FP8_HD static inline float fp8_bits_to_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+#endif
+}
+
+// Every quiet NaN that CUDA's host conversions produce, whatever the input NaN's sign and payload.
+#define FP8_CANONICAL_NAN_BITS 0x7FFFFFFFu
+#define FP8_FLT_MAX_BITS 0x7F7FFFFFu
+#define FP8_FLT_MIN_BITS 0x00800000u
+
+// ---------------------------------------------------------------------------------------------------------
+// Format parameters (switches rather than tables, so that device code needs no global memory).
+
+FP8_HD static inline int fp8_mantissa_bits(Fp8Format f) {
+    return f == FP8_E4M3 ? 3 : 2;
+}
+
+FP8_HD static inline int fp8_exponent_bias(Fp8Format f) {
+    return f == FP8_E4M3 ? 7 : 15;
+}
+
+// Largest finite code (positive sign).
+FP8_HD static inline uint8_t fp8_max_code(Fp8Format f) {
+    return f == FP8_E4M3 ? 0x7E : 0x7B;
+}
+
+FP8_HD static inline float fp8_max_finite(Fp8Format f) {
+    return f == FP8_E4M3 ? 448.0f : 57344.0f;
+}
+
+FP8_HD static inline float fp8_min_subnormal(Fp8Format f) {
+    return f == FP8_E4M3 ? 0.001953125f /* 2^-9 */ : 0.0000152587890625f /* 2^-16 */;
+}
+
+FP8_HD static inline const char *fp8_format_name(Fp8Format f) {
+    return f == FP8_E4M3 ? "e4m3" : "e5m2";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Conversions.
+
+// Round to nearest, ties to even, saturating: finite values beyond the largest code and infinities become
+// +-max finite (an E5M2 infinity or an E4M3 NaN in the middle of a GEMM would poison the whole output).
+// Any NaN becomes 0x7F with the sign dropped, as CUDA's host conversion does (it canonicalizes the NaN
+// before converting); that code is NaN in both formats.
+FP8_HD static inline uint8_t fp8_from_float(float x, Fp8Format f) {
+    const uint32_t u = fp8_f32_to_bits(x);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    const uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return 0x7F;
+
+    const int mbits = fp8_mantissa_bits(f);
+    const int bias = fp8_exponent_bias(f);
+    const int e = (int)(a >> 23) - 127; // unbiased float exponent
+    const int emin = 1 - bias;          // exponent of the smallest fp8 normal
+    // Below half the smallest subnormal everything rounds to zero; this also keeps the shift below in
+    // range and takes float32 subnormals (whose implicit bit is 0) out of the general path.
+    if (e < emin - mbits - 1) return sign;
+    // Past the binade of the largest finite value everything saturates; infinities land here too. (Values
+    // in that binade above the max are clamped after rounding.)
+    if (e > bias + 1) return (uint8_t)(sign | fp8_max_code(f));
+
+    // Count the value in units of the fp8 quantum at its exponent (fixed 2^(emin - mbits) for subnormals)
+    // and round that integer. A carry out of the mantissa moves into the exponent field by itself.
+    const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+    const int e_eff = e > emin ? e : emin;
+    const int shift = 23 - mbits + (e_eff - e); // 20..24
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) r++;
+    // Subnormals have e_eff + bias - 1 == 0, so r is the code; normals have the implicit bit of r add the
+    // missing 1 to the exponent field.
+    uint32_t code = ((uint32_t)(e_eff + bias - 1) << mbits) + r;
+    if (code > fp8_max_code(f)) code = fp8_max_code(f);
+    return (uint8_t)(sign | code);
+}
+
+// NaN codes give the canonical NaN 0x7FFFFFFF (sign dropped), as CUDA's fp8 -> half -> float path does.
+FP8_HD static inline float fp8_to_float(uint8_t v, Fp8Format f) {
+    const uint32_t sign = (uint32_t)(v & 0x80u) << 24;
+    const int mbits = fp8_mantissa_bits(f);
+    const int bias = fp8_exponent_bias(f);
+    const uint32_t ebits = (uint32_t)(v & 0x7Fu) >> mbits;
+    uint32_t man = v & ((1u << mbits) - 1u);
+    if (f == FP8_E4M3) {
+        if ((v & 0x7Fu) == 0x7Fu) return fp8_bits_to_f32(FP8_CANONICAL_NAN_BITS);
+    } else if (ebits == 0x1Fu) {
+        return fp8_bits_to_f32(man ? FP8_CANONICAL_NAN_BITS : (sign | 0x7F800000u));
+    }
+    if (ebits == 0) {
+        if (man == 0) return fp8_bits_to_f32(sign);
+        // Subnormal: normalize so the leading 1 becomes the implicit bit of the float.
+        int e = 1 - bias;
+        while (!(man & (1u << mbits))) {
+            man <<= 1;
+            e--;
+        }
+        man &= (1u << mbits) - 1u;
+        return fp8_bits_to_f32(sign | ((uint32_t)(e + 127) << 23) | (man << (23 - mbits)));
+    }
+    return fp8_bits_to_f32(sign | ((uint32_t)((int)ebits - bias + 127) << 23) | (man << (23 - mbits)));
+}
+
+FP8_HD static inline float fp8_round(float x, Fp8Format f) {
+    return fp8_to_float(fp8_from_float(x, f), f);
+}
+
+// Round to nearest even on the dropped 16 bits. Finite values past the largest bf16 round to inf, as IEEE
+// does; any NaN becomes 0x7FFF, CUDA's canonical bf16 NaN.
+FP8_HD static inline uint16_t bf16_from_float(float x) {
+    const uint32_t u = fp8_f32_to_bits(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
+    // Adding just under half an ulp, plus one when the kept part is odd, carries exactly when RNE rounds up.
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+FP8_HD static inline float bf16_to_float(uint16_t v) {
+    return fp8_bits_to_f32((uint32_t)v << 16);
+}
+
+FP8_HD static inline float bf16_round(float x) {
+    return bf16_to_float(bf16_from_float(x));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Per-tensor scaling.
+//
+// A tensor is quantized as fp8(x * scale) and its products are divided by the scales afterwards. The scale
+// maps the tensor's absolute maximum (amax) onto the largest fp8 value, less a margin of 2^margin headroom:
+// the full range of the format is used without saturating. DELAYED takes the amax from a history of past
+// steps (no extra pass over the data, but a sudden growth saturates until the history catches up); CURRENT
+// measures the amax of the tensor itself just before quantizing it.
+
+typedef enum { FP8_RECIPE_DELAYED = 0, FP8_RECIPE_CURRENT = 1 } Fp8Recipe;
+
+// Roles of the FP8 operands of a linear layer. The hybrid recipe: forward operands need precision (E4M3),
+// gradients need range (E5M2).
+typedef enum { FP8_ROLE_INPUT = 0, FP8_ROLE_WEIGHT = 1, FP8_ROLE_GRAD_OUTPUT = 2 } Fp8Role;
+
+FP8_HD static inline Fp8Format fp8_role_format(Fp8Role r) {
+    return r == FP8_ROLE_GRAD_OUTPUT ? FP8_E5M2 : FP8_E4M3;
+}
+
+// 2^k as a float, exactly, for k in [-126, 127] (a normal float, so built from its exponent field alone).
+FP8_HD static inline float fp8_pow2(int k) {
+    if (k < -126) k = -126;
+    if (k > 127) k = 127;
+    return fp8_bits_to_f32((uint32_t)(k + 127) << 23);
+}
+
+// scale = (fmax / amax) * 2^-margin: one correctly rounded division and one multiplication, so the host
+// and the device agree bit for bit (the device spells them as _rn intrinsics so that --use_fast_math's
+// approximate division cannot change them). An amax that is zero, negative, NaN or infinite carries no
+// information (an all-zero tensor, an empty history, a diverged step) and gives 1. The result is clamped to
+// [FLT_MIN, FLT_MAX]: a tiny amax would overflow the scale to inf (and inf * 0 = NaN), and a subnormal
+// scale (amax above ~1e36 * 2^-margin) would be flushed to zero by flush-to-zero device code. margin is
+// clamped to [-126, 126].
+FP8_HD static inline float fp8_compute_scale(float amax, Fp8Format f, int margin) {
+    const uint32_t u = fp8_f32_to_bits(amax);
+    // Bit tests rather than isnan/isinf, which -ffinite-math-only is free to fold away.
+    if (u == 0 || (u & 0x80000000u) || u >= 0x7F800000u) return 1.0f;
+    if (margin > 126) margin = 126;
+    if (margin < -126) margin = -126;
+#ifdef __CUDA_ARCH__
+    float q = __fdiv_rn(fp8_max_finite(f), amax);
+    if (fp8_f32_to_bits(q) > FP8_FLT_MAX_BITS) q = fp8_bits_to_f32(FP8_FLT_MAX_BITS);
+    float s = __fmul_rn(q, fp8_pow2(-margin));
+#else
+    float q = fp8_max_finite(f) / amax;
+    if (fp8_f32_to_bits(q) > FP8_FLT_MAX_BITS) q = fp8_bits_to_f32(FP8_FLT_MAX_BITS);
+    float s = q * fp8_pow2(-margin);
+#endif
+    const uint32_t sb = fp8_f32_to_bits(s);
+    if (sb > FP8_FLT_MAX_BITS) return fp8_bits_to_f32(FP8_FLT_MAX_BITS);
+    if (sb < FP8_FLT_MIN_BITS) return fp8_bits_to_f32(FP8_FLT_MIN_BITS);
+    return s;
+}
+
+// Largest entry of the history. NaN, infinite and negative entries are skipped, so that one diverged step
+// does not pin the scale at 1 for the next history_len steps (the trainer detects a NaN loss on its own).
+// An empty history (all zeros, or history_len <= 0) gives 0, which fp8_compute_scale maps to 1. The
+// comparison is on bit patterns, which order non-negative floats like their values and cannot be changed
+// by -ffinite-math-only (a float compare there may let a NaN through, differently on host and device).
+FP8_HD static inline float fp8_history_max(const float *amax_history, int history_len) {
+    uint32_t m = 0;
+    for (int i = 0; i < history_len; i++) {
+        const uint32_t u = fp8_f32_to_bits(amax_history[i]);
+        if (u < 0x7F800000u && u > m) m = u; // also rejects the sign bit
+    }
+    return fp8_bits_to_f32(m);
+}
+
+// Called once per optimizer step after all of its micro-batches: the amax measured during `step` (the max
+// over its micro-batches, in *amax_current) replaces the value recorded history_len steps ago in ring slot
+// step % history_len, the scale for the next step becomes fp8_compute_scale of the window's max, and
+// *amax_current is reset for the next step's measurement. With history_len <= 0 there is no ring and the
+// next scale follows *amax_current alone.
+FP8_HD static inline void fp8_delayed_update(float *amax_history, int history_len, long step,
+                                             float *amax_current, float *scale, Fp8Format f, int margin) {
+    float amax;
+    if (history_len > 0) {
+        long slot = step % history_len;
+        if (slot < 0) slot += history_len;
+        amax_history[slot] = *amax_current;
+        amax = fp8_history_max(amax_history, history_len);
+    } else {
+        amax = *amax_current;
+    }
+    *scale = fp8_compute_scale(amax, f, margin);
+    *amax_current = 0.0f;
+}
+
+// fp8 code of x * scale. The product is spelled __fmul_rn on the device so that it is never fused into a
+// neighbouring add. A subnormal x counts as a zero of its sign on the host too: flush-to-zero device code
+// (--use_fast_math) reads it so, and with a large enough scale (> 2^116, i.e. amax below ~2^-107) the
+// product would otherwise be a nonzero fp8 value on the host only. A subnormal product needs no such care:
+// it is far below half the smallest fp8 subnormal, so it gives a signed zero either way.
+FP8_HD static inline uint8_t fp8_quantize(float x, float scale, Fp8Format f) {
+    const uint32_t u = fp8_f32_to_bits(x);
+    if ((u & 0x7F800000u) == 0) return (uint8_t)((u >> 24) & 0x80u);
+#ifdef __CUDA_ARCH__
+    return fp8_from_float(__fmul_rn(x, scale), f);
+#else
+    return fp8_from_float(x * scale, f);
+#endif
+}
+
+// The fp8 value of x * scale as a float, still in the scaled domain (not divided by scale): the CPU
+// emulation multiplies these and divides the dot products by the scales, as the FP8 GEMM does.
+FP8_HD static inline float fp8_quantize_value(float x, float scale, Fp8Format f) {
+    return fp8_to_float(fp8_quantize(x, scale, f), f);
+}
+
+// Telemetry: the scaled value lay beyond the largest finite fp8 value and was clipped to it.
+FP8_HD static inline int fp8_is_saturated(float scaled_x, Fp8Format f) {
+    const uint32_t a = fp8_f32_to_bits(scaled_x) & 0x7FFFFFFFu;
+    return a <= 0x7F800000u && a > fp8_f32_to_bits(fp8_max_finite(f));
+}
+
+// Telemetry: a nonzero scaled value rounded to zero (underflow, information lost).
+FP8_HD static inline int fp8_is_flushed(float scaled_x, Fp8Format f) {
+    const uint32_t a = fp8_f32_to_bits(scaled_x) & 0x7FFFFFFFu;
+    return a != 0 && (fp8_from_float(scaled_x, f) & 0x7Fu) == 0;
+}
+
+#endif // FP8_SCALING_H

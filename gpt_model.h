@@ -1,0 +1,211 @@
+// gpt_model.h: the GPT-2 model shared by both trainers: configuration and presets, the parameter
+// layout in memory, and the seeded initialisation. One definition, included by train_gpt.c and
+// train_gpt_fp8.cu, so a CPU run and a GPU run of one configuration start from identical weights.
+#ifndef GPT_MODEL_H
+#define GPT_MODEL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common.h"
+
+typedef struct {
+    int max_seq_len;       // maxT: rows of the position embedding
+    int vocab_size;        // V: token ids in the data are < V
+    int padded_vocab_size; // Vp: V rounded up to 128, rows of wte (llm.c pads so GEMM shapes stay aligned)
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPTConfig;
+
+typedef struct {
+    const char *name;
+    int num_layers, channels, num_heads, max_seq_len;
+} ModelPreset;
+
+// Tiny sizes for tests and CPU studies; GPT-2 sizes; GPT-architecture models at the widths of the
+// usual large sizes (7B, 13B, 70B).
+static const ModelPreset MODEL_PRESETS[] = {
+    {"d2", 2, 64, 4, 256},        {"d4", 4, 128, 4, 256},       {"d6", 6, 384, 6, 1024},
+    {"124M", 12, 768, 12, 1024},  {"350M", 24, 1024, 16, 1024}, {"774M", 36, 1280, 20, 1024},
+    {"1.5B", 48, 1600, 25, 1024}, {"7B", 32, 4096, 32, 2048},   {"13B", 40, 5120, 40, 2048},
+    {"70B", 80, 8192, 64, 2048},
+};
+#define NUM_MODEL_PRESETS ((int)(sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0])))
+#define GPT2_VOCAB_SIZE 50257
+
+static inline const ModelPreset *find_model_preset(const char *name) {
+    for (int i = 0; i < NUM_MODEL_PRESETS; i++)
+        if (strcmp(MODEL_PRESETS[i].name, name) == 0) return &MODEL_PRESETS[i];
+    return NULL;
+}
+
+static inline int pad_vocab(int vocab_size) {
+    return (vocab_size + 127) / 128 * 128;
+}
+
+// ----------------------------------------------------------------------------
+// Parameters. The 16 tensors in llm.c's file order; in memory the tensors of one layer are kept
+// together (per-layer sharding later slices one block per layer), the four global tensors first:
+//   [wte (Vp,C)] [wpe (maxT,C)] [lnfw (C)] [lnfb (C)] then L blocks of
+//   [ln1w (C)] [ln1b (C)] [qkvw (3C,C)] [qkvb (3C)] [attprojw (C,C)] [attprojb (C)]
+//   [ln2w (C)] [ln2b (C)] [fcw (4C,C)] [fcb (4C)] [fcprojw (C,4C)] [fcprojb (C)]
+// Checkpoint I/O converts to and from llm.c's tensor-major order.
+
+enum {
+    PT_WTE,
+    PT_WPE,
+    PT_LN1W,
+    PT_LN1B,
+    PT_QKVW,
+    PT_QKVB,
+    PT_ATTPROJW,
+    PT_ATTPROJB,
+    PT_LN2W,
+    PT_LN2B,
+    PT_FCW,
+    PT_FCB,
+    PT_FCPROJW,
+    PT_FCPROJB,
+    PT_LNFW,
+    PT_LNFB,
+    NUM_PARAM_TENSORS
+};
+
+static inline int param_is_per_layer(int tensor) {
+    return tensor >= PT_LN1W && tensor <= PT_FCPROJB;
+}
+
+// Elements of one tensor (for per-layer tensors: of one layer's slice).
+static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) {
+    size_t C = (size_t)cfg->channels;
+    switch (tensor) {
+    case PT_WTE:
+        return (size_t)cfg->padded_vocab_size * C;
+    case PT_WPE:
+        return (size_t)cfg->max_seq_len * C;
+    case PT_QKVW:
+        return 3 * C * C;
+    case PT_QKVB:
+        return 3 * C;
+    case PT_ATTPROJW:
+        return C * C;
+    case PT_FCW:
+        return 4 * C * C;
+    case PT_FCB:
+        return 4 * C;
+    case PT_FCPROJW:
+        return 4 * C * C;
+    default:
+        return C; // the LayerNorm weights and biases, attprojb, fcprojb
+    }
+}
+
+static inline size_t param_global_size(const GPTConfig *cfg) {
+    return param_tensor_size(cfg, PT_WTE) + param_tensor_size(cfg, PT_WPE) + 2 * (size_t)cfg->channels;
+}
+
+static inline size_t param_layer_size(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int t = PT_LN1W; t <= PT_FCPROJB; t++) n += param_tensor_size(cfg, t);
+    return n;
+}
+
+static inline size_t param_count(const GPTConfig *cfg) {
+    return param_global_size(cfg) + (size_t)cfg->num_layers * param_layer_size(cfg);
+}
+
+// Offset of tensor `tensor` (of layer `layer` for per-layer tensors; layer ignored otherwise).
+static inline size_t param_offset(const GPTConfig *cfg, int tensor, int layer) {
+    if (!param_is_per_layer(tensor)) {
+        static const int global_order[] = {PT_WTE, PT_WPE, PT_LNFW, PT_LNFB};
+        size_t offset = 0;
+        for (int i = 0; global_order[i] != tensor; i++) offset += param_tensor_size(cfg, global_order[i]);
+        return offset;
+    }
+    size_t offset = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg);
+    for (int t = PT_LN1W; t < tensor; t++) offset += param_tensor_size(cfg, t);
+    return offset;
+}
+
+// Weight decay applies to the 2-D weights only (embeddings and matmul weights), not to LayerNorm or biases.
+static inline int param_is_decayed(int tensor) {
+    return tensor == PT_WTE || tensor == PT_WPE || tensor == PT_QKVW || tensor == PT_ATTPROJW ||
+           tensor == PT_FCW || tensor == PT_FCPROJW;
+}
+
+// The four linear layers of a block: their weight tensor, bias tensor, and (out, in) features.
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_BLOCK_LINEARS };
+
+static inline int linear_weight_tensor(int linear) {
+    static const int tensors[NUM_BLOCK_LINEARS] = {PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
+    return tensors[linear];
+}
+
+static inline int linear_out_features(const GPTConfig *cfg, int linear) {
+    static const int multiple[NUM_BLOCK_LINEARS] = {3, 1, 4, 1};
+    return multiple[linear] * cfg->channels;
+}
+
+static inline int linear_in_features(const GPTConfig *cfg, int linear) {
+    return linear == LIN_FCPROJ ? 4 * cfg->channels : cfg->channels;
+}
+
+// ----------------------------------------------------------------------------
+// Seeded initialisation (GPT-2): matmul weights and embeddings N(0, 0.02), the projections that feed
+// the residual stream N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. The generator is our own
+// xorshift64* with Box-Muller so that the CPU and the GPU trainer draw identical weights everywhere.
+
+typedef struct {
+    uint64_t state;
+} Rng;
+
+static inline void rng_seed(Rng *rng, uint64_t seed) {
+    rng->state = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
+    if (rng->state == 0) rng->state = 1;
+}
+
+static inline uint64_t rng_next(Rng *rng) {
+    rng->state ^= rng->state >> 12;
+    rng->state ^= rng->state << 25;
+    rng->state ^= rng->state >> 27;
+    return rng->state * 0x2545F4914F6CDD1Dull;
+}
+
+// Uniform in (0, 1): 53 random bits, never exactly 0 so that log() below is finite.
+static inline double rng_uniform(Rng *rng) {
+    return ((double)(rng_next(rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+static inline float rng_normal(Rng *rng) {
+    double u1 = rng_uniform(rng), u2 = rng_uniform(rng);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static inline void gpt_init_params(float *params, const GPTConfig *cfg, uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    float residual_std = 0.02f / sqrtf(2.0f * (float)cfg->num_layers);
+    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
+        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
+        for (int l = 0; l < layers; l++) {
+            float *p = params + param_offset(cfg, tensor, l);
+            size_t n = param_tensor_size(cfg, tensor);
+            int is_layernorm_weight = tensor == PT_LN1W || tensor == PT_LN2W || tensor == PT_LNFW;
+            if (param_is_decayed(tensor)) {
+                float std = (tensor == PT_ATTPROJW || tensor == PT_FCPROJW) ? residual_std : 0.02f;
+                for (size_t i = 0; i < n; i++) p[i] = std * rng_normal(&rng);
+            } else {
+                for (size_t i = 0; i < n; i++) p[i] = is_layernorm_weight ? 1.0f : 0.0f;
+            }
+        }
+    }
+    // llm.c keeps the padded vocabulary rows of wte at zero: they never receive a gradient.
+    size_t C = (size_t)cfg->channels;
+    memset(params + param_offset(cfg, PT_WTE, 0) + (size_t)cfg->vocab_size * C, 0,
+           (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * C * sizeof(float));
+}
+
+#endif // GPT_MODEL_H

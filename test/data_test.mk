@@ -1,0 +1,31 @@
+# data_test.mk: tests of the data side (dataloader.h, tokenizer.h, scripts/prepare_data.py).
+# Included by the main Makefile; also usable alone from the repository root:
+#   make -f test/data_test.mk test_dataloader test_prepare_data test_dataloader_asan
+# This fragment leaves the including Makefile's default goal as it was.
+_data_test_saved_goal := $(.DEFAULT_GOAL)
+
+CC ?= gcc
+PYTHON ?= python3
+TEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -I.
+TEST_SANITIZE_FLAGS ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+test/build/test_dataloader: test/test_dataloader.c dataloader.h tokenizer.h common.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $< -o $@
+
+# the same test under AddressSanitizer and UndefinedBehaviorSanitizer
+test/build/test_dataloader_asan: test/test_dataloader.c dataloader.h tokenizer.h common.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) $(TEST_SANITIZE_FLAGS) $< -o $@
+
+.PHONY: test_dataloader test_dataloader_asan test_prepare_data
+test_dataloader: test/build/test_dataloader
+	./test/build/test_dataloader
+
+test_dataloader_asan: test/build/test_dataloader_asan
+	./test/build/test_dataloader_asan
+
+test_prepare_data: test/test_prepare_data.sh scripts/prepare_data.py
+	PYTHON=$(PYTHON) CC=$(CC) bash test/test_prepare_data.sh
+
+.DEFAULT_GOAL := $(_data_test_saved_goal)

@@ -1,0 +1,923 @@
+// train_gpt.c: the CPU reference trainer. GPT-2 in plain C with FP32 arithmetic, which applies, at
+// exactly the places where the CUDA trainer rounds, the same roundings:
+//   --dtype bfloat16: every activation and activation gradient is stored in BF16 (round to nearest
+//     even after each op), the weights the ops read are a BF16 copy of the FP32 master weights;
+//   --dtype float8: as bfloat16, and in addition the four linear layers of every block run their three
+//     GEMMs on FP8 operands: forward E4M3 input x E4M3 weight, data gradient E5M2 output gradient x
+//     E4M3 weight, weight gradient E5M2 output gradient x E4M3 input, with per-tensor scales.
+// GEMMs then run in FP32, which is what an FP8/BF16 GEMM with FP32 accumulation computes up to
+// summation order. Weight gradients, master weights and AdamW moments are FP32 in every dtype.
+// Attention scores and softmax, LayerNorm statistics and the cross-entropy are computed in FP32 and
+// only their outputs are rounded, as a fused GPU kernel does.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef USE_BLAS
+#include <cblas.h>
+#endif
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "common.h"
+#include "dataloader.h"
+#include "fp8_scaling.h"
+#include "gpt_model.h"
+#include "tokenizer.h"
+#include "train_log.h"
+
+// ----------------------------------------------------------------------------
+// Precision emulation
+
+// Rounds a tensor to the storage format of activations in this dtype (BF16 unless float32).
+static void round_to_storage(float *x, size_t n, int dtype) {
+    if (dtype == DTYPE_FLOAT32) return;
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+}
+
+static float abs_max(const float *x, size_t n) {
+    float amax = 0.0f;
+#pragma omp parallel for reduction(max : amax)
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    return amax;
+}
+
+// out[i] = the FP8 value of x[i] * scale (the scale is not divided back out: the GEMM does that).
+static void quantize(float *out, const float *x, size_t n, float scale, Fp8Format format) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = fp8_quantize_value(x[i], scale, format);
+}
+
+// ----------------------------------------------------------------------------
+// GEMM, row-major: C (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * C, op = transpose when trans_*.
+
+static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, const float *B,
+                 float beta, float *C) {
+    int lda = trans_a ? M : K, ldb = trans_b ? K : N;
+#ifdef USE_BLAS
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, N);
+#else
+#pragma omp parallel for
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            float sum = 0.0f;
+            for (int k = 0; k < K; k++) {
+                float a = trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = trans_b ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                sum += a * b;
+            }
+            C[(size_t)i * N + j] = alpha * sum + (beta == 0.0f ? 0.0f : beta * C[(size_t)i * N + j]);
+        }
+    }
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// The model
+
+typedef struct {
+    float *encoded;             // (B,T,C)
+    float *ln1;                 // (L,B,T,C)
+    float *ln1_mean, *ln1_rstd; // (L,B,T)
+    float *qkv;                 // (L,B,T,3C)
+    float *atty;                // (L,B,T,C)
+    float *att;                 // (L,B,NH,T,T) softmax probabilities, FP32
+    float *residual2;           // (L,B,T,C)
+    float *ln2;                 // (L,B,T,C)
+    float *ln2_mean, *ln2_rstd; // (L,B,T)
+    float *fch;                 // (L,B,T,4C)
+    float *fch_gelu;            // (L,B,T,4C)
+    float *residual3;           // (L,B,T,C)
+    float *lnf;                 // (B,T,C)
+    float *lnf_mean, *lnf_rstd; // (B,T)
+    float *logits;              // (B,T,Vp)
+    float *probs;               // (B,T,Vp), turned into dlogits by the backward
+    float *losses;              // (B,T)
+    float *proj_out;            // (B,T,C) scratch: attention / MLP projection output before the residual add
+    // float8 only: each linear's quantized input, saved by the forward for the weight-gradient GEMM
+    float *input_q[NUM_BLOCK_LINEARS]; // (L,B,T,IC)
+} Activations;
+
+typedef struct {
+    float *dresidual; // (B,T,C) gradient of the residual stream
+    float *dc;        // (B,T,C) gradient of a LayerNorm output or of the attention output
+    float *dqkv;      // (B,T,3C)
+    float *dfch;      // (B,T,4C) gradient of the GELU output, then (in place) of its input
+    float *dout_q;    // (B,T,4C) float8: the quantized output gradient of the linear being differentiated
+    float *att_row;   // (B,NH,T) scratch for the attention backward
+} Gradients;
+
+// Per-tensor FP8 scaling state of the activations and gradients: for every layer and linear, one
+// E4M3 input tensor and one E5M2 output-gradient tensor.
+typedef struct {
+    int recipe, history_len, margin;
+    int num_tensors;         // L * NUM_BLOCK_LINEARS * 2
+    float *amax_history;     // (num_tensors, history_len) ring buffers, slot step % history_len
+    float *amax_current;     // (num_tensors) max |x| seen in the current step
+    float *scale;            // (num_tensors) scale the current step casts with
+    float *input_scale_used; // (L * NUM_BLOCK_LINEARS) scale of each saved quantized input (current recipe
+                             // varies)
+    float *weight_scale;     // (L * NUM_BLOCK_LINEARS) exact-amax scale of each cached FP8 weight
+} Fp8State;
+
+typedef struct {
+    GPTConfig config;
+    int dtype;
+    int B, T; // the micro-batch the buffers are sized for
+    size_t num_params;
+    float *params;         // FP32 master weights
+    float *params_compute; // what the ops read: params itself (float32) or its BF16 rounding
+    float *weights_fp8;    // float8: FP8 values of the linear weights (scaled by weight_scale), same layout
+    float *grads;          // FP32, accumulated over micro-batches
+    float *m, *v;          // AdamW moments
+    Activations acts;
+    Gradients dacts;
+    Fp8State fp8;
+    float mean_loss; // of the last forward with targets
+} GPT;
+
+static int fp8_tensor_index(int layer, int linear, Fp8Role role) {
+    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + (role == FP8_ROLE_GRAD_OUTPUT);
+}
+
+static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts) {
+    s->recipe = opts->fp8_recipe;
+    s->history_len = opts->amax_history;
+    s->margin = opts->fp8_margin;
+    s->num_tensors = num_layers * NUM_BLOCK_LINEARS * 2;
+    s->amax_history =
+        (float *)calloc_check((size_t)s->num_tensors * s->history_len, sizeof(float), "amax history");
+    s->amax_current = (float *)calloc_check(s->num_tensors, sizeof(float), "amax");
+    s->scale = (float *)malloc_check(s->num_tensors * sizeof(float), "fp8 scales");
+    s->input_scale_used = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
+    s->weight_scale = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
+}
+
+// Scales of the next step from the histories: with an empty history (a fresh run) this is 1.
+static void fp8_scales_from_history(Fp8State *s) {
+    for (int i = 0; i < s->num_tensors; i++) {
+        Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
+        float amax = fp8_history_max(s->amax_history + (size_t)i * s->history_len, s->history_len);
+        s->scale[i] = fp8_compute_scale(amax, format, s->margin);
+    }
+}
+
+// Once per optimizer step: the step's amaxes enter the histories and the scales move on.
+static void fp8_end_step(Fp8State *s, long step) {
+    if (s->recipe != FP8_RECIPE_DELAYED) return;
+    for (int i = 0; i < s->num_tensors; i++) {
+        Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
+        fp8_delayed_update(s->amax_history + (size_t)i * s->history_len, s->history_len, step,
+                           &s->amax_current[i], &s->scale[i], format, s->margin);
+    }
+}
+
+// The scale to cast tensor x (n elements) with. delayed: this step's scale, recording the amax for
+// the history; current: the exact scale of x itself.
+static float fp8_cast_scale(Fp8State *s, int index, const float *x, size_t n, int record_amax) {
+    Fp8Format format = (index % 2) ? FP8_E5M2 : FP8_E4M3;
+    if (s->recipe == FP8_RECIPE_CURRENT) return fp8_compute_scale(abs_max(x, n), format, s->margin);
+    if (record_amax) s->amax_current[index] = fmaxf(s->amax_current[index], abs_max(x, n));
+    return s->scale[index];
+}
+
+// After every change of the master weights: the BF16 copy and the FP8 weight casts (exact amax).
+static void refresh_compute_weights(GPT *model) {
+    if (model->dtype == DTYPE_FLOAT32) return;
+    memcpy(model->params_compute, model->params, model->num_params * sizeof(float));
+    round_to_storage(model->params_compute, model->num_params, model->dtype);
+    if (model->dtype != DTYPE_FLOAT8) return;
+    const GPTConfig *cfg = &model->config;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+            size_t offset = param_offset(cfg, linear_weight_tensor(lin), l);
+            size_t n = param_tensor_size(cfg, linear_weight_tensor(lin));
+            float scale = fp8_compute_scale(abs_max(model->params + offset, n), FP8_E4M3, model->fp8.margin);
+            model->fp8.weight_scale[l * NUM_BLOCK_LINEARS + lin] = scale;
+            quantize(model->weights_fp8 + offset, model->params + offset, n, scale, FP8_E4M3);
+        }
+    }
+}
+
+static float *alloc_floats(size_t n, const char *what) {
+    return (float *)calloc_check(n, sizeof(float), what);
+}
+
+static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T, const TrainOptions *opts) {
+    model->config = *cfg;
+    model->dtype = dtype;
+    model->B = B;
+    model->T = T;
+    model->num_params = param_count(cfg);
+    size_t P = model->num_params;
+    model->params = alloc_floats(P, "parameters");
+    model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : alloc_floats(P, "bf16 weights");
+    model->weights_fp8 = dtype == DTYPE_FLOAT8 ? alloc_floats(P, "fp8 weights") : NULL;
+    model->grads = alloc_floats(P, "gradients");
+    model->m = alloc_floats(P, "adam m");
+    model->v = alloc_floats(P, "adam v");
+    size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    Activations *a = &model->acts;
+    a->encoded = alloc_floats(BT * C, "activations");
+    a->ln1 = alloc_floats(L * BT * C, "activations");
+    a->ln1_mean = alloc_floats(L * BT, "activations");
+    a->ln1_rstd = alloc_floats(L * BT, "activations");
+    a->qkv = alloc_floats(L * BT * 3 * C, "activations");
+    a->atty = alloc_floats(L * BT * C, "activations");
+    a->att = alloc_floats(L * B * NH * T * T, "activations");
+    a->residual2 = alloc_floats(L * BT * C, "activations");
+    a->ln2 = alloc_floats(L * BT * C, "activations");
+    a->ln2_mean = alloc_floats(L * BT, "activations");
+    a->ln2_rstd = alloc_floats(L * BT, "activations");
+    a->fch = alloc_floats(L * BT * 4 * C, "activations");
+    a->fch_gelu = alloc_floats(L * BT * 4 * C, "activations");
+    a->residual3 = alloc_floats(L * BT * C, "activations");
+    a->lnf = alloc_floats(BT * C, "activations");
+    a->lnf_mean = alloc_floats(BT, "activations");
+    a->lnf_rstd = alloc_floats(BT, "activations");
+    a->logits = alloc_floats(BT * Vp, "activations");
+    a->probs = alloc_floats(BT * Vp, "activations");
+    a->losses = alloc_floats(BT, "activations");
+    a->proj_out = alloc_floats(BT * C, "activations");
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        a->input_q[lin] =
+            dtype == DTYPE_FLOAT8 ? alloc_floats(L * BT * linear_in_features(cfg, lin), "fp8 inputs") : NULL;
+    Gradients *g = &model->dacts;
+    g->dresidual = alloc_floats(BT * C, "activation gradients");
+    g->dc = alloc_floats(BT * C, "activation gradients");
+    g->dqkv = alloc_floats(BT * 3 * C, "activation gradients");
+    g->dfch = alloc_floats(BT * 4 * C, "activation gradients");
+    g->dout_q = dtype == DTYPE_FLOAT8 ? alloc_floats(BT * 4 * C, "fp8 gradients") : NULL;
+    g->att_row = alloc_floats((size_t)B * NH * T, "attention scratch");
+    fp8_state_init(&model->fp8, cfg->num_layers, opts);
+    fp8_scales_from_history(&model->fp8);
+}
+
+// ----------------------------------------------------------------------------
+// Layers: each forward beside its backward. N = B*T rows.
+
+// out (B,T,C) = wte[token] + wpe[t]
+static void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
+                            int C) {
+#pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *te = wte + (size_t)tokens[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++) out[(size_t)bt * C + c] = te[c] + pe[c];
+    }
+}
+
+// dwte[token] += dout, dwpe[t] += dout. Serial over rows: two rows may share a token.
+static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                             int C) {
+    for (int bt = 0; bt < B * T; bt++) {
+        float *dte = dwte + (size_t)tokens[bt] * C, *dpe = dwpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++) {
+            dte[c] += dout[(size_t)bt * C + c];
+            dpe[c] += dout[(size_t)bt * C + c];
+        }
+    }
+}
+
+// (N,C) -> (N,C), saving the row statistics mean, rstd (N) for the backward
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
+                              const float *bias, int N, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float m = 0.0f, var = 0.0f;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        float s = 1.0f / sqrtf(var / C + 1e-5f);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+// dinp (N,C) += the input gradient; dweight, dbias (C) += their gradients
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - mean[n]) * rstd[n];
+            dnorm_mean += weight[c] * dy[c];
+            dnorm_norm_mean += weight[c] * dy[c] * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int c = 0; c < C; c++) {
+            float norm = (x[c] - mean[n]) * rstd[n];
+            dinp[(size_t)n * C + c] += (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
+        }
+    }
+#pragma omp parallel for
+    for (int c = 0; c < C; c++) {
+        for (int n = 0; n < N; n++) {
+            float norm = (inp[(size_t)n * C + c] - mean[n]) * rstd[n];
+            dweight[c] += dout[(size_t)n * C + c] * norm;
+            dbias[c] += dout[(size_t)n * C + c];
+        }
+    }
+}
+
+// Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias, rounded to
+// storage. In float8 the input is cast to E4M3 into input_q (kept for the weight gradient) and the
+// GEMM multiplies FP8 values, its FP32 result divided by both scales.
+static void linear_forward(GPT *model, int layer, int linear, float *out, const float *inp, float *input_q,
+                           int N, int record_amax) {
+    const GPTConfig *cfg = &model->config;
+    int OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    int weight_tensor = linear_weight_tensor(linear);
+    size_t weight_offset = param_offset(cfg, weight_tensor, layer);
+    const float *bias = model->params_compute + param_offset(cfg, weight_tensor + 1, layer);
+    if (model->dtype == DTYPE_FLOAT8) {
+        int lw = layer * NUM_BLOCK_LINEARS + linear;
+        int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
+        float scale = fp8_cast_scale(&model->fp8, index, inp, (size_t)N * IC, record_amax);
+        model->fp8.input_scale_used[lw] = scale;
+        quantize(input_q, inp, (size_t)N * IC, scale, FP8_E4M3);
+        float descale = 1.0f / (scale * model->fp8.weight_scale[lw]);
+        gemm(0, 1, N, OC, IC, descale, input_q, model->weights_fp8 + weight_offset, 0.0f, out);
+    } else {
+        gemm(0, 1, N, OC, IC, 1.0f, inp, model->params_compute + weight_offset, 0.0f, out);
+    }
+#pragma omp parallel for
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+    round_to_storage(out, (size_t)N * OC, model->dtype);
+}
+
+// dinp (N,IC) = dout . W (rounded to storage); dW (OC,IC) += dout^T . inp; dbias (OC) += column sums of dout.
+// In float8 dout is cast to E5M2 once and serves both GEMMs; the weight gradient uses the forward's
+// quantized input.
+static void linear_backward(GPT *model, int layer, int linear, float *dinp, const float *dout,
+                            const float *inp, const float *input_q, int N) {
+    const GPTConfig *cfg = &model->config;
+    int OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    int weight_tensor = linear_weight_tensor(linear);
+    size_t weight_offset = param_offset(cfg, weight_tensor, layer);
+    float *dweight = model->grads + weight_offset;
+    float *dbias = model->grads + param_offset(cfg, weight_tensor + 1, layer);
+#pragma omp parallel for
+    for (int o = 0; o < OC; o++)
+        for (int n = 0; n < N; n++) dbias[o] += dout[(size_t)n * OC + o];
+    if (model->dtype == DTYPE_FLOAT8) {
+        int lw = layer * NUM_BLOCK_LINEARS + linear;
+        int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
+        float scale = fp8_cast_scale(&model->fp8, index, dout, (size_t)N * OC, 1);
+        float *dout_q = model->dacts.dout_q;
+        quantize(dout_q, dout, (size_t)N * OC, scale, FP8_E5M2);
+        gemm(0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
+             model->weights_fp8 + weight_offset, 0.0f, dinp);
+        gemm(1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q, input_q, 1.0f,
+             dweight);
+    } else {
+        gemm(0, 0, N, IC, OC, 1.0f, dout, model->params_compute + weight_offset, 0.0f, dinp);
+        gemm(1, 0, OC, IC, N, 1.0f, dout, inp, 1.0f, dweight);
+    }
+    round_to_storage(dinp, (size_t)N * IC, model->dtype);
+}
+
+// Causal self-attention: qkv (B,T,3C) -> out (B,T,C), saving the probabilities att (B,NH,T,T).
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float *p = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float dot = 0.0f;
+                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+                    p[t2] = dot * scale;
+                    maxv = fmaxf(maxv, p[t2]);
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    p[t2] = expf(p[t2] - maxv);
+                    sum += p[t2];
+                }
+                for (int t2 = 0; t2 < T; t2++) p[t2] = t2 <= t ? p[t2] / sum : 0.0f;
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += p[t2] * v[i];
+                }
+            }
+        }
+    }
+}
+
+// dqkv (B,T,3C) = gradient of the attention given dout (B,T,C). One thread per (b,h): the key and
+// value gradients of a head accumulate over its query rows.
+static void attention_backward(float *dqkv, float *att_row, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float));
+#pragma omp parallel for collapse(2)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float *datt = att_row + ((size_t)b * NH + h) * T;
+            for (int t = 0; t < T; t++) {
+                const float *p = att + (((size_t)b * NH + h) * T + t) * T;
+                const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
+                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                float dot_p_datt = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    float d = 0.0f;
+                    for (int i = 0; i < hs; i++) {
+                        d += dy[i] * v[i];
+                        dv[i] += p[t2] * dy[i];
+                    }
+                    datt[t2] = d;
+                    dot_p_datt += p[t2] * d;
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float dscore = p[t2] * (datt[t2] - dot_p_datt) * scale;
+                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += dscore * k[i];
+                        dk[i] += dscore * q[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
+
+// tanh-approximate GELU, elementwise over n
+static void gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+// dinout: the output gradient in, the input gradient out
+static void gelu_backward(float *dinout, const float *inp, size_t n) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinout[i] *= local;
+    }
+}
+
+// out (N,C) = a + b, rounded to storage
+static void residual_forward(float *out, const float *a, const float *b, size_t n, int dtype) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    round_to_storage(out, n, dtype);
+}
+
+// probs (N,Vp) = softmax over the first V logits; losses (N) = -log prob of the target
+static void softmax_crossentropy_forward(float *probs, float *losses, const float *logits, const int *targets,
+                                         int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * Vp;
+        float *p = probs + (size_t)n * Vp;
+        float maxv = -INFINITY, sum = 0.0f;
+        for (int v = 0; v < V; v++) maxv = fmaxf(maxv, z[v]);
+        for (int v = 0; v < V; v++) {
+            p[v] = expf(z[v] - maxv);
+            sum += p[v];
+        }
+        for (int v = 0; v < Vp; v++) p[v] = v < V ? p[v] / sum : 0.0f;
+        if (targets) losses[n] = -logf(p[targets[n]]);
+    }
+}
+
+// In place: probs (N,Vp) becomes dlogits = (probs - onehot(target)) * dloss, rounded to storage
+static void softmax_crossentropy_backward(float *probs, const int *targets, float dloss, int N, int Vp,
+                                          int dtype) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (size_t)n * Vp;
+        p[targets[n]] -= 1.0f;
+        for (int v = 0; v < Vp; v++) p[v] *= dloss;
+    }
+    round_to_storage(probs, (size_t)N * Vp, dtype);
+}
+
+// ----------------------------------------------------------------------------
+// Forward and backward of the whole model
+
+static float *param_ptr(float *params, const GPTConfig *cfg, int tensor, int layer) {
+    return params + param_offset(cfg, tensor, layer);
+}
+
+// Forward over inputs (B,T); with targets, the mean loss. record_amax: whether the FP8 casts of
+// this forward feed the delayed-scaling histories (training yes, evaluation no).
+static void gpt_forward(GPT *model, const int *inputs, const int *targets, int record_amax) {
+    const GPTConfig *cfg = &model->config;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
+    int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T, dtype = model->dtype;
+    size_t NC = (size_t)N * C;
+    Activations *a = &model->acts;
+    float *w = model->params_compute;
+    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0), param_ptr(w, cfg, PT_WPE, 0), B, T, C);
+    round_to_storage(a->encoded, NC, dtype);
+    for (int l = 0; l < L; l++) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
+        float *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
+        float *residual2 = a->residual2 + l * NC, *ln2 = a->ln2 + l * NC;
+        float *fch = a->fch + l * NC * 4, *fch_gelu = a->fch_gelu + l * NC * 4;
+        float *q_in[NUM_BLOCK_LINEARS] = {NULL, NULL, NULL, NULL};
+        if (dtype == DTYPE_FLOAT8)
+            for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+                q_in[lin] = a->input_q[lin] + (size_t)l * N * linear_in_features(cfg, lin);
+        layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, residual,
+                          param_ptr(w, cfg, PT_LN1W, l), param_ptr(w, cfg, PT_LN1B, l), N, C);
+        round_to_storage(ln1, NC, dtype);
+        linear_forward(model, l, LIN_QKV, qkv, ln1, q_in[LIN_QKV], N, record_amax);
+        attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, C, NH);
+        round_to_storage(atty, NC, dtype);
+        linear_forward(model, l, LIN_ATTPROJ, a->proj_out, atty, q_in[LIN_ATTPROJ], N, record_amax);
+        residual_forward(residual2, residual, a->proj_out, NC, dtype);
+        layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, residual2,
+                          param_ptr(w, cfg, PT_LN2W, l), param_ptr(w, cfg, PT_LN2B, l), N, C);
+        round_to_storage(ln2, NC, dtype);
+        linear_forward(model, l, LIN_FC, fch, ln2, q_in[LIN_FC], N, record_amax);
+        gelu_forward(fch_gelu, fch, NC * 4);
+        round_to_storage(fch_gelu, NC * 4, dtype);
+        linear_forward(model, l, LIN_FCPROJ, a->proj_out, fch_gelu, q_in[LIN_FCPROJ], N, record_amax);
+        residual_forward(a->residual3 + l * NC, residual2, a->proj_out, NC, dtype);
+    }
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC,
+                      param_ptr(w, cfg, PT_LNFW, 0), param_ptr(w, cfg, PT_LNFB, 0), N, C);
+    round_to_storage(a->lnf, NC, dtype);
+    // LM head, tied to wte: (B,T,C) -> (B,T,Vp), BF16 compute (the black list keeps it out of FP8)
+    gemm(0, 1, N, Vp, C, 1.0f, a->lnf, param_ptr(w, cfg, PT_WTE, 0), 0.0f, a->logits);
+    round_to_storage(a->logits, (size_t)N * Vp, dtype);
+    softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
+    if (!targets) return;
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += a->losses[i];
+    model->mean_loss = (float)(sum / N);
+}
+
+// Backward of the last forward; gradients accumulate into model->grads, the loss gradient scaled by
+// dloss (1 / (B*T*micro-steps) for the mean over an optimizer step).
+static void gpt_backward(GPT *model, const int *inputs, const int *targets, float dloss) {
+    const GPTConfig *cfg = &model->config;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
+    int Vp = cfg->padded_vocab_size, N = B * T, dtype = model->dtype;
+    size_t NC = (size_t)N * C;
+    Activations *a = &model->acts;
+    Gradients *g = &model->dacts;
+    float *w = model->params_compute, *dw = model->grads;
+    softmax_crossentropy_backward(a->probs, targets, dloss, N, Vp, dtype);
+    float *dlogits = a->probs;
+    gemm(0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, PT_WTE, 0), 0.0f, g->dc);
+    round_to_storage(g->dc, NC, dtype);
+    gemm(1, 0, Vp, C, N, 1.0f, dlogits, a->lnf, 1.0f, param_ptr(dw, cfg, PT_WTE, 0));
+    memset(g->dresidual, 0, NC * sizeof(float));
+    layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LNFW, 0), param_ptr(dw, cfg, PT_LNFB, 0), g->dc,
+                       a->residual3 + (L - 1) * NC, param_ptr(w, cfg, PT_LNFW, 0), a->lnf_mean, a->lnf_rstd,
+                       N, C);
+    round_to_storage(g->dresidual, NC, dtype);
+    for (int l = L - 1; l >= 0; l--) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
+        const float *q_in[NUM_BLOCK_LINEARS] = {NULL, NULL, NULL, NULL};
+        if (dtype == DTYPE_FLOAT8)
+            for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+                q_in[lin] = a->input_q[lin] + (size_t)l * N * linear_in_features(cfg, lin);
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, a->fch_gelu + l * NC * 4,
+                        q_in[LIN_FCPROJ], N);
+        gelu_backward(g->dfch, a->fch + l * NC * 4, NC * 4);
+        round_to_storage(g->dfch, NC * 4, dtype);
+        linear_backward(model, l, LIN_FC, g->dc, g->dfch, a->ln2 + l * NC, q_in[LIN_FC], N);
+        layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN2W, l), param_ptr(dw, cfg, PT_LN2B, l),
+                           g->dc, a->residual2 + l * NC, param_ptr(w, cfg, PT_LN2W, l), a->ln2_mean + l * N,
+                           a->ln2_rstd + l * N, N, C);
+        round_to_storage(g->dresidual, NC, dtype);
+        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, a->atty + l * NC, q_in[LIN_ATTPROJ], N);
+        attention_backward(g->dqkv, g->att_row, g->dc, a->qkv + l * NC * 3,
+                           a->att + (size_t)l * B * NH * T * T, B, T, C, NH);
+        round_to_storage(g->dqkv, NC * 3, dtype);
+        linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, a->ln1 + l * NC, q_in[LIN_QKV], N);
+        layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN1W, l), param_ptr(dw, cfg, PT_LN1B, l),
+                           g->dc, residual, param_ptr(w, cfg, PT_LN1W, l), a->ln1_mean + l * N,
+                           a->ln1_rstd + l * N, N, C);
+        round_to_storage(g->dresidual, NC, dtype);
+    }
+    encoder_backward(param_ptr(dw, cfg, PT_WTE, 0), param_ptr(dw, cfg, PT_WPE, 0), g->dresidual, inputs, B, T,
+                     C);
+}
+
+// ----------------------------------------------------------------------------
+// Optimizer
+
+// Global L2 norm of the gradients, summed in double in a fixed order (deterministic).
+static float grad_norm(const float *grads, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += (double)grads[i] * grads[i];
+    return (float)sqrt(sum);
+}
+
+static void adamw_update(GPT *model, const TrainOptions *opts, float lr, float grad_scale, long t) {
+    const GPTConfig *cfg = &model->config;
+    float beta1_correction = 1.0f - powf(opts->beta1, (float)t);
+    float beta2_correction = 1.0f - powf(opts->beta2, (float)t);
+    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
+        float weight_decay = param_is_decayed(tensor) ? opts->weight_decay : 0.0f;
+        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
+        size_t n = param_tensor_size(cfg, tensor);
+        for (int l = 0; l < layers; l++) {
+            size_t offset = param_offset(cfg, tensor, l);
+            float *p = model->params + offset, *g = model->grads + offset, *m = model->m + offset,
+                  *v = model->v + offset;
+#pragma omp parallel for
+            for (size_t i = 0; i < n; i++) {
+                float grad = g[i] * grad_scale;
+                m[i] = opts->beta1 * m[i] + (1.0f - opts->beta1) * grad;
+                v[i] = opts->beta2 * v[i] + (1.0f - opts->beta2) * grad * grad;
+                float m_hat = m[i] / beta1_correction, v_hat = v[i] / beta2_correction;
+                p[i] -= lr * (m_hat / (sqrtf(v_hat) + opts->eps) + weight_decay * p[i]);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Evaluation and sampling
+
+static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
+    dataloader_reset(loader);
+    double sum = 0.0;
+    for (int i = 0; i < num_batches; i++) {
+        dataloader_next_batch(loader);
+        gpt_forward(model, loader->inputs, loader->targets, 0);
+        sum += model->mean_loss;
+    }
+    return (float)(sum / num_batches);
+}
+
+// Samples sample_len tokens after an end-of-text token from row 0 of the (B,T) buffers. The sampling
+// generator is seeded from the step so that sampling never changes training.
+static void sample_text(GPT *model, const Tokenizer *tokenizer, int *tokens, int sample_len, long step) {
+    int T = model->T, Vp = model->config.padded_vocab_size, V = model->config.vocab_size;
+    int eot = tokenizer->loaded ? (int)tokenizer->eot_token : 0;
+    for (int i = 0; i < model->B * T; i++) tokens[i] = eot;
+    Rng rng;
+    rng_seed(&rng, 0x5A4D + (uint64_t)step);
+    int steps = sample_len < T - 1 ? sample_len : T - 1;
+    printf("sample | ");
+    for (int t = 1; t <= steps; t++) {
+        gpt_forward(model, tokens, NULL, 0);
+        const float *p = model->acts.probs + (size_t)(t - 1) * Vp;
+        double u = rng_uniform(&rng), cdf = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) {
+            cdf += p[v];
+            if (u < cdf) {
+                next = v;
+                break;
+            }
+        }
+        tokens[t] = next;
+        if (tokenizer->loaded)
+            printf("%s", tokenizer_decode(tokenizer, (uint32_t)next));
+        else
+            printf("%d ", next);
+    }
+    printf("\n");
+}
+
+// ----------------------------------------------------------------------------
+// Checkpoints
+
+static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
+    char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
+    make_dir(opts->output_dir);
+    checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
+                     sizeof(model_path));
+    save_model_file(model_path, model->params, &model->config);
+    save_state_file(state_path, state, &model->config, model->m, model->v, model->num_params,
+                    model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len);
+    write_latest_checkpoint(opts->output_dir, (long)state->step);
+    printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
+}
+
+static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
+    long step = read_latest_checkpoint(opts->output_dir);
+    char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
+    checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
+    GPTConfig cfg;
+    float *params = load_model_file(model_path, &cfg);
+    if (memcmp(&cfg, &model->config, sizeof(cfg)) != 0)
+        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", model_path,
+             cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len);
+    memcpy(model->params, params, model->num_params * sizeof(float));
+    free(params);
+    load_state_file(state_path, state, &model->config, model->m, model->v, model->num_params,
+                    model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len);
+    fp8_scales_from_history(&model->fp8);
+    printf("resumed | step %ld | %s\n", step, model_path);
+}
+
+// ----------------------------------------------------------------------------
+// Debug state for the GPU test: the first step's inputs, logits, loss and gradients, and the loss of
+// every step of the run, so the CUDA trainer can be checked against this reference.
+
+#define DEBUG_STATE_MAGIC 20261201
+
+static void write_debug_state(const char *path, const GPT *model, const int *inputs, const int *targets,
+                              const float *logits, float loss, const float *grads, const float *step_losses,
+                              int steps) {
+    char tmp[CHECKPOINT_PATH_LEN];
+    FILE *f = atomic_open(path, tmp, sizeof(tmp));
+    const GPTConfig *cfg = &model->config;
+    int header[256] = {0};
+    header[0] = DEBUG_STATE_MAGIC;
+    header[1] = 1;
+    header[2] = model->B;
+    header[3] = model->T;
+    header[4] = cfg->padded_vocab_size;
+    header[5] = steps;
+    header[6] = model->dtype;
+    header[7] = cfg->num_layers;
+    header[8] = cfg->channels;
+    fwrite_check(header, sizeof(int), 256, f, tmp);
+    size_t N = (size_t)model->B * model->T;
+    fwrite_check(inputs, sizeof(int), N, f, tmp);
+    fwrite_check(targets, sizeof(int), N, f, tmp);
+    fwrite_check(logits, sizeof(float), N * cfg->padded_vocab_size, f, tmp);
+    fwrite_check(&loss, sizeof(float), 1, f, tmp);
+    fwrite_check(grads, sizeof(float), model->num_params, f, tmp);
+    fwrite_check(step_losses, sizeof(float), (size_t)steps, f, tmp);
+    atomic_commit(f, tmp, path);
+}
+
+// ----------------------------------------------------------------------------
+// Training
+
+typedef struct {
+    int *inputs, *targets; // (B,T) copies of the first micro-batch
+    float *logits;         // (B,T,Vp)
+    float *grads;          // (P)
+    float *step_losses;    // (steps)
+    float loss;
+} DebugCapture;
+
+#ifndef TRAIN_GPT_NO_MAIN
+int main(int argc, char **argv) {
+    TrainOptions opts;
+    parse_options(&opts, argc, argv);
+    GPTConfig cfg;
+    float *init_params = NULL;
+    if (*opts.init_from)
+        init_params = load_model_file(opts.init_from, &cfg);
+    else
+        cfg = config_from_options(&opts);
+    int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
+    int accum_steps = resolve_grad_accum_steps(&opts, T, 1);
+    if (*opts.debug_state && (accum_steps != 1 || opts.resume))
+        fail("--debug_state: needs a fresh run (no --resume) without gradient accumulation");
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, opts.train_data, B, T, 0, 1, opts.shuffle, (uint64_t)opts.seed,
+                    cfg.vocab_size);
+    int have_val = *opts.val_data != '\0';
+    if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size);
+    Tokenizer tokenizer = {0};
+    if (*opts.tokenizer) {
+        tokenizer_init(&tokenizer, opts.tokenizer);
+        if ((int)tokenizer.vocab_size != cfg.vocab_size)
+            fail("--tokenizer: %s has %u tokens but the model's vocabulary is %d", opts.tokenizer,
+                 tokenizer.vocab_size, cfg.vocab_size);
+    }
+
+    GPT model;
+    gpt_alloc(&model, &cfg, opts.dtype, B, T, &opts);
+    if (init_params)
+        memcpy(model.params, init_params, model.num_params * sizeof(float));
+    else
+        gpt_init_params(model.params, &cfg, (uint64_t)opts.seed);
+    free(init_params);
+    TrainState state = {0};
+    state.world_size = 1;
+    state.dtype = opts.dtype;
+    state.fp8_recipe = opts.fp8_recipe;
+    state.amax_history_len = opts.amax_history;
+    state.batch_size = B;
+    state.seq_len = T;
+    state.seed = opts.seed;
+    if (opts.resume) {
+        load_checkpoint(&model, &opts, &state);
+        dataloader_set_position(&train_loader, state.train_position);
+    }
+    refresh_compute_weights(&model);
+
+    int threads = 1;
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf(
+        "train_cpu | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
+        "%d threads\n",
+        cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
+        dtype_name(opts.dtype), B, T, accum_steps, threads);
+    RunLog log;
+    run_log_open(&log, opts.log_file, opts.resume);
+    DebugCapture debug = {0};
+    if (*opts.debug_state) {
+        size_t N = (size_t)B * T;
+        debug.inputs = (int *)malloc_check(N * sizeof(int), "debug state");
+        debug.targets = (int *)malloc_check(N * sizeof(int), "debug state");
+        debug.logits = alloc_floats(N * cfg.padded_vocab_size, "debug state");
+        debug.grads = alloc_floats(model.num_params, "debug state");
+        debug.step_losses = alloc_floats((size_t)opts.steps, "debug state");
+    }
+    int *sample_tokens = (int *)malloc_check((size_t)B * T * sizeof(int), "sample buffer");
+    float dloss = 1.0f / ((float)B * T * accum_steps);
+
+    for (int step = (int)state.step; step < opts.steps; step++) {
+        double start = wall_time_ms();
+        memset(model.grads, 0, model.num_params * sizeof(float));
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum_steps; micro++) {
+            dataloader_next_batch(&train_loader);
+            gpt_forward(&model, train_loader.inputs, train_loader.targets, 1);
+            if (debug.logits && step == 0) {
+                memcpy(debug.inputs, train_loader.inputs, (size_t)B * T * sizeof(int));
+                memcpy(debug.targets, train_loader.targets, (size_t)B * T * sizeof(int));
+                memcpy(debug.logits, model.acts.logits,
+                       (size_t)B * T * cfg.padded_vocab_size * sizeof(float));
+                debug.loss = model.mean_loss;
+            }
+            gpt_backward(&model, train_loader.inputs, train_loader.targets, dloss);
+            loss_sum += model.mean_loss;
+        }
+        float loss = (float)(loss_sum / accum_steps);
+        float norm = grad_norm(model.grads, model.num_params);
+        if (debug.grads && step == 0) memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
+        if (debug.step_losses) debug.step_losses[step] = loss;
+        float lr = learning_rate(&opts, step);
+        int skipped = !isfinite(loss) || !isfinite(norm);
+        if (skipped) {
+            // A bad step changes nothing: no update, and its amaxes do not enter the histories.
+            state.skipped_steps++;
+            memset(model.fp8.amax_current, 0, model.fp8.num_tensors * sizeof(float));
+        } else {
+            float grad_scale =
+                (opts.grad_clip > 0.0f && norm > opts.grad_clip) ? opts.grad_clip / norm : 1.0f;
+            state.updates_applied++;
+            adamw_update(&model, &opts, lr, grad_scale, (long)state.updates_applied);
+            fp8_end_step(&model.fp8, step);
+            refresh_compute_weights(&model);
+        }
+        state.step = step + 1;
+        double ms = wall_time_ms() - start;
+        StepRecord record = {
+            step + 1, opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps / (ms / 1e3), skipped};
+        log_step(&log, &record);
+        int last = step + 1 == opts.steps;
+        if (have_val && ((opts.val_every > 0 && (step + 1) % opts.val_every == 0) || last))
+            log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
+        if (opts.sample_every > 0 && (step + 1) % opts.sample_every == 0)
+            sample_text(&model, &tokenizer, sample_tokens, opts.sample_len, step);
+        if (*opts.output_dir && ((opts.ckpt_every > 0 && (step + 1) % opts.ckpt_every == 0) || last)) {
+            state.train_position = train_loader.pos;
+            save_checkpoint(&model, &opts, &state);
+        }
+    }
+    if (debug.step_losses)
+        write_debug_state(opts.debug_state, &model, debug.inputs, debug.targets, debug.logits, debug.loss,
+                          debug.grads, debug.step_losses, opts.steps);
+    if (state.skipped_steps)
+        printf("skipped steps (non-finite loss or gradient norm): %ld\n", (long)state.skipped_steps);
+    run_log_close(&log);
+    return 0;
+}
+#endif

@@ -1,0 +1,76 @@
+// train_log.h: what both trainers tell the user, and the learning-rate schedule they share. The per-step
+// line and the JSON-lines records are printed by these functions only, so a CPU and a GPU run of one
+// configuration can be diffed line by line.
+#ifndef TRAIN_LOG_H
+#define TRAIN_LOG_H
+
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "cli.h"
+#include "common.h"
+
+// Learning rate of optimizer step `step` (0-based): linear warmup from lr/warmup to lr, then the decay
+// schedule down to lr * final_lr_frac at the last step.
+static inline float learning_rate(const TrainOptions *opts, int step) {
+    float lr = opts->lr, min_lr = opts->lr * opts->final_lr_frac;
+    if (step < opts->warmup_steps) return lr * (float)(step + 1) / (float)opts->warmup_steps;
+    int decay_steps = opts->steps - opts->warmup_steps;
+    if (opts->lr_schedule == LR_CONSTANT || decay_steps <= 1) return lr;
+    float progress = (float)(step - opts->warmup_steps) / (float)(decay_steps - 1);
+    if (opts->lr_schedule == LR_LINEAR) return lr + (min_lr - lr) * progress;
+    return min_lr + 0.5f * (lr - min_lr) * (1.0f + cosf(3.14159265358979f * progress));
+}
+
+static inline double wall_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+typedef struct {
+    FILE *jsonl; // NULL: no JSON-lines log
+} RunLog;
+
+static inline void run_log_open(RunLog *log, const char *path, int append) {
+    log->jsonl = *path ? fopen_check(path, append ? "ab" : "wb") : NULL;
+}
+
+static inline void run_log_close(RunLog *log) {
+    if (log->jsonl) fclose(log->jsonl);
+}
+
+typedef struct {
+    int step, steps;
+    float loss, lr, grad_norm;
+    double ms;
+    double tokens_per_second;
+    int skipped; // 1: the NaN/Inf guard skipped this step's update
+} StepRecord;
+
+static inline void log_step(RunLog *log, const StepRecord *r) {
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s\n", r->step, r->steps,
+           r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_second,
+           r->skipped ? " | skipped (non-finite)" : "");
+    if (log->jsonl) {
+        fprintf(log->jsonl,
+                "{\"type\":\"step\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
+                "\"tokens_per_second\":%.1f,\"skipped\":%d}\n",
+                r->step, r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_second, r->skipped);
+        fflush(log->jsonl);
+    }
+    fflush(stdout);
+}
+
+static inline void log_val(RunLog *log, int step, float val_loss) {
+    printf("val   %5d | loss %.6f | perplexity %.4f\n", step, val_loss, exp(val_loss));
+    if (log->jsonl) {
+        fprintf(log->jsonl, "{\"type\":\"val\",\"step\":%d,\"val_loss\":%.9g,\"perplexity\":%.9g}\n", step,
+                val_loss, exp(val_loss));
+        fflush(log->jsonl);
+    }
+    fflush(stdout);
+}
+
+#endif // TRAIN_LOG_H
