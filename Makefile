@@ -14,14 +14,14 @@ BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -I.
 LDLIBS := -lm
 
 # OpenBLAS when present: Debian's libopenblas-dev provides both the header and the library.
-HAVE_OPENBLAS := $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | \
-    $(CC) -x c - -o /dev/null -lopenblas 2>/dev/null && echo 1)
+HAVE_OPENBLAS := $(shell echo 'int main(void){return 0;}' | \
+    $(CC) -include cblas.h -x c - -o /dev/null -lopenblas 2>/dev/null && echo 1)
 ifeq ($(HAVE_OPENBLAS),1)
   BLAS_FLAGS := -DUSE_BLAS
   BLAS_LIBS := -lopenblas
 endif
 
-HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h
+HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas
 all: train_cpu
@@ -45,8 +45,54 @@ include test/fp8_test.mk
 include test/data_test.mk
 include test/train_test.mk
 
+test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ train_gpt.c $(LDLIBS)
+
+.PHONY: test_compare_debug_state
+test_compare_debug_state: train_cpu test/build/train_cpu_noblas test/build/compare_debug_state
+	DATA="$(DATA)" bash test/test_compare_debug_state.sh
+
+test_cpu: test_fp8_convert test_dataloader test_prepare_data test_compare_debug_state
+
 test: test_cpu
 	@echo "all CPU tests passed"
 
 clean:
 	rm -rf train_cpu train test/build out
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA: the trainer, the GPU test, the benchmarks. GPU_ARCH picks the target (sm_90a: H100/H200;
+# -gencode arch=compute_89,code=sm_89 for Ada; -gencode arch=compute_100a,code=sm_100a for Blackwell).
+GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a
+NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I.
+CUDA_LIBS := -lcublasLt
+GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh memory_plan.h
+
+.PHONY: train test_gpu compile_gpu
+train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS)
+
+build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
+	mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ dev/bench_gemm.cu $(CUDA_LIBS)
+
+include dev/kernels.mk
+
+test/build/compare_debug_state: test/compare_debug_state.c debug_state.h checkpoint.h gpt_model.h
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/compare_debug_state.c $(LDLIBS)
+
+test_gpu: train train_cpu test/build/compare_debug_state
+	bash test/test_gpu.sh
+
+# CI has no GPU: it compiles every CUDA program for each supported architecture.
+GPU_ARCHS := sm_90a:-gencode=arch=compute_90a,code=sm_90a sm_89:-gencode=arch=compute_89,code=sm_89 \
+             sm_100a:-gencode=arch=compute_100a,code=sm_100a
+compile_gpu:
+	@set -e; for entry in $(GPU_ARCHS); do \
+	    name=$${entry%%:*}; arch=$${entry#*:}; mkdir -p build/$$name; echo "nvcc $$name"; \
+	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/train train_gpt_fp8.cu $(CUDA_LIBS); \
+	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_gemm dev/bench_gemm.cu $(CUDA_LIBS); \
+	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_kernels dev/bench_kernels.cu $(CUDA_LIBS) -lm; \
+	done

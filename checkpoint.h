@@ -17,17 +17,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "common.h"
 #include "dataloader.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 
+#define CHECKPOINT_PATH_LEN 1200 // fits --output_dir (at most 511 characters) and a file name
 #define MODEL_FILE_MAGIC 20240326
 #define MODEL_FILE_HEADER_INTS 256
 #define STATE_FILE_MAGIC 20261130
 #define STATE_FILE_VERSION 1
 #define STATE_FILE_HEADER_INTS 64
-#define CHECKPOINT_PATH_LEN 1200 // fits --output_dir (at most 511 characters) and a file name
 
 // ----------------------------------------------------------------------------
 // Atomic writes: data goes to "<path>.tmp", is flushed to disk, then renamed over <path>.
@@ -60,9 +61,35 @@ static inline void atomic_commit(FILE *f, const char *tmp_path, const char *path
     fsync_parent_dir(path);
 }
 
+// mkdir -p
 static inline void make_dir(const char *path) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        fail("%s: cannot create directory: %s", path, strerror(errno));
+    char partial[CHECKPOINT_PATH_LEN];
+    if ((size_t)snprintf(partial, sizeof(partial), "%s", path) >= sizeof(partial))
+        fail("%s: path too long", path);
+    for (char *p = partial + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        struct stat st;
+        if (stat(partial, &st) != 0 && mkdir(partial, 0755) != 0)
+            fail("--output_dir: cannot create directory %s: %s", path, strerror(errno));
+        if (stat(partial, &st) == 0 && !S_ISDIR(st.st_mode))
+            fail("--output_dir: cannot create directory %s: %s is not a directory", path, partial);
+        *p = saved;
+        if (saved == '\0') break;
+    }
+}
+
+// Creates the output directory and proves it writable before any training, so a typo costs nothing.
+static inline void prepare_output_dir(const char *dir) {
+    if (!*dir) return;
+    make_dir(dir);
+    char probe[CHECKPOINT_PATH_LEN];
+    snprintf(probe, sizeof(probe), "%s/.write_probe", dir);
+    FILE *f = fopen(probe, "wb");
+    if (!f) fail("--output_dir: %s is not writable: %s", dir, strerror(errno));
+    fclose(f);
+    remove(probe);
 }
 
 // ----------------------------------------------------------------------------
@@ -172,8 +199,23 @@ typedef struct {
     int rank, world_size;
     int dtype, fp8_recipe, amax_history_len;
     int batch_size, seq_len;
-    int seed;
+    int seed, shuffle; // the data order: a resumed run must draw the same
 } TrainState;
+
+// The state of a fresh run with these options; a resume then checks the checkpoint against it.
+static inline TrainState train_state_init(const TrainOptions *opts, int B, int T) {
+    TrainState st;
+    memset(&st, 0, sizeof(st));
+    st.world_size = 1;
+    st.dtype = opts->dtype;
+    st.fp8_recipe = opts->fp8_recipe;
+    st.amax_history_len = opts->amax_history;
+    st.batch_size = B;
+    st.seq_len = T;
+    st.seed = opts->seed;
+    st.shuffle = opts->shuffle;
+    return st;
+}
 
 enum {
     SH_MAGIC,
@@ -198,7 +240,8 @@ enum {
     SH_HEADS,
     SH_BATCH_SIZE,
     SH_SEQ_LEN,
-    SH_SEED
+    SH_SEED,
+    SH_SHUFFLE
 };
 
 static inline void checkpoint_paths(const char *dir, long step, int rank, char *model_path, char *state_path,
@@ -236,6 +279,7 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_BATCH_SIZE] = st->batch_size;
     h[SH_SEQ_LEN] = st->seq_len;
     h[SH_SEED] = st->seed;
+    h[SH_SHUFFLE] = st->shuffle;
     fwrite_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, tmp);
     fwrite_check(m, sizeof(float), num_moments, f, tmp);
     fwrite_check(v, sizeof(float), num_moments, f, tmp);
@@ -274,6 +318,8 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     check_state_field(path, h, SH_HISTORY_LEN, st->amax_history_len, "amax_history");
     check_state_field(path, h, SH_BATCH_SIZE, st->batch_size, "batch_size");
     check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
+    check_state_field(path, h, SH_SEED, st->seed, "seed");
+    check_state_field(path, h, SH_SHUFFLE, st->shuffle, "shuffle");
     check_state_field(path, h, SH_MOMENTS, (int64_t)num_moments, "optimizer moment count");
     check_state_field(path, h, SH_HISTORY_FLOATS, (int64_t)history_floats, "amax history size");
     int64_t expected = (int64_t)sizeof(h) + 4 * (int64_t)(2 * num_moments + history_floats);
@@ -286,7 +332,6 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     st->train_position.epoch = h[SH_EPOCH];
     st->train_position.shard_index = h[SH_SHARD];
     st->train_position.batch_index = h[SH_BATCH];
-    st->seed = (int)h[SH_SEED];
     fread_check(m, sizeof(float), num_moments, f, path);
     fread_check(v, sizeof(float), num_moments, f, path);
     fread_check(amax_history, sizeof(float), history_floats, f, path);

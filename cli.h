@@ -220,6 +220,11 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
     return cfg;
 }
 
+// Checks of values a range cannot express, before anything is loaded.
+static inline void validate_options(const TrainOptions *opts) {
+    if (!*opts->train_data) fail("--train_data: empty (give the token shards to train on)");
+}
+
 // Sequence length, micro-batch and accumulation for a model; errors name the flag to change.
 static inline int resolve_seq_len(const TrainOptions *opts, const GPTConfig *cfg) {
     int T = opts->seq_len ? opts->seq_len : cfg->max_seq_len;

@@ -11,6 +11,14 @@
 
 #include "common.h"
 
+// The layout functions below also run on the GPU (the optimizer derives a parameter's tensor from
+// its offset), so under nvcc they are host and device functions.
+#ifdef __CUDACC__
+#define GPT_HD __host__ __device__
+#else
+#define GPT_HD
+#endif
+
 typedef struct {
     int max_seq_len;       // maxT: rows of the position embedding
     int vocab_size;        // V: token ids in the data are < V
@@ -74,12 +82,12 @@ enum {
     NUM_PARAM_TENSORS
 };
 
-static inline int param_is_per_layer(int tensor) {
+GPT_HD static inline int param_is_per_layer(int tensor) {
     return tensor >= PT_LN1W && tensor <= PT_FCPROJB;
 }
 
 // Elements of one tensor (for per-layer tensors: of one layer's slice).
-static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) {
+GPT_HD static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) {
     size_t C = (size_t)cfg->channels;
     switch (tensor) {
     case PT_WTE:
@@ -103,11 +111,11 @@ static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) {
     }
 }
 
-static inline size_t param_global_size(const GPTConfig *cfg) {
+GPT_HD static inline size_t param_global_size(const GPTConfig *cfg) {
     return param_tensor_size(cfg, PT_WTE) + param_tensor_size(cfg, PT_WPE) + 2 * (size_t)cfg->channels;
 }
 
-static inline size_t param_layer_size(const GPTConfig *cfg) {
+GPT_HD static inline size_t param_layer_size(const GPTConfig *cfg) {
     size_t n = 0;
     for (int t = PT_LN1W; t <= PT_FCPROJB; t++) n += param_tensor_size(cfg, t);
     return n;
@@ -130,8 +138,23 @@ static inline size_t param_offset(const GPTConfig *cfg, int tensor, int layer) {
     return offset;
 }
 
+// The tensor holding element `offset` of the parameter buffer.
+GPT_HD static inline int param_tensor_at(const GPTConfig *cfg, size_t offset) {
+    size_t global = param_global_size(cfg);
+    if (offset >= global) {
+        size_t within = (offset - global) % param_layer_size(cfg);
+        int tensor = PT_LN1W;
+        while (within >= param_tensor_size(cfg, tensor)) within -= param_tensor_size(cfg, tensor++);
+        return tensor;
+    }
+    size_t wte = param_tensor_size(cfg, PT_WTE), wpe = param_tensor_size(cfg, PT_WPE);
+    if (offset < wte) return PT_WTE;
+    if (offset < wte + wpe) return PT_WPE;
+    return offset < wte + wpe + (size_t)cfg->channels ? PT_LNFW : PT_LNFB;
+}
+
 // Weight decay applies to the 2-D weights only (embeddings and matmul weights), not to LayerNorm or biases.
-static inline int param_is_decayed(int tensor) {
+GPT_HD static inline int param_is_decayed(int tensor) {
     return tensor == PT_WTE || tensor == PT_WPE || tensor == PT_QKVW || tensor == PT_ATTPROJW ||
            tensor == PT_FCW || tensor == PT_FCPROJW;
 }

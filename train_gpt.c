@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "common.h"
 #include "dataloader.h"
+#include "debug_state.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "tokenizer.h"
@@ -131,6 +132,7 @@ typedef struct {
     int dtype;
     int B, T; // the micro-batch the buffers are sized for
     size_t num_params;
+    float *memory;         // the one allocation every buffer below is carved from
     float *params;         // FP32 master weights
     float *params_compute; // what the ops read: params itself (float32) or its BF16 rounding
     float *weights_fp8;    // float8: FP8 values of the linear weights (scaled by weight_scale), same layout
@@ -205,8 +207,61 @@ static void refresh_compute_weights(GPT *model) {
     }
 }
 
-static float *alloc_floats(size_t n, const char *what) {
-    return (float *)calloc_check(n, sizeof(float), what);
+// Every buffer of the model is carved from one allocation: a first pass with a NULL base only counts.
+typedef struct {
+    float *base;
+    size_t used;
+} Arena;
+
+static float *arena_take(Arena *arena, size_t n) {
+    float *p = arena->base ? arena->base + arena->used : NULL;
+    arena->used += n;
+    return p;
+}
+
+static void carve_buffers(GPT *model, Arena *arena) {
+    const GPTConfig *cfg = &model->config;
+    size_t P = model->num_params, L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
+    size_t Vp = cfg->padded_vocab_size, B = model->B, T = model->T, BT = B * T;
+    int dtype = model->dtype;
+    model->params = arena_take(arena, P);
+    model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
+    model->weights_fp8 = dtype == DTYPE_FLOAT8 ? arena_take(arena, P) : NULL;
+    model->grads = arena_take(arena, P);
+    model->m = arena_take(arena, P);
+    model->v = arena_take(arena, P);
+    Activations *a = &model->acts;
+    a->encoded = arena_take(arena, BT * C);
+    a->ln1 = arena_take(arena, L * BT * C);
+    a->ln1_mean = arena_take(arena, L * BT);
+    a->ln1_rstd = arena_take(arena, L * BT);
+    a->qkv = arena_take(arena, L * BT * 3 * C);
+    a->atty = arena_take(arena, L * BT * C);
+    a->att = arena_take(arena, L * B * NH * T * T);
+    a->residual2 = arena_take(arena, L * BT * C);
+    a->ln2 = arena_take(arena, L * BT * C);
+    a->ln2_mean = arena_take(arena, L * BT);
+    a->ln2_rstd = arena_take(arena, L * BT);
+    a->fch = arena_take(arena, L * BT * 4 * C);
+    a->fch_gelu = arena_take(arena, L * BT * 4 * C);
+    a->residual3 = arena_take(arena, L * BT * C);
+    a->lnf = arena_take(arena, BT * C);
+    a->lnf_mean = arena_take(arena, BT);
+    a->lnf_rstd = arena_take(arena, BT);
+    a->logits = arena_take(arena, BT * Vp);
+    a->probs = arena_take(arena, BT * Vp);
+    a->losses = arena_take(arena, BT);
+    a->proj_out = arena_take(arena, BT * C);
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        a->input_q[lin] =
+            dtype == DTYPE_FLOAT8 ? arena_take(arena, L * BT * linear_in_features(cfg, lin)) : NULL;
+    Gradients *g = &model->dacts;
+    g->dresidual = arena_take(arena, BT * C);
+    g->dc = arena_take(arena, BT * C);
+    g->dqkv = arena_take(arena, BT * 3 * C);
+    g->dfch = arena_take(arena, BT * 4 * C);
+    g->dout_q = dtype == DTYPE_FLOAT8 ? arena_take(arena, BT * 4 * C) : NULL;
+    g->att_row = arena_take(arena, B * NH * T);
 }
 
 static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T, const TrainOptions *opts) {
@@ -215,49 +270,23 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->B = B;
     model->T = T;
     model->num_params = param_count(cfg);
-    size_t P = model->num_params;
-    model->params = alloc_floats(P, "parameters");
-    model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : alloc_floats(P, "bf16 weights");
-    model->weights_fp8 = dtype == DTYPE_FLOAT8 ? alloc_floats(P, "fp8 weights") : NULL;
-    model->grads = alloc_floats(P, "gradients");
-    model->m = alloc_floats(P, "adam m");
-    model->v = alloc_floats(P, "adam v");
-    size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
-    size_t BT = (size_t)B * T;
-    Activations *a = &model->acts;
-    a->encoded = alloc_floats(BT * C, "activations");
-    a->ln1 = alloc_floats(L * BT * C, "activations");
-    a->ln1_mean = alloc_floats(L * BT, "activations");
-    a->ln1_rstd = alloc_floats(L * BT, "activations");
-    a->qkv = alloc_floats(L * BT * 3 * C, "activations");
-    a->atty = alloc_floats(L * BT * C, "activations");
-    a->att = alloc_floats(L * B * NH * T * T, "activations");
-    a->residual2 = alloc_floats(L * BT * C, "activations");
-    a->ln2 = alloc_floats(L * BT * C, "activations");
-    a->ln2_mean = alloc_floats(L * BT, "activations");
-    a->ln2_rstd = alloc_floats(L * BT, "activations");
-    a->fch = alloc_floats(L * BT * 4 * C, "activations");
-    a->fch_gelu = alloc_floats(L * BT * 4 * C, "activations");
-    a->residual3 = alloc_floats(L * BT * C, "activations");
-    a->lnf = alloc_floats(BT * C, "activations");
-    a->lnf_mean = alloc_floats(BT, "activations");
-    a->lnf_rstd = alloc_floats(BT, "activations");
-    a->logits = alloc_floats(BT * Vp, "activations");
-    a->probs = alloc_floats(BT * Vp, "activations");
-    a->losses = alloc_floats(BT, "activations");
-    a->proj_out = alloc_floats(BT * C, "activations");
-    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
-        a->input_q[lin] =
-            dtype == DTYPE_FLOAT8 ? alloc_floats(L * BT * linear_in_features(cfg, lin), "fp8 inputs") : NULL;
-    Gradients *g = &model->dacts;
-    g->dresidual = alloc_floats(BT * C, "activation gradients");
-    g->dc = alloc_floats(BT * C, "activation gradients");
-    g->dqkv = alloc_floats(BT * 3 * C, "activation gradients");
-    g->dfch = alloc_floats(BT * 4 * C, "activation gradients");
-    g->dout_q = dtype == DTYPE_FLOAT8 ? alloc_floats(BT * 4 * C, "fp8 gradients") : NULL;
-    g->att_row = alloc_floats((size_t)B * NH * T, "attention scratch");
+    Arena arena = {NULL, 0};
+    carve_buffers(model, &arena);
+    model->memory = (float *)calloc_check(arena.used, sizeof(float), "model buffers");
+    arena.base = model->memory;
+    arena.used = 0;
+    carve_buffers(model, &arena);
     fp8_state_init(&model->fp8, cfg->num_layers, opts);
     fp8_scales_from_history(&model->fp8);
+}
+
+static void gpt_free(GPT *model) {
+    free(model->memory);
+    free(model->fp8.amax_history);
+    free(model->fp8.amax_current);
+    free(model->fp8.scale);
+    free(model->fp8.input_scale_used);
+    free(model->fp8.weight_scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -719,7 +748,6 @@ static void sample_text(GPT *model, const Tokenizer *tokenizer, int *tokens, int
 
 static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
-    make_dir(opts->output_dir);
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
     save_model_file(model_path, model->params, &model->config);
@@ -747,53 +775,14 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
 }
 
 // ----------------------------------------------------------------------------
-// Debug state for the GPU test: the first step's inputs, logits, loss and gradients, and the loss of
-// every step of the run, so the CUDA trainer can be checked against this reference.
-
-#define DEBUG_STATE_MAGIC 20261201
-
-static void write_debug_state(const char *path, const GPT *model, const int *inputs, const int *targets,
-                              const float *logits, float loss, const float *grads, const float *step_losses,
-                              int steps) {
-    char tmp[CHECKPOINT_PATH_LEN];
-    FILE *f = atomic_open(path, tmp, sizeof(tmp));
-    const GPTConfig *cfg = &model->config;
-    int header[256] = {0};
-    header[0] = DEBUG_STATE_MAGIC;
-    header[1] = 1;
-    header[2] = model->B;
-    header[3] = model->T;
-    header[4] = cfg->padded_vocab_size;
-    header[5] = steps;
-    header[6] = model->dtype;
-    header[7] = cfg->num_layers;
-    header[8] = cfg->channels;
-    fwrite_check(header, sizeof(int), 256, f, tmp);
-    size_t N = (size_t)model->B * model->T;
-    fwrite_check(inputs, sizeof(int), N, f, tmp);
-    fwrite_check(targets, sizeof(int), N, f, tmp);
-    fwrite_check(logits, sizeof(float), N * cfg->padded_vocab_size, f, tmp);
-    fwrite_check(&loss, sizeof(float), 1, f, tmp);
-    fwrite_check(grads, sizeof(float), model->num_params, f, tmp);
-    fwrite_check(step_losses, sizeof(float), (size_t)steps, f, tmp);
-    atomic_commit(f, tmp, path);
-}
-
-// ----------------------------------------------------------------------------
 // Training
-
-typedef struct {
-    int *inputs, *targets; // (B,T) copies of the first micro-batch
-    float *logits;         // (B,T,Vp)
-    float *grads;          // (P)
-    float *step_losses;    // (steps)
-    float loss;
-} DebugCapture;
 
 #ifndef TRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
     TrainOptions opts;
     parse_options(&opts, argc, argv);
+    validate_options(&opts);
+    prepare_output_dir(opts.output_dir);
     GPTConfig cfg;
     float *init_params = NULL;
     if (*opts.init_from)
@@ -825,14 +814,7 @@ int main(int argc, char **argv) {
     else
         gpt_init_params(model.params, &cfg, (uint64_t)opts.seed);
     free(init_params);
-    TrainState state = {0};
-    state.world_size = 1;
-    state.dtype = opts.dtype;
-    state.fp8_recipe = opts.fp8_recipe;
-    state.amax_history_len = opts.amax_history;
-    state.batch_size = B;
-    state.seq_len = T;
-    state.seed = opts.seed;
+    TrainState state = train_state_init(&opts, B, T);
     if (opts.resume) {
         load_checkpoint(&model, &opts, &state);
         dataloader_set_position(&train_loader, state.train_position);
@@ -849,16 +831,10 @@ int main(int argc, char **argv) {
         cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
         dtype_name(opts.dtype), B, T, accum_steps, threads);
     RunLog log;
-    run_log_open(&log, opts.log_file, opts.resume);
-    DebugCapture debug = {0};
-    if (*opts.debug_state) {
-        size_t N = (size_t)B * T;
-        debug.inputs = (int *)malloc_check(N * sizeof(int), "debug state");
-        debug.targets = (int *)malloc_check(N * sizeof(int), "debug state");
-        debug.logits = alloc_floats(N * cfg.padded_vocab_size, "debug state");
-        debug.grads = alloc_floats(model.num_params, "debug state");
-        debug.step_losses = alloc_floats((size_t)opts.steps, "debug state");
-    }
+    run_log_open(&log, opts.log_file, (long)state.step);
+    DebugState debug = {0};
+    int have_debug = *opts.debug_state != '\0';
+    if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
     int *sample_tokens = (int *)malloc_check((size_t)B * T * sizeof(int), "sample buffer");
     float dloss = 1.0f / ((float)B * T * accum_steps);
 
@@ -869,7 +845,7 @@ int main(int argc, char **argv) {
         for (int micro = 0; micro < accum_steps; micro++) {
             dataloader_next_batch(&train_loader);
             gpt_forward(&model, train_loader.inputs, train_loader.targets, 1);
-            if (debug.logits && step == 0) {
+            if (have_debug && step == 0) {
                 memcpy(debug.inputs, train_loader.inputs, (size_t)B * T * sizeof(int));
                 memcpy(debug.targets, train_loader.targets, (size_t)B * T * sizeof(int));
                 memcpy(debug.logits, model.acts.logits,
@@ -881,8 +857,8 @@ int main(int argc, char **argv) {
         }
         float loss = (float)(loss_sum / accum_steps);
         float norm = grad_norm(model.grads, model.num_params);
-        if (debug.grads && step == 0) memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
-        if (debug.step_losses) debug.step_losses[step] = loss;
+        if (have_debug && step == 0) memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
+        if (have_debug) debug.step_losses[step] = loss;
         float lr = learning_rate(&opts, step);
         int skipped = !isfinite(loss) || !isfinite(norm);
         if (skipped) {
@@ -912,12 +888,16 @@ int main(int argc, char **argv) {
             save_checkpoint(&model, &opts, &state);
         }
     }
-    if (debug.step_losses)
-        write_debug_state(opts.debug_state, &model, debug.inputs, debug.targets, debug.logits, debug.loss,
-                          debug.grads, debug.step_losses, opts.steps);
+    if (have_debug) debug_state_write(opts.debug_state, &debug);
     if (state.skipped_steps)
         printf("skipped steps (non-finite loss or gradient norm): %ld\n", (long)state.skipped_steps);
     run_log_close(&log);
+    if (have_debug) debug_state_free(&debug);
+    if (have_val) dataloader_free(&val_loader);
+    dataloader_free(&train_loader);
+    if (tokenizer.loaded) tokenizer_free(&tokenizer);
+    free(sample_tokens);
+    gpt_free(&model);
     return 0;
 }
 #endif

@@ -4,8 +4,11 @@
 #ifndef TRAIN_LOG_H
 #define TRAIN_LOG_H
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli.h"
@@ -33,8 +36,28 @@ typedef struct {
     FILE *jsonl; // NULL: no JSON-lines log
 } RunLog;
 
-static inline void run_log_open(RunLog *log, const char *path, int append) {
-    log->jsonl = *path ? fopen_check(path, append ? "ab" : "wb") : NULL;
+// Opens the JSON-lines log. A resumed run (resume_step > 0) keeps the records up to its checkpoint and
+// drops those of steps after it, which the resumed run is about to redo, so the log reads as one run.
+static inline void run_log_open(RunLog *log, const char *path, long resume_step) {
+    log->jsonl = NULL;
+    if (!*path) return;
+    FILE *old = resume_step > 0 ? fopen(path, "rb") : NULL;
+    if (!old) {
+        log->jsonl = fopen_check(path, "wb");
+        return;
+    }
+    char tmp[1100];
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) fail("--log_file: path too long");
+    FILE *kept = fopen_check(tmp, "wb");
+    char line[4096];
+    while (fgets(line, sizeof(line), old)) {
+        const char *step = strstr(line, "\"step\":");
+        if (!step || strtol(step + 7, NULL, 10) <= resume_step) fputs(line, kept);
+    }
+    fclose(old);
+    fclose(kept);
+    if (rename(tmp, path) != 0) fail("--log_file: cannot replace %s: %s", path, strerror(errno));
+    log->jsonl = fopen_check(path, "ab");
 }
 
 static inline void run_log_close(RunLog *log) {

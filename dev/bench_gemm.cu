@@ -1,0 +1,145 @@
+// bench_gemm.cu: cuBLASLt BF16 vs FP8 on the linear layers of 124M, 1.5B, 7B and 70B, through the
+// trainer's own GEMM and cast code (gpu/gemm.cuh, gpu/fp8.cuh). For each layer's forward GEMM
+// (N tokens, OC, IC): TFLOP/s of the BF16 GEMM, of the FP8 GEMM alone, and of the FP8 GEMM including
+// the cast+transpose+amax of its input (what a training step pays), and the speedups.
+// A benchmark, not a test: it checks only that FP8 and BF16 results agree to the FP8 precision.
+//   make build/bench_gemm && ./build/bench_gemm [tokens=8192]
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../gpu/common.cuh"
+#include "../gpu/fp8.cuh"
+#include "../gpu/gemm.cuh"
+#include "../memory_plan.h"
+
+typedef struct {
+    const char *model;
+    int channels;
+} BenchModel;
+
+static const BenchModel MODELS[] = {{"124M", 768}, {"1.5B", 1600}, {"7B", 4096}, {"70B", 8192}};
+
+__global__ void fill_kernel(bf16 *x, size_t n, unsigned seed, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        x[i] = __float2bfloat16_rn(scale * ((float)(h & 0xFFFF) / 32768.0f - 1.0f));
+    }
+}
+
+static float time_ms(cudaStream_t stream, void (*fn)(void *), void *ctx) {
+    cudaEvent_t start, stop;
+    cuda_check(cudaEventCreate(&start));
+    cuda_check(cudaEventCreate(&stop));
+    for (int i = 0; i < 3; i++) fn(ctx);
+    const int reps = 20;
+    cuda_check(cudaEventRecord(start, stream));
+    for (int i = 0; i < reps; i++) fn(ctx);
+    cuda_check(cudaEventRecord(stop, stream));
+    cuda_check(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ms / reps;
+}
+
+typedef struct {
+    GemmContext *gemm;
+    cudaStream_t stream;
+    int M, N, K;
+    bf16 *x, *w, *out_bf16, *out_fp8;
+    fp8 *x_q, *x_q_t, *w_q;
+    float *state; // amax, scale, descale for x; then for w
+} Bench;
+
+static void run_bf16(void *p) {
+    Bench *b = (Bench *)p;
+    gemm(b->gemm, b->out_bf16, CUDA_R_16BF, {b->x, CUDA_R_16BF, NULL}, 0, {b->w, CUDA_R_16BF, NULL}, 1, b->M, b->N,
+         b->K, NULL, 0, 0, b->stream);
+}
+
+static void run_fp8(void *p) {
+    Bench *b = (Bench *)p;
+    gemm(b->gemm, b->out_fp8, CUDA_R_16BF, {b->x_q, CUDA_R_8F_E4M3, &b->state[2]}, 0,
+         {b->w_q, CUDA_R_8F_E4M3, &b->state[5]}, 1, b->M, b->N, b->K, NULL, 0, 1, b->stream);
+}
+
+// What the trainer does per linear forward under the delayed recipe: one fused cast of the input
+// (writing x_q and the saved x_q^T, recording the amax), then the FP8 GEMM.
+static void run_fp8_with_cast(void *p) {
+    Bench *b = (Bench *)p;
+    cast_transpose<bf16>(b->x_q, b->x_q_t, &b->state[0], b->x, b->M, b->K, &b->state[1], FP8_E4M3, b->stream);
+    run_fp8(p);
+}
+
+static double rel_l2_bf16(const bf16 *a, const bf16 *b, size_t n) {
+    bf16 *ha = (bf16 *)malloc_check(n * sizeof(bf16), "bench"), *hb = (bf16 *)malloc_check(n * sizeof(bf16), "bench");
+    cuda_check(cudaMemcpy(ha, a, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(hb, b, n * sizeof(bf16), cudaMemcpyDeviceToHost));
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = __bfloat162float(ha[i]), y = __bfloat162float(hb[i]);
+        diff += (x - y) * (x - y);
+        norm += y * y;
+    }
+    free(ha);
+    free(hb);
+    return sqrt(diff / norm);
+}
+
+int main(int argc, char **argv) {
+    int tokens = argc > 1 ? atoi(argv[1]) : 8192;
+    if (tokens <= 0 || tokens % 16) fail("tokens: %s must be a positive multiple of 16", argc > 1 ? argv[1] : "");
+    cudaStream_t stream;
+    cuda_check(cudaStreamCreate(&stream));
+    void *workspace;
+    cuda_check(cudaMalloc(&workspace, GEMM_WORKSPACE_BYTES));
+    GemmContext ctx;
+    gemm_init(&ctx, workspace, GEMM_WORKSPACE_BYTES);
+    printf("%-5s %-7s %6s %6s %6s | %8s %8s %8s | %7s %7s | %s\n", "model", "linear", "M", "N", "K", "bf16", "fp8",
+           "fp8+cast", "x raw", "x cast", "fp8 rel err");
+    static const char *linear_names[4] = {"qkv", "attproj", "fc", "fcproj"};
+    int failures = 0;
+    for (int m = 0; m < (int)(sizeof(MODELS) / sizeof(MODELS[0])); m++) {
+        int C = MODELS[m].channels;
+        int out_features[4] = {3 * C, C, 4 * C, C}, in_features[4] = {C, C, C, 4 * C};
+        for (int lin = 0; lin < 4; lin++) {
+            Bench b = {&ctx, stream, tokens, out_features[lin], in_features[lin]};
+            size_t x_n = (size_t)b.M * b.K, w_n = (size_t)b.N * b.K, out_n = (size_t)b.M * b.N;
+            cuda_check(cudaMalloc((void **)&b.x, x_n * sizeof(bf16)));
+            cuda_check(cudaMalloc((void **)&b.w, w_n * sizeof(bf16)));
+            cuda_check(cudaMalloc((void **)&b.out_bf16, out_n * sizeof(bf16)));
+            cuda_check(cudaMalloc((void **)&b.out_fp8, out_n * sizeof(bf16)));
+            cuda_check(cudaMalloc((void **)&b.x_q, x_n));
+            cuda_check(cudaMalloc((void **)&b.x_q_t, x_n));
+            cuda_check(cudaMalloc((void **)&b.w_q, w_n));
+            cuda_check(cudaMalloc((void **)&b.state, 8 * sizeof(float)));
+            fill_kernel<<<1024, 256, 0, stream>>>(b.x, x_n, 17u + lin, 1.0f);
+            fill_kernel<<<1024, 256, 0, stream>>>(b.w, w_n, 91u + lin, 0.02f);
+            measure_scale<bf16>(&b.state[0], &b.state[1], &b.state[2], b.x, x_n, FP8_E4M3, 0, stream);
+            measure_scale<bf16>(&b.state[3], &b.state[4], &b.state[5], b.w, w_n, FP8_E4M3, 0, stream);
+            cast_transpose<bf16>(b.w_q, NULL, NULL, b.w, b.N, b.K, &b.state[4], FP8_E4M3, stream);
+            cast_transpose<bf16>(b.x_q, b.x_q_t, NULL, b.x, b.M, b.K, &b.state[1], FP8_E4M3, stream);
+            double flops = 2.0 * b.M * b.N * b.K;
+            float t_bf16 = time_ms(stream, run_bf16, &b), t_fp8 = time_ms(stream, run_fp8, &b);
+            float t_cast = time_ms(stream, run_fp8_with_cast, &b);
+            // E4M3 keeps 3 mantissa bits: each operand is off by at most 2^-4 relative, a product by at most
+            // ~2^-3; with independent errors the dot products' relative L2 error stays well below 2^-3.
+            double err = rel_l2_bf16(b.out_fp8, b.out_bf16, out_n);
+            failures += !(err < 0.125);
+            printf("%-5s %-7s %6d %6d %6d | %8.1f %8.1f %8.1f | %6.2fx %6.2fx | %.4f\n", MODELS[m].model,
+                   linear_names[lin], b.M, b.N, b.K, flops / t_bf16 / 1e9, flops / t_fp8 / 1e9, flops / t_cast / 1e9,
+                   t_bf16 / t_fp8, t_bf16 / t_cast, err);
+            cudaFree(b.x), cudaFree(b.w), cudaFree(b.out_bf16), cudaFree(b.out_fp8);
+            cudaFree(b.x_q), cudaFree(b.x_q_t), cudaFree(b.w_q), cudaFree(b.state);
+        }
+    }
+    printf("(TFLOP/s; x raw = FP8 GEMM speedup over BF16, x cast = including the input cast+transpose)\n");
+    gemm_destroy(&ctx);
+    if (failures) fail("%d FP8 GEMMs disagreed with BF16 beyond FP8 precision", failures);
+    return 0;
+}

@@ -1,0 +1,233 @@
+// gpu/fp8.cuh: the FP8 recipe on the device, and the optimizer step that feeds it.
+//  - cast (+ transpose) of a BF16 tensor to FP8 with a per-tensor scale, recording its amax as it goes;
+//  - the delayed-scaling update of the amax histories and scales, once per step, on the device;
+//  - AdamW on the FP32 master weights, writing the BF16 copy; the exact-amax FP8 weight casts.
+// The scalar rules (conversion, scale from amax, ring update) are fp8_scaling.h's, the same code the
+// CPU reference runs, so both quantize to the same bits given the same inputs.
+#ifndef GPU_FP8_CUH
+#define GPU_FP8_CUH
+
+#include <float.h>
+
+#include "../fp8_scaling.h"
+#include "../gpt_model.h"
+#include "common.cuh"
+
+// Per-step values the host sets before the update (copied from pinned memory, so a captured graph sees
+// the new values each replay) and the results it reads back after the step.
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    float beta1_correction, beta2_correction; // 1 - beta^t for the AdamW step t this update would be
+    float inv_accum_steps;
+    int fp8_margin, history_len;
+    long long step; // optimizer step index: the slot of the amax ring buffers
+} StepParams;
+
+typedef struct {
+    float loss_sum;      // sum of the micro-batch mean losses of this step
+    float val_loss_sum;  // sum of the mean losses of evaluated batches
+    double norm_squared; // of the accumulated FP32 gradients
+    float loss, grad_norm;
+    int skipped; // loss or gradient norm non-finite: the update was not applied
+} StepResults;
+
+// Device views of the FP8 scaling state (one allocation, see memory_plan.h's fp8_state_floats).
+typedef struct {
+    int num_tensors, num_weights, history_len;
+    float *amax_history; // (num_tensors, history_len)
+    float *amax_current; // (num_tensors)
+    float *scale;        // (num_tensors)
+    float *descale;      // (num_tensors) 1/scale, what cuBLASLt multiplies by
+    float *weight_amax, *weight_scale, *weight_descale; // (num_weights)
+} Fp8DeviceState;
+
+static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layers, int history_len) {
+    s->num_tensors = num_layers * NUM_BLOCK_LINEARS * 2;
+    s->num_weights = num_layers * NUM_BLOCK_LINEARS;
+    s->history_len = history_len;
+    s->amax_history = base;
+    s->amax_current = s->amax_history + (size_t)s->num_tensors * history_len;
+    s->scale = s->amax_current + s->num_tensors;
+    s->descale = s->scale + s->num_tensors;
+    s->weight_amax = s->descale + s->num_tensors;
+    s->weight_scale = s->weight_amax + s->num_weights;
+    s->weight_descale = s->weight_scale + s->num_weights;
+}
+
+// Index of a (layer, linear, role) tensor: input (E4M3) even, output gradient (E5M2) odd, as the CPU.
+static inline int fp8_tensor_index(int layer, int linear, int is_grad) {
+    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + is_grad;
+}
+
+// |x| >= 0, so the IEEE order of non-negative floats is the order of their bit patterns: an integer
+// atomicMax is an exact, order-independent float max.
+__device__ static inline void atomic_max_nonneg(float *address, float value) {
+    atomicMax((int *)address, __float_as_int(value));
+}
+
+// Max over the block (1-D or 2-D, up to 1024 threads); the result is valid in thread (0,0).
+__device__ static inline float block_max(float value) {
+    __shared__ float warp_max[32];
+    int thread = threadIdx.y * blockDim.x + threadIdx.x, warps = (blockDim.x * blockDim.y + 31) / 32;
+    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
+    if (thread % 32 == 0) warp_max[thread / 32] = value;
+    __syncthreads();
+    if (thread >= 32) return value;
+    value = thread < warps ? warp_max[thread] : 0.0f;
+    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
+    return value;
+}
+
+template <typename T> __device__ static inline float to_float(T x);
+template <> __device__ inline float to_float<float>(float x) {
+    return x;
+}
+template <> __device__ inline float to_float<bf16>(bf16 x) {
+    return __bfloat162float(x);
+}
+
+#define CAST_TILE 32
+
+// (rows, cols) -> out (rows, cols) and/or out_t (cols, rows), FP8 codes of x * scale. One 32x32 tile per
+// block, staged in shared memory so that both the row-major and the transposed writes are coalesced.
+// amax (optional): max |x| of the tensor, the delayed recipe's record of this cast.
+template <typename T>
+__global__ void cast_transpose_kernel(fp8 *out, fp8 *out_t, float *amax, const T *in, int rows, int cols,
+                                      const float *scale, Fp8Format format) {
+    __shared__ fp8 tile[CAST_TILE][CAST_TILE + 4];
+    int tile_row = blockIdx.y * CAST_TILE, tile_col = blockIdx.x * CAST_TILE;
+    float s = *scale, local_amax = 0.0f;
+    for (int r = threadIdx.y; r < CAST_TILE; r += blockDim.y) {
+        int row = tile_row + r, col = tile_col + threadIdx.x;
+        if (row < rows && col < cols) {
+            float x = to_float(in[(size_t)row * cols + col]);
+            local_amax = fmaxf(local_amax, fabsf(x));
+            fp8 q = fp8_quantize(x, s, format);
+            tile[r][threadIdx.x] = q;
+            if (out) out[(size_t)row * cols + col] = q;
+        }
+    }
+    if (amax) {
+        float tile_amax = block_max(local_amax);
+        if (threadIdx.x == 0 && threadIdx.y == 0) atomic_max_nonneg(amax, tile_amax);
+    }
+    if (!out_t) return;
+    __syncthreads();
+    for (int c = threadIdx.y; c < CAST_TILE; c += blockDim.y) {
+        int col = tile_col + c, row = tile_row + threadIdx.x;
+        if (row < rows && col < cols) out_t[(size_t)col * rows + row] = tile[threadIdx.x][c];
+    }
+}
+
+template <typename T>
+__global__ void amax_kernel(float *amax, const T *in, size_t n) {
+    float local = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        local = fmaxf(local, fabsf(to_float(in[i])));
+    float block = block_max(local);
+    if (threadIdx.x == 0) atomic_max_nonneg(amax, block);
+}
+
+// The current recipe's exact scale (and its inverse) from a freshly measured amax.
+__global__ void scale_from_amax_kernel(float *scale, float *descale, const float *amax, int n, Fp8Format format,
+                                       int margin) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    scale[i] = fp8_compute_scale(amax[i], format, margin);
+    descale[i] = 1.0f / scale[i];
+}
+
+template <typename T>
+static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, const T *in, int rows, int cols,
+                                  const float *scale, Fp8Format format, cudaStream_t stream) {
+    dim3 grid(ceil_div(cols, CAST_TILE), ceil_div(rows, CAST_TILE)), block(CAST_TILE, 8);
+    cast_transpose_kernel<T><<<grid, block, 0, stream>>>(out, out_t, amax, in, rows, cols, scale, format);
+    cuda_check_launch();
+}
+
+// Measures max |x| into *amax (overwritten) and derives the exact scale: the current recipe, and the
+// weights' casts in both recipes.
+template <typename T>
+static inline void measure_scale(float *amax, float *scale, float *descale, const T *in, size_t n, Fp8Format format,
+                                 int margin, cudaStream_t stream) {
+    cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    int blocks = (int)(n / 4096 + 1 < 1024 ? n / 4096 + 1 : 1024);
+    amax_kernel<T><<<blocks, 256, 0, stream>>>(amax, in, n);
+    cuda_check_launch();
+    scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, descale, amax, 1, format, margin);
+    cuda_check_launch();
+}
+
+// Scales of every delayed tensor from its history (a fresh run: all 1), as after a resume.
+__global__ void scales_from_history_kernel(Fp8DeviceState s, int margin) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= s.num_tensors) return;
+    Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
+    s.scale[i] = fp8_compute_scale(fp8_history_max(s.amax_history + (size_t)i * s.history_len, s.history_len),
+                                   format, margin);
+    s.descale[i] = 1.0f / s.scale[i];
+}
+
+// Once per step, after the update decision: the step's amaxes enter the histories (skipped steps
+// leave them out), and the scales of the next step follow.
+__global__ void delayed_update_kernel(Fp8DeviceState s, const StepParams *params, const StepResults *results) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= s.num_tensors) return;
+    if (results->skipped) {
+        s.amax_current[i] = 0.0f;
+        return;
+    }
+    Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
+    fp8_delayed_update(s.amax_history + (size_t)i * s.history_len, s.history_len, (long)params->step,
+                       &s.amax_current[i], &s.scale[i], format, params->fp8_margin);
+    s.descale[i] = 1.0f / s.scale[i];
+}
+
+// ----------------------------------------------------------------------------
+// The optimizer step
+
+// Adds the mean of losses (N) to *sum, in a fixed order (one block): deterministic.
+__global__ void accumulate_mean_kernel(float *sum, const float *losses, int N) {
+    __shared__ double partial[256];
+    double local = 0.0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) local += losses[i];
+    partial[threadIdx.x] = local;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if ((int)threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *sum += (float)(partial[0] / N);
+}
+
+// The step's loss and gradient norm, and whether to apply it (a non-finite one is skipped).
+__global__ void step_decide_kernel(StepResults *results, const StepParams *params) {
+    results->loss = results->loss_sum * params->inv_accum_steps;
+    results->loss_sum = 0.0f;
+    results->grad_norm = (float)sqrt(results->norm_squared);
+    results->skipped = !isfinite(results->loss) || !isfinite(results->grad_norm);
+}
+
+// AdamW on every parameter (the formula of the CPU's adamw_update), writing the BF16 copy the ops read.
+__global__ void adamw_kernel(float *params, bf16 *params_bf16, const float *grads, float *m, float *v, size_t n,
+                             GPTConfig cfg, const StepParams *p, const StepResults *results) {
+    if (results->skipped) return;
+    float norm = results->grad_norm;
+    float grad_scale = (p->grad_clip > 0.0f && norm > p->grad_clip) ? p->grad_clip / norm : 1.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float weight_decay = param_is_decayed(param_tensor_at(&cfg, i)) ? p->weight_decay : 0.0f;
+        float grad = grads[i] * grad_scale;
+        m[i] = p->beta1 * m[i] + (1.0f - p->beta1) * grad;
+        v[i] = p->beta2 * v[i] + (1.0f - p->beta2) * grad * grad;
+        float m_hat = m[i] / p->beta1_correction, v_hat = v[i] / p->beta2_correction;
+        params[i] -= p->lr * (m_hat / (sqrtf(v_hat) + p->eps) + weight_decay * params[i]);
+        params_bf16[i] = __float2bfloat16_rn(params[i]);
+    }
+}
+
+__global__ void to_bf16_kernel(bf16 *out, const float *in, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16_rn(in[i]);
+}
+
+#endif // GPU_FP8_CUH

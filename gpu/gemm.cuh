@@ -1,0 +1,155 @@
+// gpu/gemm.cuh: every matrix multiply of the CUDA trainer, through cuBLASLt, in row-major terms:
+//   D (M,N) = op(A) (M,K) . op(B) (K,N)  [+ bias (N) per column]  [+ D when accumulate]
+// op(A) = A stored (M,K), or A stored (K,M) transposed when trans_a; op(B) = B stored (K,N), or B
+// stored (N,K) transposed when trans_b. FP8 operands additionally carry a device pointer to their
+// inverse scale: D = (1/s_a)(1/s_b) (A_q . B_q), which undoes the cast's x_q = x * s.
+// On Hopper and Ada cuBLASLt runs FP8 only in the "TN" form, both operands K-major: trans_a = 0,
+// trans_b = 1. The trainer arranges its FP8 operands (cached W^T, saved x^T, dy^T) accordingly.
+#ifndef GPU_GEMM_CUH
+#define GPU_GEMM_CUH
+
+#include <cublasLt.h>
+#include <library_types.h>
+
+#include "common.cuh"
+
+#define cublas_check(call) cublas_check_at((call), #call, __FILE__, __LINE__)
+static inline void cublas_check_at(cublasStatus_t status, const char *what, const char *file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        fail("cuBLASLt: %s: status %d (%s:%d)", what, (int)status, file, line);
+}
+
+typedef struct {
+    const void *data;
+    cudaDataType_t type;  // CUDA_R_16BF, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2
+    const float *descale; // FP8 only: device pointer to 1/scale
+} GemmOperand;
+
+// One cached plan per distinct GEMM shape and type: descriptors and the algorithm the heuristic chose.
+// Pointers (data, bias, scales) are set per call, so a plan serves every layer of the same shape.
+typedef struct {
+    int M, N, K, trans_a, trans_b, has_bias, accumulate, fast_accum;
+    cudaDataType_t a_type, b_type, d_type;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+#define MAX_GEMM_PLANS 64
+
+typedef struct {
+    cublasLtHandle_t handle;
+    void *workspace;
+    size_t workspace_bytes;
+    GemmPlan plans[MAX_GEMM_PLANS];
+    int num_plans;
+} GemmContext;
+
+static inline void gemm_init(GemmContext *ctx, void *workspace, size_t workspace_bytes) {
+    memset(ctx, 0, sizeof(*ctx));
+    cublas_check(cublasLtCreate(&ctx->handle));
+    ctx->workspace = workspace;
+    ctx->workspace_bytes = workspace_bytes;
+}
+
+static inline void gemm_destroy(GemmContext *ctx) {
+    for (int i = 0; i < ctx->num_plans; i++) {
+        GemmPlan *p = &ctx->plans[i];
+        cublasLtMatmulDescDestroy(p->desc);
+        cublasLtMatrixLayoutDestroy(p->a_layout);
+        cublasLtMatrixLayoutDestroy(p->b_layout);
+        cublasLtMatrixLayoutDestroy(p->d_layout);
+    }
+    cublasLtDestroy(ctx->handle);
+}
+
+static inline int is_fp8_type(cudaDataType_t t) {
+    return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
+}
+
+static inline const char *gemm_type_name(cudaDataType_t t) {
+    return t == CUDA_R_8F_E4M3 ? "e4m3" : t == CUDA_R_8F_E5M2 ? "e5m2" : t == CUDA_R_16BF ? "bf16" : "fp32";
+}
+
+static inline void set_desc_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                                      const void *value, size_t size) {
+    cublas_check(cublasLtMatmulDescSetAttribute(desc, attribute, value, size));
+}
+
+// cuBLASLt is column-major: the row-major D (M,N) is its D^T (N,M) = op(B)^T op(A)^T, so our B is its
+// first operand and our A its second, each transposed exactly when ours is.
+static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int trans_a, int trans_b,
+                                  cudaDataType_t a_type, cudaDataType_t b_type, cudaDataType_t d_type, int has_bias,
+                                  int accumulate, int fast_accum) {
+    for (int i = 0; i < ctx->num_plans; i++) {
+        GemmPlan *p = &ctx->plans[i];
+        if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b &&
+            p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->has_bias == has_bias &&
+            p->accumulate == accumulate && p->fast_accum == fast_accum)
+            return p;
+    }
+    if (ctx->num_plans == MAX_GEMM_PLANS) fail("cuBLASLt: more than %d distinct GEMM shapes", MAX_GEMM_PLANS);
+    if ((is_fp8_type(a_type) || is_fp8_type(b_type)) && (trans_a || !trans_b))
+        fail("cuBLASLt: FP8 GEMMs need K-major operands (trans_a=0, trans_b=1), got trans_a=%d trans_b=%d", trans_a,
+             trans_b);
+    GemmPlan *p = &ctx->plans[ctx->num_plans];
+    memset(p, 0, sizeof(*p));
+    p->M = M, p->N = N, p->K = K, p->trans_a = trans_a, p->trans_b = trans_b;
+    p->a_type = a_type, p->b_type = b_type, p->d_type = d_type;
+    p->has_bias = has_bias, p->accumulate = accumulate, p->fast_accum = fast_accum;
+    cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
+    cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; // our A
+    set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first));
+    set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second));
+    if (is_fp8_type(a_type)) {
+        int8_t fast = (int8_t)fast_accum;
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
+    }
+    if (has_bias) {
+        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bias_type = CUDA_R_16BF; // the BF16 copy of the bias, for BF16 and FP8 GEMMs alike
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+    }
+    // column-major shapes: first operand (our B) is N x K (op N: stored N x K, ld N; op T: stored K x N, ld K)
+    cublas_check(cublasLtMatrixLayoutCreate(&p->a_layout, b_type, trans_b ? K : N, trans_b ? N : K, trans_b ? K : N));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->b_layout, a_type, trans_a ? M : K, trans_a ? K : M, trans_a ? M : K));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->d_layout, d_type, N, M, N));
+    cublasLtMatmulPreference_t preference;
+    cublas_check(cublasLtMatmulPreferenceCreate(&preference));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx->handle, p->desc, p->a_layout, p->b_layout,
+                                                           p->d_layout, p->d_layout, preference, 1, &heuristic, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0)
+        fail("cuBLASLt: no algorithm for the %s x %s -> %s GEMM M=%d N=%d K=%d (trans_a=%d trans_b=%d)",
+             gemm_type_name(a_type), gemm_type_name(b_type), gemm_type_name(d_type), M, N, K, trans_a, trans_b);
+    p->algo = heuristic.algo;
+    ctx->num_plans++;
+    return p;
+}
+
+// D (M,N) of type d_type (CUDA_R_16BF, or CUDA_R_32F for weight gradients). accumulate: D += result
+// (weight gradients across micro-batches); else D = result. bias: BF16 (N) or NULL. fast_accum: FP8
+// forward only (the design keeps gradients on the slower, more exact accumulation).
+static inline void gemm(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a, GemmOperand B,
+                        int trans_b, int M, int N, int K, const bf16 *bias, int accumulate, int fast_accum,
+                        cudaStream_t stream) {
+    GemmPlan *p = gemm_plan(ctx, M, N, K, trans_a, trans_b, A.type, B.type, d_type, bias != NULL, accumulate,
+                            fast_accum);
+    if (bias) set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (is_fp8_type(A.type)) {
+        // cuBLASLt's A is our B and the other way round
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &B.descale, sizeof(B.descale));
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &A.descale, sizeof(A.descale));
+    }
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, B.data, p->a_layout, A.data, p->b_layout, &beta, D,
+                                p->d_layout, D, p->d_layout, &p->algo, ctx->workspace, ctx->workspace_bytes, stream));
+}
+
+#endif // GPU_GEMM_CUH

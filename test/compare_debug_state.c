@@ -1,0 +1,127 @@
+// compare_debug_state: checks a trainer's --debug_state file against the CPU reference's.
+//   compare_debug_state CANDIDATE REFERENCE FLOAT32_REFERENCE   tolerance argued below
+//   compare_debug_state --exact A B                               bitwise equality (determinism, resume)
+// CANDIDATE is typically the CUDA trainer's file, REFERENCE train_cpu's with the same flags and dtype,
+// FLOAT32_REFERENCE train_cpu's with --dtype float32 (same seed and data).
+//
+// Tolerance. The CUDA trainer rounds at exactly the places the CPU reference rounds; the two differ
+// only in the order of FP32 sums (GEMMs, reductions), a relative effect near 1e-6. Such a difference
+// changes a BF16 or FP8 rounding only for the few values that lie within it of a rounding boundary,
+// and each such flip moves one value by one unit of its format: the same kind of error the rounding
+// itself introduces in every value. So the distance between candidate and reference must not exceed
+// the distance between the reference and FLOAT32_REFERENCE (the full effect of all roundings), plus
+// a floor for the FP32 summation-order differences themselves: 1e-5 relative for logits and losses
+// (sums of at most a few thousand terms, 2^-24 * sqrt(terms) * headroom), 1e-4 for gradients, which are
+// sums over the whole batch and all positions. Distances are relative L2 norms per tensor.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../debug_state.h"
+
+static double rel_l2(const float *a, const float *b, size_t n, const float *scale_of) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        diff += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        norm += (double)scale_of[i] * scale_of[i];
+    }
+    return norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+static int passed = 0, failed = 0;
+
+static void check(int ok, const char *what, double value, double bound) {
+    printf("%-4s %-28s %.3e (bound %.3e)\n", ok ? "ok" : "FAIL", what, value, bound);
+    if (ok)
+        passed++;
+    else
+        failed++;
+}
+
+static void check_same_run(const DebugState *a, const DebugState *b, const char *path) {
+    if (a->B != b->B || a->T != b->T || a->steps != b->steps ||
+        memcmp(&a->config, &b->config, sizeof(GPTConfig)) != 0)
+        fail("%s: describes another run (batch, steps or model shape differ)", path);
+    size_t N = (size_t)a->B * a->T;
+    if (memcmp(a->inputs, b->inputs, N * sizeof(int)) || memcmp(a->targets, b->targets, N * sizeof(int)))
+        fail("%s: the first batch differs: not the same data or seed", path);
+}
+
+static int compare_exact(const DebugState *a, const DebugState *b) {
+    size_t N = (size_t)a->B * a->T, P = param_count(&a->config);
+    check(memcmp(a->logits, b->logits, N * a->config.padded_vocab_size * sizeof(float)) == 0,
+          "logits bitwise", 0, 0);
+    check(memcmp(&a->loss, &b->loss, sizeof(float)) == 0, "loss bitwise", 0, 0);
+    check(memcmp(a->grads, b->grads, P * sizeof(float)) == 0, "gradients bitwise", 0, 0);
+    check(memcmp(a->step_losses, b->step_losses, a->steps * sizeof(float)) == 0, "step losses bitwise", 0, 0);
+    return failed;
+}
+
+static const char *const TENSOR_NAMES[NUM_PARAM_TENSORS] = {
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+
+// Distance of a tensor (all layers) between two gradient buffers, relative to the reference's norm.
+static double tensor_distance(const GPTConfig *cfg, int tensor, const float *a, const float *b,
+                              const float *ref) {
+    double diff = 0.0, norm = 0.0;
+    int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
+    for (int l = 0; l < layers; l++) {
+        size_t offset = param_offset(cfg, tensor, l), n = param_tensor_size(cfg, tensor);
+        for (size_t i = 0; i < n; i++) {
+            double d = (double)a[offset + i] - b[offset + i];
+            diff += d * d;
+            norm += (double)ref[offset + i] * ref[offset + i];
+        }
+    }
+    return norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+static int compare_toleranced(const DebugState *cand, const DebugState *ref, const DebugState *ref32) {
+    size_t N = (size_t)ref->B * ref->T, logits = N * ref->config.padded_vocab_size;
+    double bound = fmax(rel_l2(ref->logits, ref32->logits, logits, ref->logits), 1e-5);
+    check(rel_l2(cand->logits, ref->logits, logits, ref->logits) <= bound, "logits",
+          rel_l2(cand->logits, ref->logits, logits, ref->logits), bound);
+    bound = fmax(fabs(ref->loss - ref32->loss), 1e-5 * fabs(ref->loss));
+    check(fabs(cand->loss - ref->loss) <= bound, "loss", fabs(cand->loss - ref->loss), bound);
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        char what[64];
+        snprintf(what, sizeof(what), "gradient %s", TENSOR_NAMES[t]);
+        double d = tensor_distance(&ref->config, t, cand->grads, ref->grads, ref->grads);
+        double b = fmax(tensor_distance(&ref->config, t, ref->grads, ref32->grads, ref->grads), 1e-4);
+        check(d <= b, what, d, b);
+    }
+    double loss_gap = 0.0;
+    for (int s = 0; s < ref->steps; s++)
+        loss_gap = fmax(loss_gap, fabs(ref->step_losses[s] - ref32->step_losses[s]));
+    for (int s = 0; s < ref->steps; s++) {
+        char what[64];
+        snprintf(what, sizeof(what), "loss of step %d", s + 1);
+        double d = fabs(cand->step_losses[s] - ref->step_losses[s]);
+        double b = fmax(loss_gap, 1e-5 * fabs(ref->step_losses[s]));
+        check(d <= b, what, d, b);
+    }
+    return failed;
+}
+
+int main(int argc, char **argv) {
+    int exact = argc == 4 && strcmp(argv[1], "--exact") == 0;
+    if (!exact && argc != 4)
+        fail("usage: compare_debug_state CANDIDATE REFERENCE FLOAT32_REFERENCE | --exact A B");
+    DebugState a, b, c;
+    debug_state_read(argv[exact ? 2 : 1], &a);
+    debug_state_read(argv[exact ? 3 : 2], &b);
+    check_same_run(&a, &b, argv[exact ? 3 : 2]);
+    if (exact) {
+        compare_exact(&a, &b);
+    } else {
+        debug_state_read(argv[3], &c);
+        check_same_run(&b, &c, argv[3]);
+        compare_toleranced(&a, &b, &c);
+        debug_state_free(&c);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    debug_state_free(&a);
+    debug_state_free(&b);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# test_bad_inputs.sh: every bad input in test/bad_inputs.tsv ends the trainer cleanly with one clear line.
+#
+# Each case appends its arguments to a baseline run that works (checked first: a d2 model, byte vocab,
+# B=4, T=32, 1 step, float32) and runs BOTH ./train_cpu and test/build/train_cpu_asan (AddressSanitizer +
+# UndefinedBehaviorSanitizer). For each binary: exit status exactly 1 (not 0, not a signal, not a
+# sanitizer's own exit code, which is set apart below), stderr exactly one line that starts with 'error: '
+# and contains every expected substring (the first names the file or flag at fault), nothing from a
+# sanitizer, and for cases marked 'early' no training step printed before the error. The bad files (shards,
+# model files, checkpoint directories) are built here in a temporary directory.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PY=${PYTHON:-python3}
+DATA=${DATA:-$ROOT/../shared/data/tinyshakespeare.txt}
+TABLE=$ROOT/test/bad_inputs.tsv
+DIR=$(mktemp -d /tmp/test_bad_inputs.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# A sanitizer report must not pass for the trainer's own exit status 1.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-exitcode=87:print_stacktrace=1:halt_on_error=1}
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+}
+[ -x ./train_cpu ] || make train_cpu >/dev/null
+[ -x test/build/train_cpu_asan ] || make test/build/train_cpu_asan >/dev/null
+BINARIES=(./train_cpu test/build/train_cpu_asan)
+
+# ---------------------------------------------------------------------------------------------------
+# good data
+if [ -f "$DATA" ]; then
+    input=$DATA
+    echo "data: $DATA"
+else
+    input=$DIR/synthetic.txt
+    echo "data: $DATA not found: using a generated English-like text instead"
+    "$PY" -c "
+import random, sys
+r = random.Random(5)
+w = 'the of and to a in that is was he for it with as his on be at by this had not are but from or have'.split()
+open(sys.argv[1], 'w').write('\n'.join(' '.join(r.choice(w) for _ in range(r.randint(3, 12))).capitalize() + '.'
+                                       for _ in range(5000)))" "$input"
+fi
+"$PY" scripts/prepare_data.py --input "$input" --output_dir "$DIR/data" --name text --tokenizer byte >/dev/null
+TRAIN=$DIR/data/text_train_000000.bin
+VAL=$DIR/data/text_val_000000.bin
+BASE=(--model_size d2 --vocab 256 --seq_len 32 --batch_size 4 --steps 1 --val_every 0 --val_batches 1
+      --dtype float32 --train_data "$TRAIN" --val_data "$VAL")
+
+# the baseline works with both binaries; a valid checkpoint of it at step 2
+# (LeakSanitizer off for this successful run only: main() returns without freeing its buffers, which the
+# process exit reclaims; error paths exit from inside main's frame, where everything is still reachable.)
+for bin in "${BINARIES[@]}"; do
+    if ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 "$bin" "${BASE[@]}" --output_dir "$DIR/baseline_$(basename "$bin")" \
+        >"$DIR/baseline.out" 2>&1; then ok; else
+        bad "baseline run of $bin failed: $(tail -n 3 "$DIR/baseline.out")"
+    fi
+done
+./train_cpu "${BASE[@]}" --steps 2 --output_dir "$DIR/ckpt" >/dev/null
+
+# ---------------------------------------------------------------------------------------------------
+# bad files
+"$PY" - "$DIR" "$TRAIN" <<'EOF'
+import os, shutil, struct, sys
+d, train = sys.argv[1], sys.argv[2]
+toks = open(train, "rb").read()[1024:1024 + 2 * 5000]  # 5000 good byte tokens
+
+def shard(name, ntokens, data, magic=20240520, version=1):
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(struct.pack("<3i", magic, version, ntokens) + bytes(1024 - 12) + data)
+
+shard("bad_magic.bin", 5000, toks, magic=20240521)
+shard("bad_version.bin", 5000, toks, version=2)
+open(os.path.join(d, "truncated_header.bin"), "wb").write(struct.pack("<3i", 20240520, 1, 5000) + bytes(88))
+shard("truncated_tokens.bin", 5000, toks[:-3])
+shard("claims_more.bin", 6000, toks)
+shard("negative_count.bin", -5, toks)
+shard("small.bin", 100, toks[:200])  # fewer than B*T+1 = 129 tokens
+t300 = bytearray(toks)
+t300[10:12] = struct.pack("<H", 300)  # token offset 5, inside the first batch
+shard("token_300.bin", 5000, bytes(t300))
+shard("glob_0.bin", 5000, toks)
+shard("glob_1.bin", 5000, toks, magic=7)
+
+model = open(os.path.join(d, "ckpt", "model_00000002.bin"), "rb").read()
+def model_file(name, data):
+    open(os.path.join(d, name), "wb").write(data)
+model_file("model_bad_magic.bin", struct.pack("<i", 20240327) + model[4:])
+model_file("model_truncated.bin", model[:-100])
+model_file("model_short.bin", model[:500])
+model_file("model_bad_version.bin", model[:4] + struct.pack("<i", 4) + model[8:])
+model_file("model_bad_shape.bin", model[:20] + struct.pack("<i", 0) + model[24:])  # heads = 0
+
+def ckpt(name, edit):
+    dst = os.path.join(d, name)
+    shutil.copytree(os.path.join(d, "ckpt"), dst)
+    edit(dst)
+state = "state_00000002_00000.bin"
+def truncate_state(p):
+    s = open(os.path.join(p, state), "rb").read()
+    open(os.path.join(p, state), "wb").write(s[:-7])
+def foreign_state(p):
+    s = open(os.path.join(p, state), "rb").read()
+    open(os.path.join(p, state), "wb").write(struct.pack("<q", 20240520) + s[8:])
+def short_state(p):
+    open(os.path.join(p, state), "wb").write(b"\0" * 100)
+ckpt("ckpt_state_truncated", truncate_state)
+ckpt("ckpt_state_foreign", foreign_state)
+ckpt("ckpt_state_short", short_state)
+ckpt("ckpt_no_state", lambda p: os.remove(os.path.join(p, state)))
+ckpt("ckpt_model_truncated", lambda p: open(os.path.join(p, "model_00000002.bin"), "r+b").truncate(len(model) - 4))
+ckpt("ckpt_bad_latest", lambda p: open(os.path.join(p, "latest_checkpoint"), "w").write("two\n"))
+os.mkdir(os.path.join(d, "empty_dir"))
+open(os.path.join(d, "a_file"), "w").write("not a directory\n")
+EOF
+
+# ---------------------------------------------------------------------------------------------------
+# the table
+cases=0
+while IFS=$'\t' read -r name args expected when; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    cases=$((cases + 1))
+    subst() { local s=${1//@DIR@/$DIR}; s=${s//@TRAIN@/$TRAIN}; s=${s//@VAL@/$VAL}; echo "${s//@CKPT@/$DIR/ckpt}"; }
+    read -r -a extra <<<"$(subst "$args")"
+    IFS='|' read -r -a needles <<<"$(subst "$expected")"
+    for bin in "${BINARIES[@]}"; do
+        tag="$name [$(basename "$bin")]"
+        rc=0
+        "$bin" "${BASE[@]}" --output_dir "$DIR/out_$name" "${extra[@]}" >"$DIR/case.out" 2>"$DIR/case.err" || rc=$?
+        err=$(cat "$DIR/case.err")
+        lines=$(wc -l <"$DIR/case.err")
+        problems=()
+        [ "$rc" -eq 1 ] || problems+=("exit status $rc")
+        [ "$lines" -eq 1 ] || problems+=("stderr has $lines lines")
+        [[ "$err" == "error: "* ]] || problems+=("stderr does not start with 'error: '")
+        for needle in "${needles[@]}"; do
+            [[ "$err" == *"$needle"* ]] || problems+=("no '$needle' in the error")
+        done
+        if grep -qE "Sanitizer|runtime error:" "$DIR/case.err"; then problems+=("sanitizer report"); fi
+        if [ "$when" = early ] && grep -q "^step " "$DIR/case.out"; then
+            problems+=("the error came only after training ($(grep -c "^step " "$DIR/case.out") step(s) ran)")
+        fi
+        if [ ${#problems[@]} -eq 0 ]; then ok; else
+            bad "$tag: $(IFS=';'; echo "${problems[*]}") | stderr: $(head -c 400 "$DIR/case.err")"
+        fi
+    done
+done <"$TABLE"
+echo "$cases cases from $(basename "$TABLE"), each with ${#BINARIES[@]} binaries"
+[ "$cases" -ge 16 ] && ok || bad "only $cases cases in $TABLE"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,648 @@
+// test_cli.c: unit tests of the host-side pieces shared by both trainers, with no training:
+//   - learning_rate(): warmup, decay and end values of every schedule, against the formula evaluated
+//     here in double;
+//   - param_count() for GPT-2 124M (the published count with llm.c's padded vocabulary) and that
+//     param_offset() tiles [0, param_count) with no gap or overlap, one layer's tensors together;
+//   - parse_options(): defaults, "--name value" and "--name=value", later flags overriding earlier ones,
+//     range limits at and just past their ends (errors checked in a child process);
+//   - config_from_options() presets and overrides, pad_vocab, resolve_seq_len, resolve_grad_accum_steps;
+//   - save_model_file / load_model_file: the file is llm.c's tensor-major order (checked against shapes
+//     written out here, not against the code's own visitor), the round trip is bit-exact, and a
+//     version-5 (bf16) file written here by hand loads to the expected floats;
+//   - save_state_file / load_state_file round trip and refusal of a state from another run.
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "gpt_model.h"
+#include "train_log.h"
+
+static int passed, failed;
+static char tmpdir[256];
+
+static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void expect(int ok, const char *fmt, ...) {
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+// If the code under test ends the process (fail() calls exit(1)), still print the summary line.
+static int finished, in_child;
+static void report_unfinished(void) {
+    if (finished || in_child) return;
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (tmpdir[0] && system(cmd) != 0) printf("warning: could not remove %s\n", tmpdir);
+    printf("FAIL: the process exited before the end of the tests\n%d passed, %d failed\n", passed,
+           failed + 1);
+    fflush(stdout);
+}
+
+// Runs fn(arg) in a child with stderr captured; expects exit status 1 and exactly one line
+// "error: ..." containing `needle`.
+static void expect_error(void (*fn)(void *), void *arg, const char *needle, const char *what) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+        expect(0, "%s: pipe failed", what);
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        in_child = 1;
+        close(fds[0]);
+        dup2(fds[1], 2);
+        if (!freopen("/dev/null", "w", stdout)) _exit(3);
+        fn(arg);
+        _exit(0); // fn returned: no error was raised
+    }
+    close(fds[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t got;
+    while ((got = read(fds[0], buf + len, sizeof(buf) - 1 - len)) > 0) len += (size_t)got;
+    buf[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int exited1 = WIFEXITED(status) && WEXITSTATUS(status) == 1;
+    char *nl = strchr(buf, '\n');
+    int one_line = strncmp(buf, "error: ", 7) == 0 && nl && nl[1] == '\0';
+    expect(exited1 && one_line && strstr(buf, needle),
+           "%s: expected exit 1 and one line 'error: ...%s...', got status %d, stderr '%s'", what, needle,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), buf);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// parse_options
+
+static void parse(TrainOptions *o, int n, ...) {
+    char *argv[64];
+    argv[0] = "train_cpu";
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) argv[i + 1] = va_arg(ap, char *);
+    va_end(ap);
+    parse_options(o, n + 1, argv);
+}
+
+typedef struct {
+    int argc;
+    char *argv[8];
+} Args;
+
+static void parse_args_fn(void *p) {
+    Args *a = (Args *)p;
+    TrainOptions o;
+    parse_options(&o, a->argc, a->argv);
+}
+
+static void expect_parse_error(const char *flag, const char *value, const char *needle) {
+    Args a = {value ? 3 : 2, {"train_cpu", (char *)flag, (char *)value, NULL}};
+    char what[160];
+    snprintf(what, sizeof(what), "parse %s %s", flag, value ? value : "");
+    expect_error(parse_args_fn, &a, needle, what);
+}
+
+static void test_parse_options(void) {
+    TrainOptions o;
+    parse(&o, 0);
+    // the defaults the --help table declares
+    expect(strcmp(o.train_data, "data/tinyshakespeare_train_*.bin") == 0, "default train_data '%s'",
+           o.train_data);
+    expect(strcmp(o.output_dir, "out") == 0 && o.log_file[0] == '\0' && o.init_from[0] == '\0',
+           "default output_dir/log_file/init_from");
+    expect(strcmp(o.model_size, "124M") == 0, "default model_size '%s'", o.model_size);
+    expect(o.layers == 0 && o.channels == 0 && o.heads == 0 && o.max_seq_len == 0 && o.vocab == 50257,
+           "default model overrides");
+    expect(o.dtype == DTYPE_FLOAT8 && o.fp8_recipe == FP8_RECIPE_DELAYED && o.amax_history == 16 &&
+               o.fp8_margin == 0,
+           "default fp8 settings: dtype %d recipe %d history %d margin %d", o.dtype, o.fp8_recipe,
+           o.amax_history, o.fp8_margin);
+    expect(o.batch_size == 4 && o.seq_len == 0 && o.total_batch_size == 0 && o.steps == 1000,
+           "default batch/steps");
+    expect(o.lr == 3e-4f && o.lr_schedule == LR_COSINE && o.warmup_steps == 0 && o.final_lr_frac == 0.0f,
+           "default schedule: lr %g schedule %d warmup %d final %g", o.lr, o.lr_schedule, o.warmup_steps,
+           o.final_lr_frac);
+    expect(o.beta1 == 0.9f && o.beta2 == 0.95f && o.eps == 1e-8f && o.weight_decay == 0.1f &&
+               o.grad_clip == 1.0f,
+           "default AdamW settings");
+    expect(o.val_every == 100 && o.val_batches == 20 && o.sample_every == 0 && o.ckpt_every == 0 &&
+               o.resume == 0 && o.seed == 1337 && o.shuffle == 0,
+           "default loop settings");
+
+    // both spellings, choices by name, later flags win, '=' inside a value, an empty value
+    parse(&o, 16, "--lr=0.01", "--batch_size", "8", "--dtype=bfloat16", "--fp8_recipe", "current",
+          "--model_size=d4", "--train_data=dir/a=b_*.bin", "--val_data=", "--batch_size=16", "--lr_schedule",
+          "linear", "--eps=1e-30", "--seed", "0", "--final_lr_frac=1");
+    expect(o.lr == 0.01f, "--lr=0.01 gave %g", o.lr);
+    expect(o.batch_size == 16, "--batch_size 8 then --batch_size=16 gave %d", o.batch_size);
+    expect(o.dtype == DTYPE_BFLOAT16 && o.fp8_recipe == FP8_RECIPE_CURRENT && o.lr_schedule == LR_LINEAR,
+           "choices: dtype %d recipe %d schedule %d", o.dtype, o.fp8_recipe, o.lr_schedule);
+    expect(strcmp(o.model_size, "d4") == 0, "--model_size=d4 gave '%s'", o.model_size);
+    expect(strcmp(o.train_data, "dir/a=b_*.bin") == 0, "--train_data with '=' in the value gave '%s'",
+           o.train_data);
+    expect(o.val_data[0] == '\0', "--val_data= (empty) gave '%s'", o.val_data);
+    expect(o.eps == 1e-30f && o.seed == 0 && o.final_lr_frac == 1.0f,
+           "range ends accepted: eps %g seed %d frac %g", o.eps, o.seed, o.final_lr_frac);
+    parse(&o, 6, "--lr", "10", "--amax_history", "1024", "--seed", "2147483647");
+    expect(o.lr == 10.0f && o.amax_history == 1024 && o.seed == 2147483647, "upper range ends accepted");
+
+    expect_parse_error("--lr", "10.5", "--lr");
+    expect_parse_error("--lr", "-1", "--lr");
+    expect_parse_error("--lr", "nan", "--lr");
+    expect_parse_error("--lr", "0.1x", "--lr");
+    expect_parse_error("--amax_history", "1025", "--amax_history");
+    expect_parse_error("--amax_history", "0", "--amax_history");
+    expect_parse_error("--batch_size", "2147483648", "--batch_size");
+    expect_parse_error("--steps", "1e3", "--steps");
+    expect_parse_error("--steps", "", "--steps");
+    expect_parse_error("--seed", "-1", "--seed");
+    expect_parse_error("--dtype", "float16", "--dtype");
+    expect_parse_error("--dtype", "float", "--dtype"); // a prefix of a choice is not that choice
+    expect_parse_error("--resume", "2", "--resume");
+    expect_parse_error("--batch_size", NULL, "--batch_size");
+    expect_parse_error("--no_such_flag", "1", "no_such_flag");
+    expect_parse_error("--lrx=1", NULL, "--lrx"); // a flag whose name extends a real one
+    expect_parse_error("lr", "1", "lr");
+}
+
+// ----------------------------------------------------------------------------------------------------
+// learning_rate
+
+static void test_learning_rate(void) {
+    // lr 1e-3, 10 warmup steps, 111 steps: decay over steps 10..110, progress (step-10)/100
+    const double lr = 1e-3, frac = 0.1, min_lr = lr * frac;
+    const int warmup = 10, steps = 111;
+    // Tolerance: learning_rate is ~8 float32 operations on values of size <= lr (each rounding <= 2^-24
+    // relative), cosf within 1 ulp, and pi rounded to float (relative 2^-24 of an argument <= pi, which moves
+    // cos by <= 2^-24 * pi): <= 12 * 2^-24 * lr = 7e-7 lr; we allow 1e-6 * lr.
+    const double tol = 1e-6 * lr;
+    const char *names[] = {"cosine", "linear", "constant"};
+    for (int schedule = 0; schedule < 3; schedule++) {
+        TrainOptions o;
+        parse(&o, 0);
+        o.lr = (float)lr;
+        o.final_lr_frac = (float)frac;
+        o.warmup_steps = warmup;
+        o.steps = steps;
+        o.lr_schedule = schedule;
+        int probe[] = {0, 4, 9, 10, 35, 60, 85, 109, 110};
+        for (size_t k = 0; k < sizeof(probe) / sizeof(probe[0]); k++) {
+            int s = probe[k];
+            double expected;
+            if (s < warmup)
+                expected = lr * (s + 1) / warmup;
+            else {
+                double progress = (s - warmup) / 100.0;
+                if (schedule == LR_CONSTANT)
+                    expected = lr;
+                else if (schedule == LR_LINEAR)
+                    expected = lr - (lr - min_lr) * progress;
+                else
+                    expected = min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
+            }
+            double got = learning_rate(&o, s);
+            expect(fabs(got - expected) <= tol, "%s step %d: lr %.9g, expected %.9g", names[schedule], s, got,
+                   expected);
+        }
+        // the schedule never rises after warmup and never leaves [min_lr, lr]
+        double prev = INFINITY;
+        int monotone = 1, in_range = 1;
+        for (int s = warmup; s < steps; s++) {
+            double v = learning_rate(&o, s);
+            monotone &= v <= prev;
+            in_range &= v >= min_lr - tol && v <= lr + tol;
+            prev = v;
+        }
+        expect(monotone && in_range, "%s: not monotone (%d) or out of [min_lr, lr] (%d)", names[schedule],
+               monotone, in_range);
+    }
+    // no warmup: the first step is at full lr; one decay step only: full lr
+    TrainOptions o;
+    parse(&o, 0);
+    o.lr = 2e-3f;
+    o.steps = 50;
+    expect(fabs(learning_rate(&o, 0) - 2e-3) <= 2e-9, "no warmup: step 0 lr %g", learning_rate(&o, 0));
+    expect(fabs(learning_rate(&o, 49)) <= 2e-9, "no warmup, final_lr_frac 0: last step lr %g",
+           learning_rate(&o, 49));
+    o.warmup_steps = 5;
+    o.steps = 6;
+    expect(fabs(learning_rate(&o, 5) - 2e-3) <= 2e-9, "single decay step: lr %g", learning_rate(&o, 5));
+}
+
+// ----------------------------------------------------------------------------------------------------
+// parameter layout
+
+static GPTConfig make_config(int L, int C, int NH, int V, int maxT) {
+    GPTConfig c;
+    c.num_layers = L;
+    c.channels = C;
+    c.num_heads = NH;
+    c.vocab_size = V;
+    c.padded_vocab_size = pad_vocab(V);
+    c.max_seq_len = maxT;
+    return c;
+}
+
+typedef struct {
+    size_t offset, size;
+    int tensor, layer;
+} Slice;
+
+static int compare_slices(const void *a, const void *b) {
+    const Slice *x = (const Slice *)a, *y = (const Slice *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+// llm.c's shape of tensor t for one layer (rows x cols), written out independently of gpt_model.h.
+static size_t llmc_tensor_elems(const GPTConfig *c, int t) {
+    size_t C = (size_t)c->channels;
+    switch (t) {
+    case 0:
+        return (size_t)c->padded_vocab_size * C; // wte (Vp, C)
+    case 1:
+        return (size_t)c->max_seq_len * C; // wpe (maxT, C)
+    case 2:
+    case 3:
+        return C; // ln1w, ln1b (C)
+    case 4:
+        return 3 * C * C; // qkvw (3C, C)
+    case 5:
+        return 3 * C; // qkvb (3C)
+    case 6:
+        return C * C; // attprojw (C, C)
+    case 7:
+        return C; // attprojb
+    case 8:
+    case 9:
+        return C; // ln2w, ln2b
+    case 10:
+        return 4 * C * C; // fcw (4C, C)
+    case 11:
+        return 4 * C; // fcb
+    case 12:
+        return 4 * C * C; // fcprojw (C, 4C)
+    case 13:
+        return C; // fcprojb
+    default:
+        return C; // lnfw, lnfb
+    }
+}
+
+static void test_layout(void) {
+    // GPT-2 124M with llm.c's padded vocabulary Vp = 50304: 12 L C^2 (qkvw 3C^2 + attprojw C^2 + fcw 4C^2 +
+    // fcprojw 4C^2) + 13 L C (qkvb 3C + attprojb C + fcb 4C + fcprojb C + 4 LayerNorm vectors C) + Vp C +
+    // maxT C + 2 C (lnf) = 84,934,656 + 119,808 + 38,633,472 + 786,432 + 1,536 = 124,475,904.
+    GPTConfig gpt2 = make_config(12, 768, 12, 50257, 1024);
+    expect(gpt2.padded_vocab_size == 50304, "pad_vocab(50257) = %d", gpt2.padded_vocab_size);
+    size_t formula = 12 * 12 * 768 * 768 + 13 * 12 * 768 + (size_t)50304 * 768 + 1024 * 768 + 2 * 768;
+    expect(formula == 124475904, "the 124M formula gives %zu", formula);
+    expect(param_count(&gpt2) == 124475904, "param_count(124M) = %zu, expected 124,475,904",
+           param_count(&gpt2));
+    expect(pad_vocab(256) == 256 && pad_vocab(257) == 384 && pad_vocab(2) == 128 && pad_vocab(128) == 128,
+           "pad_vocab rounds up to 128");
+
+    GPTConfig configs[] = {gpt2, make_config(2, 64, 4, 256, 256), make_config(3, 48, 3, 1000, 24),
+                           make_config(1, 8, 1, 2, 5)};
+    for (size_t ci = 0; ci < sizeof(configs) / sizeof(configs[0]); ci++) {
+        GPTConfig *c = &configs[ci];
+        Slice slices[4 + 12 * 16];
+        int n = 0;
+        size_t sum_llmc = 0;
+        int sizes_ok = 1;
+        for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+            int layers = param_is_per_layer(t) ? c->num_layers : 1;
+            for (int l = 0; l < layers; l++) {
+                slices[n] = (Slice){param_offset(c, t, l), param_tensor_size(c, t), t, l};
+                sizes_ok &= param_tensor_size(c, t) == llmc_tensor_elems(c, t);
+                sum_llmc += llmc_tensor_elems(c, t);
+                n++;
+            }
+        }
+        expect(sizes_ok, "config %zu: a tensor size differs from llm.c's shape", ci);
+        expect(sum_llmc == param_count(c), "config %zu: param_count %zu, llm.c shapes sum to %zu", ci,
+               param_count(c), sum_llmc);
+        qsort(slices, (size_t)n, sizeof(Slice), compare_slices);
+        size_t next = 0;
+        int tiles = 1;
+        for (int i = 0; i < n; i++) {
+            if (slices[i].offset != next) {
+                tiles = 0;
+                printf("  config %zu: tensor %d layer %d at %zu, expected %zu\n", ci, slices[i].tensor,
+                       slices[i].layer, slices[i].offset, next);
+            }
+            next = slices[i].offset + slices[i].size;
+        }
+        expect(tiles && next == param_count(c), "config %zu: slices do not tile [0, %zu) (end %zu)", ci,
+               param_count(c), next);
+        // one layer's tensors together, layers in order, after the global tensors
+        int grouped = 1;
+        size_t layer_size = 0;
+        for (int t = PT_LN1W; t <= PT_FCPROJB; t++) layer_size += llmc_tensor_elems(c, t);
+        size_t global = param_count(c) - (size_t)c->num_layers * layer_size;
+        for (int t = PT_LN1W; t <= PT_FCPROJB; t++)
+            for (int l = 0; l < c->num_layers; l++) {
+                size_t o = param_offset(c, t, l);
+                grouped &= o >= global + l * layer_size &&
+                           o + param_tensor_size(c, t) <= global + (l + 1) * layer_size;
+            }
+        expect(grouped, "config %zu: a layer's tensors are not within its block", ci);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------------
+// presets, sequence length, accumulation
+
+static void config_fn(void *p) {
+    config_from_options((TrainOptions *)p);
+}
+
+typedef struct {
+    TrainOptions opts;
+    GPTConfig cfg;
+    int T, world;
+} ResolveArgs;
+
+static void seq_len_fn(void *p) {
+    ResolveArgs *a = (ResolveArgs *)p;
+    resolve_seq_len(&a->opts, &a->cfg);
+}
+
+static void accum_fn(void *p) {
+    ResolveArgs *a = (ResolveArgs *)p;
+    resolve_grad_accum_steps(&a->opts, a->T, a->world);
+}
+
+static void test_config(void) {
+    // GPT-2 sizes (Radford et al. 2019: layers, width, heads; context 1024) and the large widths of DESIGN.md
+    struct {
+        const char *name;
+        int L, C, NH, maxT;
+    } expected[] = {{"124M", 12, 768, 12, 1024},  {"350M", 24, 1024, 16, 1024}, {"774M", 36, 1280, 20, 1024},
+                    {"1.5B", 48, 1600, 25, 1024}, {"7B", 32, 4096, 32, 2048},   {"13B", 40, 5120, 40, 2048},
+                    {"70B", 80, 8192, 64, 2048}};
+    for (size_t i = 0; i < sizeof(expected) / sizeof(expected[0]); i++) {
+        TrainOptions o;
+        parse(&o, 2, "--model_size", expected[i].name);
+        GPTConfig c = config_from_options(&o);
+        expect(c.num_layers == expected[i].L && c.channels == expected[i].C &&
+                   c.num_heads == expected[i].NH && c.max_seq_len == expected[i].maxT &&
+                   c.vocab_size == 50257 && c.padded_vocab_size == 50304,
+               "preset %s: L %d C %d NH %d maxT %d V %d Vp %d", expected[i].name, c.num_layers, c.channels,
+               c.num_heads, c.max_seq_len, c.vocab_size, c.padded_vocab_size);
+    }
+    const char *tiny[] = {"d2", "d4", "d6"};
+    int tiny_layers[] = {2, 4, 6};
+    for (int i = 0; i < 3; i++) {
+        TrainOptions o;
+        parse(&o, 4, "--model_size", tiny[i], "--vocab", "256");
+        GPTConfig c = config_from_options(&o);
+        expect(c.num_layers == tiny_layers[i] && c.channels % c.num_heads == 0 && c.vocab_size == 256 &&
+                   c.padded_vocab_size == 256 && c.max_seq_len >= 64,
+               "preset %s: L %d C %d NH %d maxT %d", tiny[i], c.num_layers, c.channels, c.num_heads,
+               c.max_seq_len);
+    }
+    TrainOptions o;
+    parse(&o, 12, "--model_size", "d6", "--layers", "3", "--channels", "48", "--heads", "3", "--max_seq_len",
+          "40", "--vocab", "1000");
+    GPTConfig c = config_from_options(&o);
+    expect(c.num_layers == 3 && c.channels == 48 && c.num_heads == 3 && c.max_seq_len == 40 &&
+               c.vocab_size == 1000 && c.padded_vocab_size == 1024,
+           "overrides: L %d C %d NH %d maxT %d V %d Vp %d", c.num_layers, c.channels, c.num_heads,
+           c.max_seq_len, c.vocab_size, c.padded_vocab_size);
+    parse(&o, 4, "--model_size", "d2", "--heads", "3");
+    expect_error(config_fn, &o, "--heads", "channels not divisible by heads");
+    parse(&o, 2, "--model_size", "d3");
+    expect_error(config_fn, &o, "--model_size", "unknown preset");
+
+    ResolveArgs a;
+    parse(&a.opts, 0);
+    a.cfg = make_config(2, 64, 4, 256, 256);
+    expect(resolve_seq_len(&a.opts, &a.cfg) == 256, "seq_len 0 -> maxT");
+    parse(&a.opts, 2, "--seq_len", "256");
+    expect(resolve_seq_len(&a.opts, &a.cfg) == 256, "seq_len = maxT accepted");
+    parse(&a.opts, 2, "--seq_len", "257");
+    expect_error(seq_len_fn, &a, "--seq_len", "seq_len > maxT");
+
+    parse(&a.opts, 2, "--batch_size", "4");
+    expect(resolve_grad_accum_steps(&a.opts, 64, 1) == 1, "total_batch_size 0 -> 1 micro-step");
+    parse(&a.opts, 4, "--batch_size", "4", "--total_batch_size", "1024");
+    expect(resolve_grad_accum_steps(&a.opts, 64, 1) == 4, "1024 tokens / (4*64) = 4 micro-steps");
+    expect(resolve_grad_accum_steps(&a.opts, 64, 2) == 2, "1024 tokens / (4*64*2 ranks) = 2 micro-steps");
+    expect(resolve_grad_accum_steps(&a.opts, 256, 1) == 1, "1024 tokens / (4*256) = 1 micro-step");
+    a.T = 48;
+    a.world = 1;
+    expect_error(accum_fn, &a, "--total_batch_size", "total_batch_size not a multiple of B*T");
+    a.T = 64;
+    a.world = 8; // 4*64*8 = 2048 > 1024
+    expect_error(accum_fn, &a, "--total_batch_size", "total_batch_size below B*T*world");
+}
+
+// ----------------------------------------------------------------------------------------------------
+// model files
+
+static void load_fn(void *p) {
+    GPTConfig c;
+    free(load_model_file((const char *)p, &c));
+}
+
+static void test_model_files(void) {
+    GPTConfig c = make_config(3, 32, 4, 100, 24); // Vp 128
+    size_t P = param_count(&c);
+    float *params = (float *)malloc(P * sizeof(float));
+    Rng rng;
+    rng_seed(&rng, 5);
+    for (size_t i = 0; i < P; i++) params[i] = rng_normal(&rng);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/model.bin", tmpdir);
+    save_model_file(path, params, &c);
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    expect(access(tmp, F_OK) != 0, "save_model_file left %s behind", tmp);
+
+    FILE *f = fopen(path, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    expect(size == 1024 + 4 * (long)P, "model file size %ld, expected %ld", size, 1024 + 4 * (long)P);
+    int header[256];
+    float *file = (float *)malloc(P * sizeof(float));
+    expect(fread(header, sizeof(int), 256, f) == 256 && fread(file, sizeof(float), P, f) == P,
+           "read model file");
+    fclose(f);
+    int header_ok = header[0] == 20240326 && header[1] == 3 && header[2] == 24 && header[3] == 100 &&
+                    header[4] == 3 && header[5] == 4 && header[6] == 32 && header[7] == 128;
+    for (int i = 8; i < 256; i++) header_ok &= header[i] == 0;
+    expect(header_ok, "model header: %d %d maxT %d V %d L %d NH %d C %d Vp %d", header[0], header[1],
+           header[2], header[3], header[4], header[5], header[6], header[7]);
+    // llm.c order: tensor k of the file is the concatenation over layers of our slices of tensor k
+    size_t at = 0;
+    int order_ok = 1;
+    for (int t = 0; t < 16; t++) {
+        int layers = (t >= 2 && t <= 13) ? c.num_layers : 1;
+        for (int l = 0; l < layers; l++) {
+            size_t n = llmc_tensor_elems(&c, t);
+            if (memcmp(file + at, params + param_offset(&c, t, l), n * sizeof(float)) != 0) {
+                order_ok = 0;
+                printf("  file tensor %d layer %d at element %zu differs from our slice\n", t, l, at);
+            }
+            at += n;
+        }
+    }
+    expect(order_ok && at == P, "model file is not in llm.c order");
+    // e.g. all layers' qkvw contiguous: right after wte, wpe, ln1w (L*C), ln1b (L*C)
+    size_t qkv_at = (size_t)128 * 32 + 24 * 32 + 2 * 3 * 32;
+    int qkv_ok = 1;
+    for (int l = 0; l < 3; l++)
+        qkv_ok &= memcmp(file + qkv_at + (size_t)l * 3 * 32 * 32, params + param_offset(&c, PT_QKVW, l),
+                         3 * 32 * 32 * sizeof(float)) == 0;
+    expect(qkv_ok, "qkvw of the 3 layers is not contiguous at element %zu of the file", qkv_at);
+
+    GPTConfig loaded;
+    float *back = load_model_file(path, &loaded);
+    expect(memcmp(&loaded, &c, sizeof(c)) == 0, "loaded config differs");
+    expect(memcmp(back, params, P * sizeof(float)) == 0, "model round trip is not bit-exact");
+    free(back);
+
+    // version 5: bf16 values, written here by hand in llm.c order
+    uint16_t *bf = (uint16_t *)malloc(P * sizeof(uint16_t));
+    float *expected = (float *)malloc(P * sizeof(float));
+    at = 0;
+    for (int t = 0; t < 16; t++) {
+        int layers = (t >= 2 && t <= 13) ? c.num_layers : 1;
+        for (int l = 0; l < layers; l++) {
+            size_t n = llmc_tensor_elems(&c, t);
+            for (size_t i = 0; i < n; i++) {
+                // a bf16 value from its bits: random sign and mantissa, exponent within [2^-20, 2^7]
+                uint16_t bits = (uint16_t)(((rng_next(&rng) & 1) << 15) | ((107 + rng_next(&rng) % 28) << 7) |
+                                           (rng_next(&rng) & 0x7F));
+                bf[at + i] = bits;
+                uint32_t u = (uint32_t)bits << 16;
+                memcpy(&expected[param_offset(&c, t, l) + i], &u, sizeof(float));
+            }
+            at += n;
+        }
+    }
+    char path5[512];
+    snprintf(path5, sizeof(path5), "%s/model_bf16.bin", tmpdir);
+    f = fopen(path5, "wb");
+    header[1] = 5;
+    fwrite(header, sizeof(int), 256, f);
+    fwrite(bf, sizeof(uint16_t), P, f);
+    fclose(f);
+    back = load_model_file(path5, &loaded);
+    expect(memcmp(&loaded, &c, sizeof(c)) == 0, "bf16 file: loaded config differs");
+    expect(memcmp(back, expected, P * sizeof(float)) == 0,
+           "bf16 model file does not load to the expected floats");
+    free(back);
+    // a version-5 header on an fp32-sized payload is refused (its size names the file)
+    f = fopen(path5, "wb");
+    fwrite(header, sizeof(int), 256, f);
+    fwrite(params, sizeof(float), P, f);
+    fclose(f);
+    expect_error(load_fn, path5, path5, "version 5 header with fp32 payload");
+    free(bf);
+    free(expected);
+    free(file);
+    free(params);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// state files
+
+typedef struct {
+    const char *path;
+    TrainState st;
+    GPTConfig cfg;
+} StateArgs;
+
+static void load_state_fn(void *p) {
+    StateArgs *a = (StateArgs *)p;
+    float m[8], v[8], h[4];
+    load_state_file(a->path, &a->st, &a->cfg, m, v, 8, h, 4);
+}
+
+static void test_state_files(void) {
+    GPTConfig c = make_config(2, 16, 2, 64, 16);
+    TrainState st = {0};
+    st.step = 12;
+    st.updates_applied = 11;
+    st.skipped_steps = 1;
+    st.train_position = (DataLoaderPosition){3, 0, 7};
+    st.world_size = 1;
+    st.dtype = DTYPE_FLOAT8;
+    st.fp8_recipe = FP8_RECIPE_CURRENT;
+    st.amax_history_len = 2;
+    st.batch_size = 4;
+    st.seq_len = 8;
+    st.seed = 99;
+    float m[8], v[8], h[4];
+    for (int i = 0; i < 8; i++) {
+        m[i] = 0.5f * i - 1.0f;
+        v[i] = 0.25f * i;
+    }
+    for (int i = 0; i < 4; i++) h[i] = 3.0f + i;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/state.bin", tmpdir);
+    save_state_file(path, &st, &c, m, v, 8, h, 4);
+    TrainState back = st; // what the resuming run knows: its settings, not yet its position
+    back.step = back.updates_applied = back.skipped_steps = 0;
+    back.train_position = (DataLoaderPosition){0, 0, 0};
+    float m2[8], v2[8], h2[4];
+    load_state_file(path, &back, &c, m2, v2, 8, h2, 4);
+    expect(back.step == 12 && back.updates_applied == 11 && back.skipped_steps == 1 &&
+               back.train_position.epoch == 3 && back.train_position.shard_index == 0 &&
+               back.train_position.batch_index == 7 && back.seed == 99,
+           "state round trip: step %ld updates %ld skipped %ld position (%ld %ld %ld)", (long)back.step,
+           (long)back.updates_applied, (long)back.skipped_steps, (long)back.train_position.epoch,
+           (long)back.train_position.shard_index, (long)back.train_position.batch_index);
+    expect(memcmp(m, m2, sizeof(m)) == 0 && memcmp(v, v2, sizeof(v)) == 0 && memcmp(h, h2, sizeof(h)) == 0,
+           "state round trip: moments or histories differ");
+    StateArgs a = {path, st, c};
+    a.st.dtype = DTYPE_BFLOAT16;
+    expect_error(load_state_fn, &a, path, "state of another dtype");
+    a.st = st;
+    a.st.batch_size = 8;
+    expect_error(load_state_fn, &a, "batch_size", "state of another batch size");
+    a.st = st;
+    a.cfg.channels = 32;
+    expect_error(load_state_fn, &a, "channels", "state of another model");
+}
+
+int main(void) {
+    atexit(report_unfinished);
+    snprintf(tmpdir, sizeof(tmpdir), "%s", "/tmp/test_cli_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_parse_options();
+    test_learning_rate();
+    test_layout();
+    test_config();
+    test_model_files();
+    test_state_files();
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("warning: could not remove %s\n", tmpdir);
+    finished = 1;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_compare_debug_state.sh: the GPU test's comparator, checked on the CPU.
+#  - a run against itself passes --exact (the CPU trainer is deterministic);
+#  - the plain-C-GEMM build of train_cpu sums in another order than OpenBLAS, which is exactly how the GPU
+#    differs from the CPU reference: it must pass the toleranced comparison in bfloat16 and float8
+#    (this exercises the tolerance argument of compare_debug_state.c on real data);
+#  - gradients off by 5%, or logits of another model, must fail.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+data_file="${DATA:-../shared/data/tinyshakespeare.txt}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+if [ -f "$data_file" ]; then
+    python3 scripts/prepare_data.py --input "$data_file" --output_dir "$tmp/data" --name text --tokenizer byte >/dev/null
+else
+    echo "$data_file not found: using a generated text"
+    python3 -c "import random; random.seed(1); w=['the','king','shall','not','be','so','my','lord','and','to','of','you']
+print(' '.join(random.choice(w) for _ in range(60000)))" >"$tmp/text.txt"
+    python3 scripts/prepare_data.py --input "$tmp/text.txt" --output_dir "$tmp/data" --name text --tokenizer byte >/dev/null
+fi
+model=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8 --steps 6 --lr 1e-3
+       --train_data "$tmp/data/text_train_*.bin" --val_data "" --output_dir "")
+passed=0
+failed=0
+expect() { # expected-status description command...
+    local want="$1" what="$2"; shift 2
+    set +e; "$@" >"$tmp/out.txt" 2>&1; local got=$?; set -e
+    if { [ "$want" = pass ] && [ $got = 0 ]; } || { [ "$want" = fail ] && [ $got = 1 ]; }; then
+        passed=$((passed + 1)); echo "ok   $what"
+    else
+        failed=$((failed + 1)); echo "FAIL $what (exit $got)"; cat "$tmp/out.txt"
+    fi
+}
+compare=./test/build/compare_debug_state
+./train_cpu "${model[@]}" --dtype float32 --debug_state "$tmp/f32.bin" >/dev/null
+for run in bfloat16:delayed float8:delayed float8:current; do
+    dtype="${run%%:*}" recipe="${run#*:}" name="${run/:/_}"
+    ./train_cpu "${model[@]}" --dtype "$dtype" --fp8_recipe "$recipe" --debug_state "$tmp/$name.bin" >/dev/null
+    ./train_cpu "${model[@]}" --dtype "$dtype" --fp8_recipe "$recipe" --debug_state "$tmp/${name}_again.bin" >/dev/null
+    ./test/build/train_cpu_noblas "${model[@]}" --dtype "$dtype" --fp8_recipe "$recipe" \
+        --debug_state "$tmp/${name}_noblas.bin" >/dev/null
+    expect pass "$name: a rerun is bitwise identical" $compare --exact "$tmp/$name.bin" "$tmp/${name}_again.bin"
+    expect pass "$name: another summation order is within tolerance" \
+        $compare "$tmp/${name}_noblas.bin" "$tmp/$name.bin" "$tmp/f32.bin"
+done
+# gradients scaled by 1.05: every tensor moves by 5%, more than the bfloat16 rounding moves it
+python3 - "$tmp/bfloat16_delayed.bin" "$tmp/scaled.bin" <<'PY'
+import struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+h = struct.unpack("<256i", data[:1024])
+B, T, Vp, steps = h[2], h[3], h[4], h[5]
+start = 1024 + 8 * B * T + 4 * (B * T * Vp + 1)
+end = len(data) - 4 * steps
+grads = struct.unpack(f"<{(end - start) // 4}f", data[start:end])
+data[start:end] = struct.pack(f"<{len(grads)}f", *(g * 1.05 for g in grads))
+open(sys.argv[2], "wb").write(data)
+PY
+expect fail "gradients off by 5% are caught" $compare "$tmp/scaled.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
+expect fail "another seed's run is caught" $compare --exact "$tmp/bfloat16_delayed.bin" "$tmp/float8_delayed.bin"
+./train_cpu "${model[@]}" --dtype bfloat16 --seed 7 --debug_state "$tmp/seed7.bin" >/dev/null
+expect fail "a differently initialised model is caught" $compare "$tmp/seed7.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,41 @@
+# train_test.mk: tests of the CPU reference trainer (train_gpt.c) and its host-side headers.
+# Included by the main Makefile, which defines CC, BASE_CFLAGS, LDLIBS, HEADERS, DATA and the targets
+# train_cpu and test/build/train_cpu_asan.
+#   make test_gradcheck    analytic gradients against finite differences (float32, every tensor and layer)
+#   make test_cli          schedule, parameter layout, flags, presets, model and state files (no training)
+#   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread
+#   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
+#   make test_bad_inputs   every bad input of test/bad_inputs.tsv gives one clean error line (also under ASan)
+# This fragment leaves the including Makefile's default goal as it was.
+_train_test_saved_goal := $(.DEFAULT_GOAL)
+
+test/build/test_gradcheck: test/test_gradcheck.c train_gpt.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_gradcheck.c $(LDLIBS)
+
+test/build/test_cli: test/test_cli.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
+
+.PHONY: test_gradcheck test_cli test_train test_resume test_bad_inputs test_trainer
+test_gradcheck: test/build/test_gradcheck
+	./test/build/test_gradcheck
+
+test_cli: test/build/test_cli
+	./test/build/test_cli
+
+test_train: train_cpu test/test_train.sh
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_train.sh
+
+test_resume: train_cpu test/test_resume.sh
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_resume.sh
+
+test_bad_inputs: train_cpu test/build/train_cpu_asan test/test_bad_inputs.sh test/bad_inputs.tsv
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_bad_inputs.sh
+
+# all of the above
+test_trainer: test_gradcheck test_cli test_train test_resume test_bad_inputs
+
+test_cpu: test_trainer
+
+.DEFAULT_GOAL := $(_train_test_saved_goal)
