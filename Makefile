@@ -21,7 +21,7 @@ ifeq ($(HAVE_OPENBLAS),1)
   BLAS_LIBS := -lopenblas
 endif
 
-HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h
+HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h sampling.h
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas
 all: train_cpu
@@ -53,7 +53,28 @@ test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 test_compare_debug_state: train_cpu test/build/train_cpu_noblas test/build/compare_debug_state
 	DATA="$(DATA)" bash test/test_compare_debug_state.sh
 
-test_cpu: test_fp8_convert test_dataloader test_prepare_data test_compare_debug_state
+test/build/test_memory_plan: test/test_memory_plan.c memory_plan.h $(HEADERS)
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_memory_plan.c $(LDLIBS)
+
+.PHONY: test_memory_plan test_gpu_host skip_nvcc_tests
+test_memory_plan: test/build/test_memory_plan
+	./test/build/test_memory_plan
+
+test_gpu_host: train train_cpu
+	DATA="$(DATA)" bash test/test_gpu_host.sh
+
+# The tests that compile CUDA code (on the CPU) need nvcc; without it they are reported as skipped.
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_NVCC),1)
+NVCC_TESTS := test_fp8_convert test_gpu_host
+else
+NVCC_TESTS := skip_nvcc_tests
+endif
+skip_nvcc_tests:
+	@echo "SKIPPED test_fp8_convert and test_gpu_host: nvcc not found (install the CUDA toolkit to run them)"
+
+test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_compare_debug_state
 
 test: test_cpu
 	@echo "all CPU tests passed"

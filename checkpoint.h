@@ -188,6 +188,16 @@ static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
     return params;
 }
 
+// The model file of a checkpoint this run continues: refused if its shape is not this run's.
+static inline float *load_checkpoint_model(const char *path, const GPTConfig *expected) {
+    GPTConfig cfg;
+    float *params = load_model_file(path, &cfg);
+    if (memcmp(&cfg, expected, sizeof(cfg)) != 0)
+        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", path,
+             cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len);
+    return params;
+}
+
 // ----------------------------------------------------------------------------
 // Training state
 

@@ -36,7 +36,7 @@ typedef struct {
 // Tiny sizes for tests and CPU studies; GPT-2 sizes; GPT-architecture models at the widths of the
 // usual large sizes (7B, 13B, 70B).
 static const ModelPreset MODEL_PRESETS[] = {
-    {"d2", 2, 64, 4, 256},        {"d4", 4, 128, 4, 256},       {"d6", 6, 384, 6, 1024},
+    {"d2", 2, 64, 2, 256},        {"d4", 4, 128, 4, 256},       {"d6", 6, 384, 6, 1024},
     {"124M", 12, 768, 12, 1024},  {"350M", 24, 1024, 16, 1024}, {"774M", 36, 1280, 20, 1024},
     {"1.5B", 48, 1600, 25, 1024}, {"7B", 32, 4096, 32, 2048},   {"13B", 40, 5120, 40, 2048},
     {"70B", 80, 8192, 64, 2048},

@@ -76,7 +76,14 @@ typedef struct {
 } MemoryPlan;
 
 #define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
-#define REDUCE_SCRATCH_FLOATS(N, C, Vp) ((size_t)(N)*4 + (size_t)8192 * (C)*4 / 4 + 65536)
+// Scratch of the deterministic two-stage reductions (gpu/layers.cuh): per 128-row chunk of the batch,
+// a partial sum per column (LayerNorm weight and bias gradients: 2C, bias gradients: up to 4C), or
+// one double per block (at most 1024) of the gradient norm. The trainer checks each kernel's own
+// *_scratch_floats against this at start-up.
+static inline size_t reduce_scratch_floats(const GPTConfig *cfg, int B, int T) {
+    size_t chunks = ((size_t)B * T + 127) / 128;
+    return chunks * 4 * (size_t)cfg->channels + 2 * 1024;
+}
 
 // Elements of the four linear weights of one layer: 3C^2 + C^2 + 4C^2 + 4C^2.
 static inline size_t linear_weights_per_layer(const GPTConfig *cfg) {
@@ -129,7 +136,7 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, i
     b[BUF_ATT_DELTA] = N * NH * f32;
     b[BUF_CAST_FP8] = fp8 ? N * 4 * C : 0;
     b[BUF_CAST_FP8_T] = fp8 ? N * 4 * C : 0;
-    b[BUF_REDUCE_SCRATCH] = REDUCE_SCRATCH_FLOATS(N, C, Vp) * f32;
+    b[BUF_REDUCE_SCRATCH] = reduce_scratch_floats(cfg, B, T) * f32;
     b[BUF_FP8_STATE] = fp8_state_floats(cfg, history_len) * f32;
     b[BUF_STEP] = 2 * PLAN_ALIGN; // StepParams, then StepResults at +PLAN_ALIGN (both well under 256 bytes)
     b[BUF_TOKENS] = (5 * N + 2) * sizeof(int); // inputs, targets, embedding-gradient buckets and their count

@@ -28,6 +28,7 @@
 #include "debug_state.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
+#include "sampling.h"
 #include "tokenizer.h"
 #include "train_log.h"
 
@@ -712,35 +713,11 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     return (float)(sum / num_batches);
 }
 
-// Samples sample_len tokens after an end-of-text token from row 0 of the (B,T) buffers. The sampling
-// generator is seeded from the step so that sampling never changes training.
-static void sample_text(GPT *model, const Tokenizer *tokenizer, int *tokens, int sample_len, long step) {
-    int T = model->T, Vp = model->config.padded_vocab_size, V = model->config.vocab_size;
-    int eot = tokenizer->loaded ? (int)tokenizer->eot_token : 0;
-    for (int i = 0; i < model->B * T; i++) tokens[i] = eot;
-    Rng rng;
-    rng_seed(&rng, 0x5A4D + (uint64_t)step);
-    int steps = sample_len < T - 1 ? sample_len : T - 1;
-    printf("sample | ");
-    for (int t = 1; t <= steps; t++) {
-        gpt_forward(model, tokens, NULL, 0);
-        const float *p = model->acts.probs + (size_t)(t - 1) * Vp;
-        double u = rng_uniform(&rng), cdf = 0.0;
-        int next = V - 1;
-        for (int v = 0; v < V; v++) {
-            cdf += p[v];
-            if (u < cdf) {
-                next = v;
-                break;
-            }
-        }
-        tokens[t] = next;
-        if (tokenizer->loaded)
-            printf("%s", tokenizer_decode(tokenizer, (uint32_t)next));
-        else
-            printf("%d ", next);
-    }
-    printf("\n");
+// sampling.h's view of the model: the logits of one position after a forward over tokens.
+static const float *cpu_position_logits(void *model_ptr, const int *tokens, int position) {
+    GPT *model = (GPT *)model_ptr;
+    gpt_forward(model, tokens, NULL, 0);
+    return model->acts.logits + (size_t)position * model->config.padded_vocab_size;
 }
 
 // ----------------------------------------------------------------------------
@@ -761,11 +738,7 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     long step = read_latest_checkpoint(opts->output_dir);
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
-    GPTConfig cfg;
-    float *params = load_model_file(model_path, &cfg);
-    if (memcmp(&cfg, &model->config, sizeof(cfg)) != 0)
-        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", model_path,
-             cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len);
+    float *params = load_checkpoint_model(model_path, &model->config);
     memcpy(model->params, params, model->num_params * sizeof(float));
     free(params);
     load_state_file(state_path, state, &model->config, model->m, model->v, model->num_params,
@@ -799,14 +772,8 @@ int main(int argc, char **argv) {
                     cfg.vocab_size);
     int have_val = *opts.val_data != '\0';
     if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size);
-    Tokenizer tokenizer = {0};
-    if (*opts.tokenizer) {
-        tokenizer_init(&tokenizer, opts.tokenizer);
-        if ((int)tokenizer.vocab_size != cfg.vocab_size)
-            fail("--tokenizer: %s has %u tokens but the model's vocabulary is %d", opts.tokenizer,
-                 tokenizer.vocab_size, cfg.vocab_size);
-    }
-
+    Tokenizer tokenizer;
+    load_tokenizer_for(&tokenizer, &opts, &cfg);
     GPT model;
     gpt_alloc(&model, &cfg, opts.dtype, B, T, &opts);
     if (init_params)
@@ -879,11 +846,12 @@ int main(int argc, char **argv) {
             step + 1, opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps / (ms / 1e3), skipped};
         log_step(&log, &record);
         int last = step + 1 == opts.steps;
-        if (have_val && ((opts.val_every > 0 && (step + 1) % opts.val_every == 0) || last))
+        if (have_val && is_due(step + 1, opts.val_every, last))
             log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
         if (opts.sample_every > 0 && (step + 1) % opts.sample_every == 0)
-            sample_text(&model, &tokenizer, sample_tokens, opts.sample_len, step);
-        if (*opts.output_dir && ((opts.ckpt_every > 0 && (step + 1) % opts.ckpt_every == 0) || last)) {
+            sample_text(&model, cpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
+                        opts.sample_len, step);
+        if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
             state.train_position = train_loader.pos;
             save_checkpoint(&model, &opts, &state);
         }

@@ -27,6 +27,7 @@
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
 #include "memory_plan.h"
+#include "sampling.h"
 #include "train_log.h"
 
 // ----------------------------------------------------------------------------
@@ -47,22 +48,38 @@ typedef struct {
     bf16 *dresidual, *dc, *dqkv, *dfch;
     float *att_delta, *reduce_scratch;
     fp8 *cast_fp8, *cast_fp8_t;
-    int *tokens; // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count (1)
+    // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count (1)
+    int *tokens;
     Fp8DeviceState fp8;
     StepParams *step_params, *step_params_host;    // device, pinned host
     StepResults *step_results, *step_results_host; // device, pinned host
     int *tokens_host;                              // pinned staging of the tokens area
+    float *sample_row;                             // (Vp) host logits of one position, for sampling
+    bf16 *sample_row_bf16;                         // (Vp) its device-format copy
     cudaEvent_t tokens_copied;
     GemmContext gemm;
     cudaStream_t stream;
     cudaGraphExec_t micro_graph, update_graph;
 } GPT;
 
+// BUF_STEP holds StepParams, then StepResults at +PLAN_ALIGN (memory_plan.h).
+static_assert(sizeof(StepParams) <= PLAN_ALIGN && sizeof(StepResults) <= PLAN_ALIGN,
+              "memory_plan.h: BUF_STEP is too small for StepParams and StepResults");
+
 static void *plan_ptr(GPT *model, BufferId id) {
     return model->plan.bytes[id] ? model->memory + model->plan.offset[id] : NULL;
 }
 
-static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T, int accum_steps) {
+static void copy_to_host(void *dst, const void *src, size_t bytes) {
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void copy_to_device(void *dst, const void *src, size_t bytes) {
+    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
+                      int accum_steps) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->dtype = opts->dtype;
@@ -76,7 +93,8 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     size_t free_bytes = 0, total_bytes = 0;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (model->plan.total > free_bytes)
-        fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or --seq_len)",
+        fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
+             "--seq_len)",
              model->plan.total / 1073741824.0, free_bytes / 1073741824.0);
     cuda_check(cudaMalloc((void **)&model->memory, model->plan.total));
     cuda_check(cudaMemset(model->memory, 0, model->plan.total));
@@ -113,15 +131,23 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     model->cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
     model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
     model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
-    fp8_state_views(&model->fp8, (float *)plan_ptr(model, BUF_FP8_STATE), cfg->num_layers, opts->amax_history);
+    fp8_state_views(&model->fp8, (float *)plan_ptr(model, BUF_FP8_STATE), cfg->num_layers,
+                    opts->amax_history);
     model->step_params = (StepParams *)plan_ptr(model, BUF_STEP);
     model->step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
     cuda_check(cudaMallocHost((void **)&model->step_params_host, sizeof(StepParams)));
     cuda_check(cudaMallocHost((void **)&model->step_results_host, sizeof(StepResults)));
     cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS]));
     cuda_check(cudaEventCreateWithFlags(&model->tokens_copied, cudaEventDisableTiming));
+    model->sample_row = (float *)malloc_check(cfg->padded_vocab_size * sizeof(float), "sampling");
+    model->sample_row_bf16 = (bf16 *)malloc_check(cfg->padded_vocab_size * sizeof(bf16), "sampling");
     cuda_check(cudaStreamCreate(&model->stream));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
+    size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
+    if (layernorm_backward_scratch_floats((int)N, cfg->channels) > scratch ||
+        bias_backward_scratch_floats((int)N, 4 * cfg->channels) > scratch ||
+        global_norm_squared_scratch_floats(model->num_params) > scratch)
+        fail("memory_plan.h: reduce_scratch_floats is smaller than a kernel's scratch (a bug)");
 }
 
 // ----------------------------------------------------------------------------
@@ -140,13 +166,14 @@ static void cast_weights(GPT *model) {
     Fp8DeviceState *s = &model->fp8;
     for (int l = 0; l < cfg->num_layers; l++) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
-            int w = l * NUM_BLOCK_LINEARS + lin, OC = linear_out_features(cfg, lin), IC = linear_in_features(cfg, lin);
+            int w = l * NUM_BLOCK_LINEARS + lin, OC = linear_out_features(cfg, lin),
+                IC = linear_in_features(cfg, lin);
             const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
             size_t offset = linear_weight_offset_fp8(cfg, l, lin);
             measure_scale<float>(&s->weight_amax[w], &s->weight_scale[w], &s->weight_descale[w], master,
                                  (size_t)OC * IC, FP8_E4M3, model->margin, model->stream);
-            cast_transpose<float>(model->weights_fp8 + offset, model->weights_fp8_t + offset, NULL, master, OC, IC,
-                                  &s->weight_scale[w], FP8_E4M3, model->stream);
+            cast_transpose<float>(model->weights_fp8 + offset, model->weights_fp8_t + offset, NULL, master,
+                                  OC, IC, &s->weight_scale[w], FP8_E4M3, model->stream);
         }
     }
 }
@@ -181,8 +208,8 @@ static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, f
     Fp8DeviceState *s = &model->fp8;
     float *amax = record_amax ? &s->amax_current[index] : NULL;
     if (model->recipe == FP8_RECIPE_CURRENT) {
-        measure_scale<bf16>(&s->amax_current[index], &s->scale[index], &s->descale[index], x, (size_t)rows * cols,
-                            format, model->margin, model->stream);
+        measure_scale<bf16>(&s->amax_current[index], &s->scale[index], &s->descale[index], x,
+                            (size_t)rows * cols, format, model->margin, model->stream);
         amax = NULL;
     }
     cast_transpose<bf16>(out, out_t, amax, x, rows, cols, &s->scale[index], format, model->stream);
@@ -191,7 +218,8 @@ static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, f
 static fp8 *saved_input_t(GPT *model, int layer, int linear) {
     const GPTConfig *cfg = &model->config;
     size_t N = (size_t)model->B * model->T, C = cfg->channels;
-    static const int column_offset[NUM_BLOCK_LINEARS] = {0, 1, 2, 3}; // in units of C: qkv, attproj, fc, fcproj
+    // in units of C: qkv (C wide), attproj (C), fc (C), fcproj (4C)
+    static const int column_offset[NUM_BLOCK_LINEARS] = {0, 1, 2, 3};
     return model->inputs_fp8_t + ((size_t)layer * 7 + column_offset[linear]) * C * N;
 }
 
@@ -206,16 +234,19 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
         fp8_cast(model, index, inp, N, IC, model->cast_fp8, saved_input_t(model, layer, linear), record_amax,
                  FP8_E4M3);
         const fp8 *weight = model->weights_fp8 + linear_weight_offset_fp8(cfg, layer, linear);
-        gemm(&model->gemm, out, CUDA_R_16BF, fp8_operand(model->cast_fp8, FP8_E4M3, &model->fp8.descale[index]), 0,
-             fp8_operand(weight, FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, OC, IC, bias, 0, 1, model->stream);
+        gemm(&model->gemm, out, CUDA_R_16BF,
+             fp8_operand(model->cast_fp8, FP8_E4M3, &model->fp8.descale[index]), 0,
+             fp8_operand(weight, FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, OC, IC, bias, 0, 1,
+             model->stream);
     } else {
-        gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0, bf16_operand(weight_bf16(model, weight_tensor, layer)),
-             1, N, OC, IC, bias, 0, 0, model->stream);
+        gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
+             bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
     }
 }
 
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias += column sums of dout
-static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const bf16 *dout, const bf16 *inp) {
+static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const bf16 *dout,
+                            const bf16 *inp) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
@@ -230,17 +261,18 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
         GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &model->fp8.descale[index]);
         GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &model->fp8.descale[index]);
         // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-        gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0, fp8_operand(weight_t, FP8_E4M3, &model->fp8.weight_descale[w]),
-             1, N, IC, OC, NULL, 0, 0, model->stream);
+        gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
+             fp8_operand(weight_t, FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, IC, OC, NULL, 0, 0,
+             model->stream);
         // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
         gemm(&model->gemm, dweight, CUDA_R_32F, dout_q_t, 0,
-             fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &model->fp8.descale[input_index]), 1, OC, IC,
-             N, NULL, 1, 0, model->stream);
+             fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &model->fp8.descale[input_index]), 1,
+             OC, IC, N, NULL, 1, 0, model->stream);
     } else {
         gemm(&model->gemm, dinp, CUDA_R_16BF, bf16_operand(dout), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 0, N, IC, OC, NULL, 0, 0, model->stream);
-        gemm(&model->gemm, dweight, CUDA_R_32F, bf16_operand(dout), 1, bf16_operand(inp), 0, OC, IC, N, NULL, 1, 0,
-             model->stream);
+        gemm(&model->gemm, dweight, CUDA_R_32F, bf16_operand(dout), 1, bf16_operand(inp), 0, OC, IC, N, NULL,
+             1, 0, model->stream);
     }
 }
 
@@ -259,14 +291,17 @@ static void gpt_forward(GPT *model, int record_amax) {
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
     const int *inputs = model->tokens;
-    encoder_forward(model->encoded, inputs, weight_bf16(model, PT_WTE, 0), weight_bf16(model, PT_WPE, 0), B, T, C,
-                    stream);
+    encoder_forward(model->encoded, inputs, weight_bf16(model, PT_WTE, 0), weight_bf16(model, PT_WPE, 0), B,
+                    T, C, stream);
     for (int l = 0; l < L; l++) {
         const bf16 *residual = l == 0 ? model->encoded : model->residual3 + (l - 1) * NC;
         bf16 *ln1 = gemm_input(model, model->ln1, l, NC), *atty = gemm_input(model, model->atty, l, NC);
-        bf16 *ln2 = gemm_input(model, model->ln2, l, NC), *fch_gelu = gemm_input(model, model->fch_gelu, l, 4 * NC);
-        bf16 *qkv = model->qkv + l * 3 * NC, *fch = model->fch + l * 4 * NC, *residual2 = model->residual2 + l * NC;
-        float *ln1_stats = model->ln1_stats + (size_t)l * 2 * N, *ln2_stats = model->ln2_stats + (size_t)l * 2 * N;
+        bf16 *ln2 = gemm_input(model, model->ln2, l, NC),
+             *fch_gelu = gemm_input(model, model->fch_gelu, l, 4 * NC);
+        bf16 *qkv = model->qkv + l * 3 * NC, *fch = model->fch + l * 4 * NC,
+             *residual2 = model->residual2 + l * NC;
+        float *ln1_stats = model->ln1_stats + (size_t)l * 2 * N,
+              *ln2_stats = model->ln2_stats + (size_t)l * 2 * N;
         layernorm_forward(ln1, ln1_stats, ln1_stats + N, residual, weight_bf16(model, PT_LN1W, l),
                           weight_bf16(model, PT_LN1B, l), N, C, stream);
         linear_forward(model, l, LIN_QKV, qkv, ln1, record_amax);
@@ -306,38 +341,43 @@ static void gpt_backward(GPT *model) {
     cudaStream_t stream = model->stream;
     float *dw = model->grads;
     const bf16 *dlogits = model->logits;
-    gemm(&model->gemm, model->dc, CUDA_R_16BF, bf16_operand(dlogits), 0, bf16_operand(weight_bf16(model, PT_WTE, 0)),
-         0, N, C, Vp, NULL, 0, 0, stream);
+    gemm(&model->gemm, model->dc, CUDA_R_16BF, bf16_operand(dlogits), 0,
+         bf16_operand(weight_bf16(model, PT_WTE, 0)), 0, N, C, Vp, NULL, 0, 0, stream);
     gemm(&model->gemm, dw + param_offset(cfg, PT_WTE, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
          bf16_operand(model->lnf), 0, Vp, C, N, NULL, 1, 0, stream);
     cuda_check(cudaMemsetAsync(model->dresidual, 0, NC * sizeof(bf16), stream));
-    layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LNFW, 0), dw + param_offset(cfg, PT_LNFB, 0),
-                       model->dc, model->residual3 + (L - 1) * NC, weight_bf16(model, PT_LNFW, 0), model->lnf_stats,
-                       model->lnf_stats + N, N, C, model->reduce_scratch, stream);
+    layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LNFW, 0),
+                       dw + param_offset(cfg, PT_LNFB, 0), model->dc, model->residual3 + (L - 1) * NC,
+                       weight_bf16(model, PT_LNFW, 0), model->lnf_stats, model->lnf_stats + N, N, C,
+                       model->reduce_scratch, stream);
     for (int l = L - 1; l >= 0; l--) {
         const bf16 *residual = l == 0 ? model->encoded : model->residual3 + (l - 1) * NC;
         const bf16 *ln1 = gemm_input(model, model->ln1, l, NC), *atty = gemm_input(model, model->atty, l, NC);
         const bf16 *ln2 = gemm_input(model, model->ln2, l, NC);
         const bf16 *fch_gelu = gemm_input(model, model->fch_gelu, l, 4 * NC);
-        const float *ln1_stats = model->ln1_stats + (size_t)l * 2 * N, *ln2_stats = model->ln2_stats + (size_t)l * 2 * N;
+        const float *ln1_stats = model->ln1_stats + (size_t)l * 2 * N,
+                    *ln2_stats = model->ln2_stats + (size_t)l * 2 * N;
         linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, fch_gelu);
         gelu_backward(model->dfch, model->fch + l * 4 * NC, 4 * NC, stream);
         linear_backward(model, l, LIN_FC, model->dc, model->dfch, ln2);
-        layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LN2W, l), dw + param_offset(cfg, PT_LN2B, l),
-                           model->dc, model->residual2 + l * NC, weight_bf16(model, PT_LN2W, l), ln2_stats,
-                           ln2_stats + N, N, C, model->reduce_scratch, stream);
+        layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LN2W, l),
+                           dw + param_offset(cfg, PT_LN2B, l), model->dc, model->residual2 + l * NC,
+                           weight_bf16(model, PT_LN2W, l), ln2_stats, ln2_stats + N, N, C,
+                           model->reduce_scratch, stream);
         linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, atty);
         attention_backward(model->dqkv, model->att_delta, model->dc, model->qkv + l * 3 * NC,
                            model->att_lse + (size_t)l * N * NH, B, T, C, NH, stream);
         linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, ln1);
-        layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LN1W, l), dw + param_offset(cfg, PT_LN1B, l),
-                           model->dc, residual, weight_bf16(model, PT_LN1W, l), ln1_stats, ln1_stats + N, N, C,
+        layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LN1W, l),
+                           dw + param_offset(cfg, PT_LN1B, l), model->dc, residual,
+                           weight_bf16(model, PT_LN1W, l), ln1_stats, ln1_stats + N, N, C,
                            model->reduce_scratch, stream);
     }
     const int *buckets = model->tokens + 2 * N;
-    encoder_backward(dw + param_offset(cfg, PT_WTE, 0), dw + param_offset(cfg, PT_WPE, 0), model->dresidual,
-                     model->tokens, buckets, buckets + 2 * N, buckets + N, model->tokens_host[5 * N], B, T, C,
-                     model->reduce_scratch, stream);
+    encoder_backward(
+        dw + param_offset(cfg, PT_WTE, 0), dw + param_offset(cfg, PT_WPE, 0), model->dresidual, model->tokens,
+        buckets, buckets + 2 * N, buckets + N, N, B, T, C, model->reduce_scratch,
+        stream); // N buckets: the unused ones are empty, so the launch does not depend on the batch
 }
 
 // ----------------------------------------------------------------------------
@@ -368,12 +408,13 @@ static void micro_step(GPT *model) {
 // zeroed gradients for the next step.
 static void update_step(GPT *model) {
     cudaStream_t stream = model->stream;
-    global_norm_squared(&model->step_results->norm_squared, model->grads, model->num_params, model->reduce_scratch,
-                        stream);
+    global_norm_squared(&model->step_results->norm_squared, model->grads, model->num_params,
+                        model->reduce_scratch, stream);
     step_decide_kernel<<<1, 1, 0, stream>>>(model->step_results, model->step_params);
     cuda_check_launch();
-    adamw_kernel<<<1024, 256, 0, stream>>>(model->params, model->params_bf16, model->grads, model->m, model->v,
-                                           model->num_params, model->config, model->step_params, model->step_results);
+    adamw_kernel<<<1024, 256, 0, stream>>>(model->params, model->params_bf16, model->grads, model->m,
+                                           model->v, model->num_params, model->config, model->step_params,
+                                           model->step_results);
     cuda_check_launch();
     if (model->dtype == DTYPE_FLOAT8) {
         cast_weights(model);
@@ -406,6 +447,8 @@ static void run_captured(GPT *model, StepFunction fn, cudaGraphExec_t *exec, int
     cuda_check(cudaGraphLaunch(*exec, model->stream));
 }
 
+// The host writes the pinned copy only after the previous step's read_step_results synchronised the
+// stream, so the asynchronous copy of the last values has completed.
 static void set_step_params(GPT *model, const TrainOptions *opts, int step, long updates_applied) {
     StepParams *p = model->step_params_host;
     p->lr = learning_rate(opts, step);
@@ -420,7 +463,8 @@ static void set_step_params(GPT *model, const TrainOptions *opts, int step, long
     p->fp8_margin = opts->fp8_margin;
     p->history_len = opts->amax_history;
     p->step = step;
-    cuda_check(cudaMemcpyAsync(model->step_params, p, sizeof(StepParams), cudaMemcpyHostToDevice, model->stream));
+    cuda_check(
+        cudaMemcpyAsync(model->step_params, p, sizeof(StepParams), cudaMemcpyHostToDevice, model->stream));
 }
 
 static void read_step_results(GPT *model) {
@@ -442,16 +486,19 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     return model->step_results_host->val_loss_sum / num_batches;
 }
 
+// sampling.h's view of the model: a forward over tokens, then one position's logits on the host.
+static const float *gpu_position_logits(void *model_ptr, const int *tokens, int position) {
+    GPT *model = (GPT *)model_ptr;
+    int Vp = model->config.padded_vocab_size;
+    upload_batch(model, tokens, tokens);
+    gpt_forward(model, 0);
+    copy_to_host(model->sample_row_bf16, model->logits + (size_t)position * Vp, Vp * sizeof(bf16));
+    for (int v = 0; v < Vp; v++) model->sample_row[v] = __bfloat162float(model->sample_row_bf16[v]);
+    return model->sample_row;
+}
+
 // ----------------------------------------------------------------------------
 // Checkpoints: the same files as train_cpu
-
-static void copy_to_host(void *dst, const void *src, size_t bytes) {
-    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-}
-
-static void copy_to_device(void *dst, const void *src, size_t bytes) {
-    cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-}
 
 static size_t history_floats(const GPT *model) {
     return (size_t)model->fp8.num_tensors * model->fp8.history_len;
@@ -466,7 +513,8 @@ static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     copy_to_host(host + 2 * P, model->v, P * sizeof(float));
     copy_to_host(host + 3 * P, model->fp8.amax_history, H * sizeof(float));
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
-    checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path, sizeof(model_path));
+    checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
+                     sizeof(model_path));
     save_model_file(model_path, host, &model->config);
     save_state_file(state_path, state, &model->config, host + P, host + 2 * P, P, host + 3 * P, H);
     write_latest_checkpoint(opts->output_dir, (long)state->step);
@@ -478,11 +526,7 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     long step = read_latest_checkpoint(opts->output_dir);
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
-    GPTConfig cfg;
-    float *params = load_model_file(model_path, &cfg);
-    if (memcmp(&cfg, &model->config, sizeof(cfg)) != 0)
-        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", model_path,
-             cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len);
+    float *params = load_checkpoint_model(model_path, &model->config);
     size_t P = model->num_params, H = history_floats(model);
     float *host = (float *)malloc_check((2 * P + H) * sizeof(float), "checkpoint staging");
     load_state_file(state_path, state, &model->config, host, host + P, P, host + 2 * P, H);
@@ -541,12 +585,16 @@ int main(int argc, char **argv) {
     prepare_output_dir(opts.output_dir);
     if (opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
-    if (opts.sample_every > 0) fail("--sample_every: text sampling is done by train_cpu; the GPU trainer has none");
+    if (opts.sample_every > 0)
+        fail("--sample_every: text sampling is done by train_cpu; the GPU trainer has none");
     GPTConfig cfg;
     float *init_params = NULL;
-    if (*opts.init_from) init_params = load_model_file(opts.init_from, &cfg);
-    else cfg = config_from_options(&opts);
+    if (*opts.init_from)
+        init_params = load_model_file(opts.init_from, &cfg);
+    else
+        cfg = config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
+    size_t N = (size_t)B * T;
     int accum_steps = resolve_grad_accum_steps(&opts, T, 1);
     if (*opts.debug_state && (accum_steps != 1 || opts.resume))
         fail("--debug_state: needs a fresh run (no --resume) without gradient accumulation");
@@ -554,9 +602,13 @@ int main(int argc, char **argv) {
     if (opts.dtype == DTYPE_FLOAT8) check_fp8_shapes(&cfg, B, T);
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opts.train_data, B, T, 0, 1, opts.shuffle, (uint64_t)opts.seed, cfg.vocab_size);
+    dataloader_init(&train_loader, opts.train_data, B, T, 0, 1, opts.shuffle, (uint64_t)opts.seed,
+                    cfg.vocab_size);
     int have_val = *opts.val_data != '\0';
     if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size);
+    Tokenizer tokenizer;
+    load_tokenizer_for(&tokenizer, &opts, &cfg);
+    int *sample_tokens = (int *)malloc_check(N * sizeof(int), "sample buffer");
 
     int device_count = 0;
     if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
@@ -564,8 +616,8 @@ int main(int argc, char **argv) {
     cudaDeviceProp props;
     cuda_check(cudaGetDeviceProperties(&props, 0));
     if (opts.dtype == DTYPE_FLOAT8 && props.major * 10 + props.minor < 89)
-        fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name, props.major,
-             props.minor);
+        fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name,
+             props.major, props.minor);
 
     GPT model;
     gpt_alloc(&model, &cfg, &opts, B, T, accum_steps);
@@ -581,19 +633,18 @@ int main(int argc, char **argv) {
         load_checkpoint(&model, &opts, &state);
         dataloader_set_position(&train_loader, state.train_position);
     }
-    set_step_params(&model, &opts, (int)state.step, (long)state.updates_applied);
-    scales_from_history_kernel<<<ceil_div(model.fp8.num_tensors, 128), 128, 0, model.stream>>>(model.fp8,
-                                                                                                 opts.fp8_margin);
+    scales_from_history_kernel<<<ceil_div(model.fp8.num_tensors, 128), 128, 0, model.stream>>>(
+        model.fp8, opts.fp8_margin);
     cuda_check_launch();
     refresh_compute_weights(&model);
 
-    printf("train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-           "%.2f GiB planned\n",
-           props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
-           model.num_params, dtype_name(opts.dtype), B, T, accum_steps, model.plan.total / 1073741824.0);
+    printf(
+        "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
+        "%.2f GiB planned\n",
+        props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
+        model.num_params, dtype_name(opts.dtype), B, T, accum_steps, model.plan.total / 1073741824.0);
     RunLog log;
     run_log_open(&log, opts.log_file, (long)state.step);
-    size_t N = (size_t)B * T;
     DebugState debug = {};
     int have_debug = *opts.debug_state != '\0';
     if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
@@ -616,19 +667,30 @@ int main(int argc, char **argv) {
         run_captured(&model, update_step, &model.update_graph, use_graph, &update_calls);
         read_step_results(&model);
         const StepResults *r = model.step_results_host;
-        if (r->skipped) state.skipped_steps++;
-        else state.updates_applied++;
+        if (r->skipped)
+            state.skipped_steps++;
+        else
+            state.updates_applied++;
         state.step = step + 1;
         if (have_debug) debug.step_losses[step] = r->loss;
         double ms = wall_time_ms() - start;
         if (step >= first_step + 3) timed_ms += ms, timed_steps++; // after warm-up and graph capture
-        StepRecord record = {step + 1, opts.steps, r->loss, model.step_params_host->lr, r->grad_norm, ms,
-                             (double)N * accum_steps / (ms / 1e3), r->skipped};
+        StepRecord record = {step + 1,
+                             opts.steps,
+                             r->loss,
+                             model.step_params_host->lr,
+                             r->grad_norm,
+                             ms,
+                             (double)N * accum_steps / (ms / 1e3),
+                             r->skipped};
         log_step(&log, &record);
         int last = step + 1 == opts.steps;
-        if (have_val && ((opts.val_every > 0 && (step + 1) % opts.val_every == 0) || last))
+        if (have_val && is_due(step + 1, opts.val_every, last))
             log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
-        if (*opts.output_dir && ((opts.ckpt_every > 0 && (step + 1) % opts.ckpt_every == 0) || last)) {
+        if (opts.sample_every > 0 && (step + 1) % opts.sample_every == 0)
+            sample_text(&model, gpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
+                        opts.sample_len, step);
+        if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
             state.train_position = train_loader.pos;
             save_checkpoint(&model, &opts, &state);
         }
@@ -639,11 +701,16 @@ int main(int argc, char **argv) {
     if (timed_steps > 0) {
         double ms = timed_ms / timed_steps, tokens_per_second = (double)N * accum_steps / (ms / 1e3);
         double peak = bf16_peak_flops(&props);
-        double mfu = peak > 0 ? 100.0 * flops_per_token(&cfg, model.num_params, T) * tokens_per_second / peak : 0.0;
-        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak | peak memory %.2f GiB\n", ms,
-               tokens_per_second, mfu, (total_bytes - free_bytes) / 1073741824.0);
+        double mfu =
+            peak > 0 ? 100.0 * flops_per_token(&cfg, model.num_params, T) * tokens_per_second / peak : 0.0;
+        // every buffer is allocated up front from the plan, so the plan's total is this run's peak
+        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak | peak memory %.2f GiB "
+               "(device in use: %.2f GiB)\n",
+               ms, tokens_per_second, mfu, model.plan.total / 1073741824.0,
+               (total_bytes - free_bytes) / 1073741824.0);
     }
-    if (state.skipped_steps) printf("skipped steps (non-finite loss or gradient norm): %ld\n", (long)state.skipped_steps);
+    if (state.skipped_steps)
+        printf("skipped steps (non-finite loss or gradient norm): %ld\n", (long)state.skipped_steps);
     run_log_close(&log);
     gemm_destroy(&model.gemm);
     return 0;

@@ -26,6 +26,12 @@ static inline float learning_rate(const TrainOptions *opts, int step) {
     return min_lr + 0.5f * (lr - min_lr) * (1.0f + cosf(3.14159265358979f * progress));
 }
 
+// Whether a periodic action (validation, checkpoint) falls after `steps_done` steps: every `every`
+// steps (0: never periodically) and always after the last.
+static inline int is_due(int steps_done, int every, int last) {
+    return last || (every > 0 && steps_done % every == 0);
+}
+
 static inline double wall_time_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -21,7 +21,8 @@ typedef struct {
 static const BenchModel MODELS[] = {{"124M", 768}, {"1.5B", 1600}, {"7B", 4096}, {"70B", 8192}};
 
 __global__ void fill_kernel(bf16 *x, size_t n, unsigned seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)i * 2654435761u ^ seed;
         h ^= h >> 15;
         h *= 2246822519u;
@@ -58,8 +59,8 @@ typedef struct {
 
 static void run_bf16(void *p) {
     Bench *b = (Bench *)p;
-    gemm(b->gemm, b->out_bf16, CUDA_R_16BF, {b->x, CUDA_R_16BF, NULL}, 0, {b->w, CUDA_R_16BF, NULL}, 1, b->M, b->N,
-         b->K, NULL, 0, 0, b->stream);
+    gemm(b->gemm, b->out_bf16, CUDA_R_16BF, {b->x, CUDA_R_16BF, NULL}, 0, {b->w, CUDA_R_16BF, NULL}, 1, b->M,
+         b->N, b->K, NULL, 0, 0, b->stream);
 }
 
 static void run_fp8(void *p) {
@@ -77,7 +78,8 @@ static void run_fp8_with_cast(void *p) {
 }
 
 static double rel_l2_bf16(const bf16 *a, const bf16 *b, size_t n) {
-    bf16 *ha = (bf16 *)malloc_check(n * sizeof(bf16), "bench"), *hb = (bf16 *)malloc_check(n * sizeof(bf16), "bench");
+    bf16 *ha = (bf16 *)malloc_check(n * sizeof(bf16), "bench"),
+         *hb = (bf16 *)malloc_check(n * sizeof(bf16), "bench");
     cuda_check(cudaMemcpy(ha, a, n * sizeof(bf16), cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(hb, b, n * sizeof(bf16), cudaMemcpyDeviceToHost));
     double diff = 0.0, norm = 0.0;
@@ -93,22 +95,25 @@ static double rel_l2_bf16(const bf16 *a, const bf16 *b, size_t n) {
 
 int main(int argc, char **argv) {
     int tokens = argc > 1 ? atoi(argv[1]) : 8192;
-    if (tokens <= 0 || tokens % 16) fail("tokens: %s must be a positive multiple of 16", argc > 1 ? argv[1] : "");
+    if (tokens <= 0 || tokens % 16)
+        fail("tokens: %s must be a positive multiple of 16", argc > 1 ? argv[1] : "");
     cudaStream_t stream;
     cuda_check(cudaStreamCreate(&stream));
     void *workspace;
     cuda_check(cudaMalloc(&workspace, GEMM_WORKSPACE_BYTES));
     GemmContext ctx;
     gemm_init(&ctx, workspace, GEMM_WORKSPACE_BYTES);
-    printf("%-5s %-7s %6s %6s %6s | %8s %8s %8s | %7s %7s | %s\n", "model", "linear", "M", "N", "K", "bf16", "fp8",
-           "fp8+cast", "x raw", "x cast", "fp8 rel err");
+    printf("%-5s %-7s %6s %6s %6s | %8s %8s %8s | %7s %7s | %s\n", "model", "linear", "M", "N", "K", "bf16",
+           "fp8", "fp8+cast", "x raw", "x cast", "fp8 rel err");
     static const char *linear_names[4] = {"qkv", "attproj", "fc", "fcproj"};
     int failures = 0;
     for (int m = 0; m < (int)(sizeof(MODELS) / sizeof(MODELS[0])); m++) {
         int C = MODELS[m].channels;
         int out_features[4] = {3 * C, C, 4 * C, C}, in_features[4] = {C, C, C, 4 * C};
         for (int lin = 0; lin < 4; lin++) {
-            Bench b = {&ctx, stream, tokens, out_features[lin], in_features[lin]};
+            Bench b;
+            memset(&b, 0, sizeof(b));
+            b.gemm = &ctx, b.stream = stream, b.M = tokens, b.N = out_features[lin], b.K = in_features[lin];
             size_t x_n = (size_t)b.M * b.K, w_n = (size_t)b.N * b.K, out_n = (size_t)b.M * b.N;
             cuda_check(cudaMalloc((void **)&b.x, x_n * sizeof(bf16)));
             cuda_check(cudaMalloc((void **)&b.w, w_n * sizeof(bf16)));
@@ -132,8 +137,8 @@ int main(int argc, char **argv) {
             double err = rel_l2_bf16(b.out_fp8, b.out_bf16, out_n);
             failures += !(err < 0.125);
             printf("%-5s %-7s %6d %6d %6d | %8.1f %8.1f %8.1f | %6.2fx %6.2fx | %.4f\n", MODELS[m].model,
-                   linear_names[lin], b.M, b.N, b.K, flops / t_bf16 / 1e9, flops / t_fp8 / 1e9, flops / t_cast / 1e9,
-                   t_bf16 / t_fp8, t_bf16 / t_cast, err);
+                   linear_names[lin], b.M, b.N, b.K, flops / t_bf16 / 1e9, flops / t_fp8 / 1e9,
+                   flops / t_cast / 1e9, t_bf16 / t_fp8, t_bf16 / t_cast, err);
             cudaFree(b.x), cudaFree(b.w), cudaFree(b.out_bf16), cudaFree(b.out_fp8);
             cudaFree(b.x_q), cudaFree(b.x_q_t), cudaFree(b.w_q), cudaFree(b.state);
         }

@@ -34,10 +34,10 @@ typedef struct {
 // Device views of the FP8 scaling state (one allocation, see memory_plan.h's fp8_state_floats).
 typedef struct {
     int num_tensors, num_weights, history_len;
-    float *amax_history; // (num_tensors, history_len)
-    float *amax_current; // (num_tensors)
-    float *scale;        // (num_tensors)
-    float *descale;      // (num_tensors) 1/scale, what cuBLASLt multiplies by
+    float *amax_history;                                // (num_tensors, history_len)
+    float *amax_current;                                // (num_tensors)
+    float *scale;                                       // (num_tensors)
+    float *descale;                                     // (num_tensors) 1/scale, what cuBLASLt multiplies by
     float *weight_amax, *weight_scale, *weight_descale; // (num_weights)
 } Fp8DeviceState;
 
@@ -69,12 +69,14 @@ __device__ static inline void atomic_max_nonneg(float *address, float value) {
 __device__ static inline float block_max(float value) {
     __shared__ float warp_max[32];
     int thread = threadIdx.y * blockDim.x + threadIdx.x, warps = (blockDim.x * blockDim.y + 31) / 32;
-    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
+    for (int offset = 16; offset > 0; offset >>= 1)
+        value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
     if (thread % 32 == 0) warp_max[thread / 32] = value;
     __syncthreads();
     if (thread >= 32) return value;
     value = thread < warps ? warp_max[thread] : 0.0f;
-    for (int offset = 16; offset > 0; offset >>= 1) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
+    for (int offset = 16; offset > 0; offset >>= 1)
+        value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
     return value;
 }
 
@@ -119,8 +121,7 @@ __global__ void cast_transpose_kernel(fp8 *out, fp8 *out_t, float *amax, const T
     }
 }
 
-template <typename T>
-__global__ void amax_kernel(float *amax, const T *in, size_t n) {
+template <typename T> __global__ void amax_kernel(float *amax, const T *in, size_t n) {
     float local = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         local = fmaxf(local, fabsf(to_float(in[i])));
@@ -129,8 +130,8 @@ __global__ void amax_kernel(float *amax, const T *in, size_t n) {
 }
 
 // The current recipe's exact scale (and its inverse) from a freshly measured amax.
-__global__ void scale_from_amax_kernel(float *scale, float *descale, const float *amax, int n, Fp8Format format,
-                                       int margin) {
+__global__ void scale_from_amax_kernel(float *scale, float *descale, const float *amax, int n,
+                                       Fp8Format format, int margin) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     scale[i] = fp8_compute_scale(amax[i], format, margin);
@@ -140,6 +141,8 @@ __global__ void scale_from_amax_kernel(float *scale, float *descale, const float
 template <typename T>
 static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, const T *in, int rows, int cols,
                                   const float *scale, Fp8Format format, cudaStream_t stream) {
+    if (ceil_div(rows, CAST_TILE) > 65535)
+        fail("cast_transpose: %d rows exceed the grid limit (%d)", rows, 65535 * CAST_TILE);
     dim3 grid(ceil_div(cols, CAST_TILE), ceil_div(rows, CAST_TILE)), block(CAST_TILE, 8);
     cast_transpose_kernel<T><<<grid, block, 0, stream>>>(out, out_t, amax, in, rows, cols, scale, format);
     cuda_check_launch();
@@ -148,8 +151,8 @@ static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, const T *in
 // Measures max |x| into *amax (overwritten) and derives the exact scale: the current recipe, and the
 // weights' casts in both recipes.
 template <typename T>
-static inline void measure_scale(float *amax, float *scale, float *descale, const T *in, size_t n, Fp8Format format,
-                                 int margin, cudaStream_t stream) {
+static inline void measure_scale(float *amax, float *scale, float *descale, const T *in, size_t n,
+                                 Fp8Format format, int margin, cudaStream_t stream) {
     cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream));
     int blocks = (int)(n / 4096 + 1 < 1024 ? n / 4096 + 1 : 1024);
     amax_kernel<T><<<blocks, 256, 0, stream>>>(amax, in, n);
@@ -170,7 +173,8 @@ __global__ void scales_from_history_kernel(Fp8DeviceState s, int margin) {
 
 // Once per step, after the update decision: the step's amaxes enter the histories (skipped steps
 // leave them out), and the scales of the next step follow.
-__global__ void delayed_update_kernel(Fp8DeviceState s, const StepParams *params, const StepResults *results) {
+__global__ void delayed_update_kernel(Fp8DeviceState s, const StepParams *params,
+                                      const StepResults *results) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= s.num_tensors) return;
     if (results->skipped) {
@@ -209,19 +213,29 @@ __global__ void step_decide_kernel(StepResults *results, const StepParams *param
 }
 
 // AdamW on every parameter (the formula of the CPU's adamw_update), writing the BF16 copy the ops read.
-__global__ void adamw_kernel(float *params, bf16 *params_bf16, const float *grads, float *m, float *v, size_t n,
-                             GPTConfig cfg, const StepParams *p, const StepResults *results) {
+// Spelled with the _rn intrinsics in the CPU's operation order: nvcc would otherwise fuse the products
+// and sums into FMAs, which the CPU (ISO C, no contraction) does not do, and every step would move the
+// weights by a last-bit different amount.
+__global__ void adamw_kernel(float *params, bf16 *params_bf16, const float *grads, float *m, float *v,
+                             size_t n, GPTConfig cfg, const StepParams *p, const StepResults *results) {
     if (results->skipped) return;
     float norm = results->grad_norm;
-    float grad_scale = (p->grad_clip > 0.0f && norm > p->grad_clip) ? p->grad_clip / norm : 1.0f;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float grad_scale = (p->grad_clip > 0.0f && norm > p->grad_clip) ? __fdiv_rn(p->grad_clip, norm) : 1.0f;
+    float one_minus_beta1 = 1.0f - p->beta1, one_minus_beta2 = 1.0f - p->beta2;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         float weight_decay = param_is_decayed(param_tensor_at(&cfg, i)) ? p->weight_decay : 0.0f;
-        float grad = grads[i] * grad_scale;
-        m[i] = p->beta1 * m[i] + (1.0f - p->beta1) * grad;
-        v[i] = p->beta2 * v[i] + (1.0f - p->beta2) * grad * grad;
-        float m_hat = m[i] / p->beta1_correction, v_hat = v[i] / p->beta2_correction;
-        params[i] -= p->lr * (m_hat / (sqrtf(v_hat) + p->eps) + weight_decay * params[i]);
-        params_bf16[i] = __float2bfloat16_rn(params[i]);
+        float grad = __fmul_rn(grads[i], grad_scale);
+        float mi = __fadd_rn(__fmul_rn(p->beta1, m[i]), __fmul_rn(one_minus_beta1, grad));
+        float vi = __fadd_rn(__fmul_rn(p->beta2, v[i]), __fmul_rn(__fmul_rn(one_minus_beta2, grad), grad));
+        m[i] = mi;
+        v[i] = vi;
+        float m_hat = __fdiv_rn(mi, p->beta1_correction), v_hat = __fdiv_rn(vi, p->beta2_correction);
+        float step = __fadd_rn(__fdiv_rn(m_hat, __fadd_rn(__fsqrt_rn(v_hat), p->eps)),
+                               __fmul_rn(weight_decay, params[i]));
+        float param = __fsub_rn(params[i], __fmul_rn(p->lr, step));
+        params[i] = param;
+        params_bf16[i] = __float2bfloat16_rn(param);
     }
 }
 

@@ -5,6 +5,8 @@
 // inverse scale: D = (1/s_a)(1/s_b) (A_q . B_q), which undoes the cast's x_q = x * s.
 // On Hopper and Ada cuBLASLt runs FP8 only in the "TN" form, both operands K-major: trans_a = 0,
 // trans_b = 1. The trainer arranges its FP8 operands (cached W^T, saved x^T, dy^T) accordingly.
+// Every pointer must be 16-byte aligned (checked per call): a plan serves all layers of its shape, so
+// its algorithm is chosen for that alignment, not for the (often 256-byte) alignment of the first call.
 #ifndef GPU_GEMM_CUH
 #define GPU_GEMM_CUH
 
@@ -36,6 +38,13 @@ typedef struct {
 } GemmPlan;
 
 #define MAX_GEMM_PLANS 64
+
+// What every GEMM pointer is aligned to: every buffer of the plan is 256-byte aligned, and every offset
+// into one is a multiple of 16 bytes (row lengths are multiples of C, and C is a multiple of 16 in FP8,
+// of 32 in BF16 where the attention needs a head size multiple of 32). cuBLASLt's heuristic assumes
+// 256 bytes unless told (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES) and may then pick a kernel that
+// faults or fails on layer 1's weights, which lie at 64- or 128-byte offsets in small models.
+#define GEMM_MIN_ALIGNMENT 16u
 
 typedef struct {
     cublasLtHandle_t handle;
@@ -76,11 +85,25 @@ static inline void set_desc_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulD
     cublas_check(cublasLtMatmulDescSetAttribute(desc, attribute, value, size));
 }
 
+// The per-call pointers of a plan's descriptor: the bias, and the FP8 inverse scales (cuBLASLt's A is
+// our B and the other way round).
+static inline void gemm_set_pointers(GemmPlan *p, const bf16 *bias, const GemmOperand *A,
+                                     const GemmOperand *B) {
+    if (bias) set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (is_fp8_type(p->a_type)) {
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &B->descale, sizeof(B->descale));
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &A->descale, sizeof(A->descale));
+    }
+}
+
 // cuBLASLt is column-major: the row-major D (M,N) is its D^T (N,M) = op(B)^T op(A)^T, so our B is its
-// first operand and our A its second, each transposed exactly when ours is.
-static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int trans_a, int trans_b,
-                                  cudaDataType_t a_type, cudaDataType_t b_type, cudaDataType_t d_type, int has_bias,
+// first operand and our A its second, each transposed exactly when ours is. The pointers of the first
+// call are set before the heuristic runs, which reads the bias pointer's value for its alignment.
+static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int trans_a, GemmOperand A,
+                                  int trans_b, GemmOperand B, cudaDataType_t d_type, const bf16 *bias,
                                   int accumulate, int fast_accum) {
+    cudaDataType_t a_type = A.type, b_type = B.type;
+    int has_bias = bias != NULL;
     for (int i = 0; i < ctx->num_plans; i++) {
         GemmPlan *p = &ctx->plans[i];
         if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b &&
@@ -89,9 +112,12 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
             return p;
     }
     if (ctx->num_plans == MAX_GEMM_PLANS) fail("cuBLASLt: more than %d distinct GEMM shapes", MAX_GEMM_PLANS);
-    if ((is_fp8_type(a_type) || is_fp8_type(b_type)) && (trans_a || !trans_b))
-        fail("cuBLASLt: FP8 GEMMs need K-major operands (trans_a=0, trans_b=1), got trans_a=%d trans_b=%d", trans_a,
-             trans_b);
+    if (is_fp8_type(a_type) != is_fp8_type(b_type))
+        fail("cuBLASLt: an FP8 GEMM needs both operands in FP8, got %s x %s", gemm_type_name(a_type),
+             gemm_type_name(b_type));
+    if (is_fp8_type(a_type) && (trans_a || !trans_b))
+        fail("cuBLASLt: FP8 GEMMs need K-major operands (trans_a=0, trans_b=1), got trans_a=%d trans_b=%d",
+             trans_a, trans_b);
     GemmPlan *p = &ctx->plans[ctx->num_plans];
     memset(p, 0, sizeof(*p));
     p->M = M, p->N = N, p->K = K, p->trans_a = trans_a, p->trans_b = trans_b;
@@ -112,22 +138,35 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
     }
-    // column-major shapes: first operand (our B) is N x K (op N: stored N x K, ld N; op T: stored K x N, ld K)
-    cublas_check(cublasLtMatrixLayoutCreate(&p->a_layout, b_type, trans_b ? K : N, trans_b ? N : K, trans_b ? K : N));
-    cublas_check(cublasLtMatrixLayoutCreate(&p->b_layout, a_type, trans_a ? M : K, trans_a ? K : M, trans_a ? M : K));
+    // column-major shapes: first operand (our B) is N x K (op N: stored N x K, ld N; op T: stored K x N, ld
+    // K)
+    cublas_check(
+        cublasLtMatrixLayoutCreate(&p->a_layout, b_type, trans_b ? K : N, trans_b ? N : K, trans_b ? K : N));
+    cublas_check(
+        cublasLtMatrixLayoutCreate(&p->b_layout, a_type, trans_a ? M : K, trans_a ? K : M, trans_a ? M : K));
     cublas_check(cublasLtMatrixLayoutCreate(&p->d_layout, d_type, N, M, N));
     cublasLtMatmulPreference_t preference;
     cublas_check(cublasLtMatmulPreferenceCreate(&preference));
     cublas_check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ctx->workspace_bytes, sizeof(ctx->workspace_bytes)));
+    const uint32_t alignment = GEMM_MIN_ALIGNMENT;
+    const cublasLtMatmulPreferenceAttributes_t alignment_attributes[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(preference, alignment_attributes[i], &alignment,
+                                                          sizeof(alignment)));
+    gemm_set_pointers(p, bias, &A, &B);
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx->handle, p->desc, p->a_layout, p->b_layout,
-                                                           p->d_layout, p->d_layout, preference, 1, &heuristic, &found);
+    cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(ctx->handle, p->desc, p->a_layout, p->b_layout, p->d_layout,
+                                       p->d_layout, preference, 1, &heuristic, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0)
         fail("cuBLASLt: no algorithm for the %s x %s -> %s GEMM M=%d N=%d K=%d (trans_a=%d trans_b=%d)",
-             gemm_type_name(a_type), gemm_type_name(b_type), gemm_type_name(d_type), M, N, K, trans_a, trans_b);
+             gemm_type_name(a_type), gemm_type_name(b_type), gemm_type_name(d_type), M, N, K, trans_a,
+             trans_b);
     p->algo = heuristic.algo;
     ctx->num_plans++;
     return p;
@@ -136,20 +175,26 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
 // D (M,N) of type d_type (CUDA_R_16BF, or CUDA_R_32F for weight gradients). accumulate: D += result
 // (weight gradients across micro-batches); else D = result. bias: BF16 (N) or NULL. fast_accum: FP8
 // forward only (the design keeps gradients on the slower, more exact accumulation).
-static inline void gemm(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a, GemmOperand B,
-                        int trans_b, int M, int N, int K, const bf16 *bias, int accumulate, int fast_accum,
-                        cudaStream_t stream) {
-    GemmPlan *p = gemm_plan(ctx, M, N, K, trans_a, trans_b, A.type, B.type, d_type, bias != NULL, accumulate,
-                            fast_accum);
-    if (bias) set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-    if (is_fp8_type(A.type)) {
-        // cuBLASLt's A is our B and the other way round
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &B.descale, sizeof(B.descale));
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &A.descale, sizeof(A.descale));
-    }
+static inline void gemm(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
+                        GemmOperand B, int trans_b, int M, int N, int K, const bf16 *bias, int accumulate,
+                        int fast_accum, cudaStream_t stream) {
+    const void *pointers[4] = {A.data, B.data, D, bias};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)pointers[i] % GEMM_MIN_ALIGNMENT)
+            fail("cuBLASLt: %s pointer %p of the GEMM M=%d N=%d K=%d is not %u-byte aligned (a bug)",
+                 i == 0   ? "A"
+                 : i == 1 ? "B"
+                 : i == 2 ? "D"
+                          : "bias",
+                 pointers[i], M, N, K, GEMM_MIN_ALIGNMENT);
+    if (is_fp8_type(A.type) && (!A.descale || !B.descale))
+        fail("cuBLASLt: FP8 GEMM M=%d N=%d K=%d without an inverse scale (a bug)", M, N, K);
+    GemmPlan *p = gemm_plan(ctx, M, N, K, trans_a, A, trans_b, B, d_type, bias, accumulate, fast_accum);
+    gemm_set_pointers(p, bias, &A, &B);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, B.data, p->a_layout, A.data, p->b_layout, &beta, D,
-                                p->d_layout, D, p->d_layout, &p->algo, ctx->workspace, ctx->workspace_bytes, stream));
+    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, B.data, p->a_layout, A.data, p->b_layout, &beta,
+                                D, p->d_layout, D, p->d_layout, &p->algo, ctx->workspace,
+                                ctx->workspace_bytes, stream));
 }
 
 #endif // GPU_GEMM_CUH

@@ -1,0 +1,1038 @@
+// gpu/layers.cuh: the non-GEMM layers of the CUDA trainer (embeddings, LayerNorm, residual, GELU,
+// attention, cross-entropy) and the deterministic reductions (bias gradients, gradient norm).
+//
+// Every kernel computes what the function of the same name in train_gpt.c computes, with the same
+// rounding points: inputs are BF16, arithmetic is FP32, each output is rounded once to BF16
+// (round to nearest even) where the CPU calls round_to_storage. Elementwise arithmetic is spelled with
+// the _rn intrinsics, in the CPU's operation order, so that nvcc cannot fuse a multiply and an add
+// into an FMA the CPU does not do: given the same inputs, an elementwise result is the CPU's bit for
+// bit, except where a libm function (expf, logf, tanhf) differs from glibc in the last place.
+// Reductions (row sums, softmax sums) run in a different order than the CPU's serial loops and so
+// agree with it up to FP32 rounding.
+//
+// Determinism: no floating-point atomics. Sums across rows go through per-block partial sums in a
+// scratch buffer that a second kernel adds up in a fixed order, so two runs give identical bits.
+// CUDA Graphs: no allocation, no host synchronisation; each launcher takes its scratch from the
+// caller, sized by the matching *_scratch_floats function. Launch configurations depend only on the
+// shapes passed in, never on the device.
+#ifndef GPU_LAYERS_CUH
+#define GPU_LAYERS_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "common.cuh"
+
+namespace layers_impl {
+
+// ---------------------------------------------------------------------------------------------------------
+// Device helpers
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float bf2f(bf16 x) {
+    return __bfloat162float(x);
+}
+
+__device__ __forceinline__ bf16 f2bf(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+// Shorter names for the unfused IEEE operations.
+__device__ __forceinline__ float fadd(float a, float b) {
+    return __fadd_rn(a, b);
+}
+__device__ __forceinline__ float fsub(float a, float b) {
+    return __fsub_rn(a, b);
+}
+__device__ __forceinline__ float fmul(float a, float b) {
+    return __fmul_rn(a, b);
+}
+__device__ __forceinline__ float fdiv(float a, float b) {
+    return __fdiv_rn(a, b);
+}
+
+// W consecutive BF16 values moved as one access: W = 8 is one 16-byte load or store, W = 1 the
+// fallback for shapes or pointers that are not 16-byte aligned.
+template <int W> struct alignas(2 * W) Bf16Pack { bf16 v[W]; };
+
+template <int W> __device__ __forceinline__ Bf16Pack<W> load_pack(const bf16 *p) {
+    return *reinterpret_cast<const Bf16Pack<W> *>(p);
+}
+
+template <int W> __device__ __forceinline__ void store_pack(bf16 *p, const Bf16Pack<W> &v) {
+    *reinterpret_cast<Bf16Pack<W> *>(p) = v;
+}
+
+// Butterfly reductions: every lane ends with the same value (IEEE addition is commutative, so lanes
+// i and i^k add the same two numbers at every level), and the order is fixed, so it is deterministic.
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int k = 16; k > 0; k >>= 1) v = fadd(v, __shfl_xor_sync(FULL_MASK, v, k));
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+    for (int k = 16; k > 0; k >>= 1) v = __dadd_rn(v, __shfl_xor_sync(FULL_MASK, v, k));
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int k = 16; k > 0; k >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, k));
+    return v;
+}
+
+// Sum over a 1-D block (blockDim.x a multiple of 32, at most 1024) that every thread receives. red
+// holds 32 values in shared memory; the closing barrier lets the caller reuse it at once.
+template <typename F> __device__ __forceinline__ F block_sum(F v, F *red) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = warp_sum(lane < nwarps ? red[lane] : (F)0);
+    __syncthreads();
+    return v;
+}
+
+__device__ __forceinline__ float block_max(float v, float *red) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    v = warp_max(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = warp_max(lane < nwarps ? red[lane] : -INFINITY);
+    __syncthreads();
+    return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Encoder: out (B,T,C) = wte[token] + wpe[t]
+
+// One thread per W channels of one row.
+template <int W>
+static __global__ void encoder_forward_kernel(bf16 *out, const int *tokens, const bf16 *wte, const bf16 *wpe,
+                                              int N, int T, int C) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int packs_per_row = C / W;
+    if (idx >= (size_t)N * packs_per_row) return;
+    const int bt = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * W;
+    const Bf16Pack<W> te = load_pack<W>(wte + (size_t)tokens[bt] * C + c);
+    const Bf16Pack<W> pe = load_pack<W>(wpe + (size_t)(bt % T) * C + c);
+    Bf16Pack<W> o;
+#pragma unroll
+    for (int k = 0; k < W; k++) o.v[k] = f2bf(fadd(bf2f(te.v[k]), bf2f(pe.v[k])));
+    store_pack<W>(out + (size_t)bt * C + c, o);
+}
+
+// dwte[token] += the dout rows of that token. A block per (bucket, 256 channels): a bucket holds the
+// rows of one token in increasing order and no two buckets share a token, so each output element has
+// one owner, which adds the rows serially in the CPU's order: the result is the CPU's bit for bit.
+static __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const int *bucket_positions,
+                                                   const int *bucket_starts, const int *bucket_tokens,
+                                                   int C) {
+    const int bucket = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const int start = bucket_starts[bucket], end = bucket_starts[bucket + 1];
+    if (start >= end) return; // padding bucket past the real count (see encoder_buckets_host)
+    float *dst = dwte + (size_t)bucket_tokens[bucket] * C + c;
+    float acc = *dst;
+    for (int i = start; i < end; i++) acc = fadd(acc, bf2f(dout[(size_t)bucket_positions[i] * C + c]));
+    *dst = acc;
+}
+
+// dwpe[t] += dout[b,t] for b = 0..B-1 in that order (the CPU's order): one thread per (t, c).
+static __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout, int B, int T, int C) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * C) return;
+    const size_t t = idx / C, c = idx % C;
+    float acc = dwpe[idx];
+    for (int b = 0; b < B; b++) acc = fadd(acc, bf2f(dout[((size_t)b * T + t) * C + c]));
+    dwpe[idx] = acc;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// LayerNorm: (N,C) -> (N,C). One warp per row; the row is read once per pass (the later passes hit in
+// L1/L2) rather than held in registers, which would not fit for C = 8192.
+
+constexpr int LN_WARPS = 8; // rows per block
+
+template <int W>
+static __global__ void __launch_bounds__(32 * LN_WARPS)
+    layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
+                             const bf16 *bias, int N, int C) {
+    const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
+    if (row >= N) return; // the whole warp leaves: no block-level barrier below
+    const bf16 *x = inp + (size_t)row * C;
+    bf16 *y = out + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> xp = load_pack<W>(x + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) sum = fadd(sum, bf2f(xp.v[k]));
+    }
+    const float m = fdiv(warp_sum(sum), (float)C);
+    // Two passes, as the CPU: the variance of the centred values, not E[x^2] - m^2.
+    float var = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> xp = load_pack<W>(x + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float d = fsub(bf2f(xp.v[k]), m);
+            var = fadd(var, fmul(d, d));
+        }
+    }
+    const float s = fdiv(1.0f, __fsqrt_rn(fadd(fdiv(warp_sum(var), (float)C), 1e-5f)));
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c),
+                          bp = load_pack<W>(bias + c);
+        Bf16Pack<W> o;
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            o.v[k] = f2bf(fadd(fmul(fmul(fsub(bf2f(xp.v[k]), m), s), bf2f(wp.v[k])), bf2f(bp.v[k])));
+        store_pack<W>(y + c, o);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+// The input gradient, added to dresidual with one rounding: one warp per row.
+template <int W>
+static __global__ void __launch_bounds__(32 * LN_WARPS)
+    layernorm_backward_dinp_kernel(bf16 *dresidual, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                                   const float *mean, const float *rstd, int N, int C) {
+    const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
+    if (row >= N) return;
+    const bf16 *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    bf16 *dres = dresidual + (size_t)row * C;
+    const float mu = mean[row], rs = rstd[row];
+    float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> dp = load_pack<W>(dy + c), xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float wdy = fmul(bf2f(wp.v[k]), bf2f(dp.v[k]));
+            const float norm = fmul(fsub(bf2f(xp.v[k]), mu), rs);
+            dnorm_sum = fadd(dnorm_sum, wdy);
+            dnorm_norm_sum = fadd(dnorm_norm_sum, fmul(wdy, norm));
+        }
+    }
+    const float dnorm_mean = fdiv(warp_sum(dnorm_sum), (float)C);
+    const float dnorm_norm_mean = fdiv(warp_sum(dnorm_norm_sum), (float)C);
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> dp = load_pack<W>(dy + c), xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c);
+        Bf16Pack<W> rp = load_pack<W>(dres + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float wdy = fmul(bf2f(wp.v[k]), bf2f(dp.v[k]));
+            const float norm = fmul(fsub(bf2f(xp.v[k]), mu), rs);
+            const float dinp = fmul(fsub(fsub(wdy, dnorm_mean), fmul(norm, dnorm_norm_mean)), rs);
+            rp.v[k] = f2bf(fadd(bf2f(rp.v[k]), dinp));
+        }
+        store_pack<W>(dres + c, rp);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Column sums over rows (bias gradients, LayerNorm weight and bias gradients), deterministic in two
+// stages. Stage 1: a block of 32 columns x 8 warps sums one chunk of COLSUM_ROWS rows (warp y takes
+// rows y, y+8, ...; the 8 warp sums are then added in order y = 0..7) into partial[chunk][col].
+// Stage 2: one thread per column adds the chunks in order and adds the total to the gradient.
+
+constexpr int COLSUM_ROWS = 128;
+constexpr int COLSUM_WARPS = 8;
+
+// LAYERNORM: partial_a gets sum dout * norm (dweight) and partial_b sum dout (dbias); otherwise
+// partial_a gets sum dout and inp, mean, rstd, partial_b are unused.
+template <bool LAYERNORM>
+static __global__ void __launch_bounds__(32 * COLSUM_WARPS)
+    column_partials_kernel(float *partial_a, float *partial_b, const bf16 *dout, const bf16 *inp,
+                           const float *mean, const float *rstd, int N, int OC) {
+    __shared__ float red_a[COLSUM_WARPS][32], red_b[COLSUM_WARPS][32];
+    const int col = blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y;
+    const int row_end = min((chunk + 1) * COLSUM_ROWS, N);
+    float a = 0.0f, b = 0.0f;
+    if (col < OC) {
+        for (int r = chunk * COLSUM_ROWS + threadIdx.y; r < row_end; r += COLSUM_WARPS) {
+            const float dy = bf2f(dout[(size_t)r * OC + col]);
+            if (LAYERNORM) {
+                const float norm = fmul(fsub(bf2f(inp[(size_t)r * OC + col]), mean[r]), rstd[r]);
+                a = fadd(a, fmul(dy, norm));
+                b = fadd(b, dy);
+            } else {
+                a = fadd(a, dy);
+            }
+        }
+    }
+    red_a[threadIdx.y][threadIdx.x] = a;
+    red_b[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y != 0 || col >= OC) return;
+    a = 0.0f;
+    b = 0.0f;
+    for (int y = 0; y < COLSUM_WARPS; y++) {
+        a = fadd(a, red_a[y][threadIdx.x]);
+        b = fadd(b, red_b[y][threadIdx.x]);
+    }
+    partial_a[(size_t)chunk * OC + col] = a;
+    if (LAYERNORM) partial_b[(size_t)chunk * OC + col] = b;
+}
+
+static __global__ void column_partials_finish_kernel(float *dst, const float *partial, int nchunks, int OC) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float acc = 0.0f;
+    for (int k = 0; k < nchunks; k++) acc = fadd(acc, partial[(size_t)k * OC + col]);
+    dst[col] = fadd(dst[col], acc);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Residual and GELU, elementwise: one thread per W elements.
+
+template <int W>
+static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (i >= n) return;
+    const Bf16Pack<W> ap = load_pack<W>(a + i), bp = load_pack<W>(b + i);
+    Bf16Pack<W> o;
+#pragma unroll
+    for (int k = 0; k < W; k++) o.v[k] = f2bf(fadd(bf2f(ap.v[k]), bf2f(bp.v[k])));
+    store_pack<W>(out + i, o);
+}
+
+constexpr float GELU_SQRT_2_OVER_PI = 0.7978845608028654f; // train_gpt.c's GELU_SCALE
+constexpr float GELU_CUBIC = 0.044715f;
+
+// The CPU's u = GELU_SCALE * (x + 0.044715f * x * x * x), same association.
+__device__ __forceinline__ float gelu_inner(float x) {
+    return fmul(GELU_SQRT_2_OVER_PI, fadd(x, fmul(fmul(fmul(GELU_CUBIC, x), x), x)));
+}
+
+template <int W> static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (i >= n) return;
+    const Bf16Pack<W> xp = load_pack<W>(inp + i);
+    Bf16Pack<W> o;
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        const float x = bf2f(xp.v[k]);
+        o.v[k] = f2bf(fmul(fmul(0.5f, x), fadd(1.0f, tanhf(gelu_inner(x)))));
+    }
+    store_pack<W>(out + i, o);
+}
+
+template <int W> static __global__ void gelu_backward_kernel(bf16 *dinout, const bf16 *inp, size_t n) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (i >= n) return;
+    const Bf16Pack<W> xp = load_pack<W>(inp + i);
+    Bf16Pack<W> d = load_pack<W>(dinout + i);
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        const float x = bf2f(xp.v[k]);
+        const float th = tanhf(gelu_inner(x));
+        const float sech2 = fsub(1.0f, fmul(th, th));
+        // 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x)
+        const float slope = fadd(1.0f, fmul(fmul(fmul(3.0f, GELU_CUBIC), x), x));
+        const float local = fadd(fmul(0.5f, fadd(1.0f, th)),
+                                 fmul(fmul(fmul(fmul(0.5f, x), sech2), GELU_SQRT_2_OVER_PI), slope));
+        d.v[k] = f2bf(fmul(bf2f(d.v[k]), local));
+    }
+    store_pack<W>(dinout + i, d);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Causal self-attention, FP32 inside, no (T,T) buffer.
+//
+// A block is ATT_ROWS warps, one row each (query rows in the forward and the dq kernel, key rows in
+// the dk/dv kernel), all of one (b, h): blockIdx.y = b * NH + h. The rows of a block are consecutive
+// and 8-aligned, so they lie in one 32-row chunk and need the same chunks of the other side. The
+// block stages those chunks, 32 rows at a time, in shared memory (BF16, coalesced 16-byte loads) and
+// every warp reads them from there: each lane takes one row of the chunk for the dot products (the
+// row stride HS + 2 puts the 32 lanes' rows in 32 different banks), then the lanes switch to head
+// dimensions (d = lane + 32 k) to accumulate the output rows, in increasing row order like the CPU.
+// Dot products add q[i] * k[i] for i = 0..HS-1 in order, unfused, as the CPU: the scores are the
+// CPU's bit for bit. The softmax differs from the CPU by FP32 rounding only.
+
+constexpr int ATT_ROWS = 8;
+constexpr int ATT_THREADS = 32 * ATT_ROWS;
+constexpr int ATT_CHUNK = 32; // one row per lane
+static_assert(ATT_CHUNK % ATT_ROWS == 0, "the rows of a block must lie in one chunk");
+
+// Rows row0 .. row0+31 (those below T) of HS values at src + row * stride into sh, row stride HS + 2.
+template <int HS>
+__device__ __forceinline__ void stage_chunk(bf16 *sh, const bf16 *src, size_t stride, int row0, int T) {
+    constexpr int PACKS = HS / 8; // 16-byte packs per row
+    for (int i = threadIdx.x; i < ATT_CHUNK * PACKS; i += blockDim.x) {
+        const int r = i / PACKS, p = i % PACKS;
+        if (row0 + r >= T) continue; // never read: past the last row
+        const Bf16Pack<8> v = load_pack<8>(src + (size_t)(row0 + r) * stride + p * 8);
+        // (HS + 2) * r + 8 p is even: 4-byte aligned pairs, though not 16-byte aligned
+        __nv_bfloat162 *dst = reinterpret_cast<__nv_bfloat162 *>(sh + r * (HS + 2) + p * 8);
+#pragma unroll
+        for (int k = 0; k < 4; k++) dst[k] = __halves2bfloat162(v.v[2 * k], v.v[2 * k + 1]);
+    }
+}
+
+// sum_i vec[i] * row[i] in increasing i, unfused. vec: FP32 in shared memory, 16-byte aligned, the same
+// address for all lanes (a broadcast); row: a staged BF16 row.
+template <int HS> __device__ __forceinline__ float dot_row(const float *vec, const bf16 *row) {
+    const float4 *vec4 = reinterpret_cast<const float4 *>(vec);
+    const __nv_bfloat162 *row2 = reinterpret_cast<const __nv_bfloat162 *>(row);
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < HS / 4; i++) {
+        const float4 v = vec4[i];
+        const float2 r0 = __bfloat1622float2(row2[2 * i]), r1 = __bfloat1622float2(row2[2 * i + 1]);
+        acc = fadd(acc, fmul(v.x, r0.x));
+        acc = fadd(acc, fmul(v.y, r0.y));
+        acc = fadd(acc, fmul(v.z, r1.x));
+        acc = fadd(acc, fmul(v.w, r1.y));
+    }
+    return acc;
+}
+
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C). Pass 1 finds each row's max and sum of exponentials
+// online; pass 2 recomputes the scores and accumulates p * v. The latest rows have the most keys:
+// blockIdx.x counts tiles from the end so that they are scheduled first.
+template <int HS>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int NH, float scale) {
+    constexpr int KS = HS + 2;
+    __shared__ __align__(16) bf16 k_sh[ATT_CHUNK * KS];
+    __shared__ __align__(16) bf16 v_sh[ATT_CHUNK * KS];
+    __shared__ __align__(16) float q_sh[ATT_ROWS][HS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int t = tile * ATT_ROWS + warp;
+    const bool active = t < T; // inactive warps still take part in the barriers
+    const int nchunks = min(tile * ATT_ROWS + ATT_ROWS - 1, T - 1) / ATT_CHUNK + 1;
+    const size_t stride = 3 * (size_t)C;
+    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS, *k_base = q_base + C,
+               *v_base = q_base + 2 * C;
+    if (active)
+        for (int i = lane; i < HS; i += 32) q_sh[warp][i] = bf2f(q_base[(size_t)t * stride + i]);
+
+    float m = -INFINITY, l = 0.0f; // this lane's running max and sum of exp(score - m)
+    for (int c = 0; c < nchunks; c++) {
+        __syncthreads(); // the previous chunk has been read (and q_sh written, the first time)
+        stage_chunk<HS>(k_sh, k_base, stride, c * ATT_CHUNK, T);
+        __syncthreads();
+        if (active && c * ATT_CHUNK + lane <= t) {
+            const float s = fmul(dot_row<HS>(q_sh[warp], k_sh + lane * KS), scale);
+            if (s > m) {
+                l = fadd(fmul(l, expf(fsub(m, s))), 1.0f);
+                m = s;
+            } else {
+                l = fadd(l, expf(fsub(s, m)));
+            }
+        }
+    }
+    // Key 0 is always visible, so M is finite for finite inputs; a lane that saw no key has l = 0.
+    const float M = warp_max(m);
+    const float S = warp_sum(fmul(l, expf(fsub(m, M))));
+    if (active && lane == 0) lse[(size_t)bh * T + t] = fadd(M, logf(S));
+
+    float acc[HS / 32];
+#pragma unroll
+    for (int k = 0; k < HS / 32; k++) acc[k] = 0.0f;
+    for (int c = 0; c < nchunks; c++) {
+        __syncthreads();
+        stage_chunk<HS>(k_sh, k_base, stride, c * ATT_CHUNK, T);
+        stage_chunk<HS>(v_sh, v_base, stride, c * ATT_CHUNK, T);
+        __syncthreads();
+        const int nvalid = active ? min(ATT_CHUNK, t - c * ATT_CHUNK + 1) : 0; // keys <= t, warp-uniform
+        float p = 0.0f;
+        if (lane < nvalid) {
+            const float s = fmul(dot_row<HS>(q_sh[warp], k_sh + lane * KS), scale);
+            p = fdiv(expf(fsub(s, M)), S); // the CPU's expf(score - max) / sum
+        }
+        for (int j = 0; j < nvalid; j++) {
+            const float pj = __shfl_sync(FULL_MASK, p, j);
+#pragma unroll
+            for (int k = 0; k < HS / 32; k++)
+                acc[k] = fadd(acc[k], fmul(pj, bf2f(v_sh[j * KS + lane + 32 * k])));
+        }
+    }
+    if (active) {
+        bf16 *o = out + ((size_t)b * T + t) * C + h * HS;
+#pragma unroll
+        for (int k = 0; k < HS / 32; k++) o[lane + 32 * k] = f2bf(acc[k]);
+    }
+}
+
+// Backward, kernel 1 of 2, one warp per query row t: p = exp(score - lse), dp = dout_t . v_t2,
+// delta_t = sum p * dp (saved for kernel 2), then ds = p * (dp - delta) * scale and dq_t = sum ds * k_t2.
+template <int HS>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dq_kernel(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv,
+                                 const float *lse, int T, int C, int NH, float scale) {
+    constexpr int KS = HS + 2;
+    __shared__ __align__(16) bf16 k_sh[ATT_CHUNK * KS];
+    __shared__ __align__(16) bf16 v_sh[ATT_CHUNK * KS];
+    __shared__ __align__(16) float q_sh[ATT_ROWS][HS];
+    __shared__ __align__(16) float do_sh[ATT_ROWS][HS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int t = tile * ATT_ROWS + warp;
+    const bool active = t < T;
+    const int nchunks = min(tile * ATT_ROWS + ATT_ROWS - 1, T - 1) / ATT_CHUNK + 1;
+    const size_t stride = 3 * (size_t)C;
+    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS, *k_base = q_base + C,
+               *v_base = q_base + 2 * C;
+    const bf16 *do_base = dout + (size_t)b * T * C + h * HS;
+    if (active) {
+        for (int i = lane; i < HS; i += 32) {
+            q_sh[warp][i] = bf2f(q_base[(size_t)t * stride + i]);
+            do_sh[warp][i] = bf2f(do_base[(size_t)t * C + i]);
+        }
+    }
+    const float L = active ? lse[(size_t)bh * T + t] : 0.0f;
+
+    float pdp = 0.0f;
+    for (int c = 0; c < nchunks; c++) {
+        __syncthreads();
+        stage_chunk<HS>(k_sh, k_base, stride, c * ATT_CHUNK, T);
+        stage_chunk<HS>(v_sh, v_base, stride, c * ATT_CHUNK, T);
+        __syncthreads();
+        if (active && c * ATT_CHUNK + lane <= t) {
+            const float p = expf(fsub(fmul(dot_row<HS>(q_sh[warp], k_sh + lane * KS), scale), L));
+            const float dp = dot_row<HS>(do_sh[warp], v_sh + lane * KS);
+            pdp = fadd(pdp, fmul(p, dp));
+        }
+    }
+    const float D = warp_sum(pdp);
+    if (active && lane == 0) delta[(size_t)bh * T + t] = D;
+
+    float acc[HS / 32];
+#pragma unroll
+    for (int k = 0; k < HS / 32; k++) acc[k] = 0.0f;
+    for (int c = 0; c < nchunks; c++) {
+        __syncthreads();
+        stage_chunk<HS>(k_sh, k_base, stride, c * ATT_CHUNK, T);
+        stage_chunk<HS>(v_sh, v_base, stride, c * ATT_CHUNK, T);
+        __syncthreads();
+        const int nvalid = active ? min(ATT_CHUNK, t - c * ATT_CHUNK + 1) : 0;
+        float ds = 0.0f;
+        if (lane < nvalid) {
+            const float p = expf(fsub(fmul(dot_row<HS>(q_sh[warp], k_sh + lane * KS), scale), L));
+            const float dp = dot_row<HS>(do_sh[warp], v_sh + lane * KS);
+            ds = fmul(fmul(p, fsub(dp, D)), scale); // the CPU's p * (datt - dot_p_datt) * scale
+        }
+        for (int j = 0; j < nvalid; j++) {
+            const float dsj = __shfl_sync(FULL_MASK, ds, j);
+#pragma unroll
+            for (int k = 0; k < HS / 32; k++)
+                acc[k] = fadd(acc[k], fmul(dsj, bf2f(k_sh[j * KS + lane + 32 * k])));
+        }
+    }
+    if (active) {
+        bf16 *dq = dqkv + ((size_t)b * T + t) * stride + h * HS;
+#pragma unroll
+        for (int k = 0; k < HS / 32; k++) dq[lane + 32 * k] = f2bf(acc[k]);
+    }
+}
+
+// Backward, kernel 2 of 2, one warp per key row t2, over the queries t >= t2 in increasing order:
+// dv_t2 = sum p * dout_t, dk_t2 = sum ds * q_t, with p and ds recomputed exactly as kernel 1 did
+// (same products in the same order, same lse and delta: the same bits). The earliest keys have the
+// most queries and have the lowest blockIdx.x, so they are scheduled first.
+template <int HS>
+static __global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dkv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
+                                  const float *delta, int T, int C, int NH, float scale) {
+    constexpr int KS = HS + 2;
+    __shared__ __align__(16) bf16 q_sh[ATT_CHUNK * KS];
+    __shared__ __align__(16) bf16 do_sh[ATT_CHUNK * KS];
+    __shared__ float lse_sh[ATT_CHUNK], delta_sh[ATT_CHUNK];
+    __shared__ __align__(16) float k_row[ATT_ROWS][HS];
+    __shared__ __align__(16) float v_row[ATT_ROWS][HS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int t2 = blockIdx.x * ATT_ROWS + warp;
+    const bool active = t2 < T;
+    const size_t stride = 3 * (size_t)C;
+    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS, *k_base = q_base + C,
+               *v_base = q_base + 2 * C;
+    const bf16 *do_base = dout + (size_t)b * T * C + h * HS;
+    if (active) {
+        for (int i = lane; i < HS; i += 32) {
+            k_row[warp][i] = bf2f(k_base[(size_t)t2 * stride + i]);
+            v_row[warp][i] = bf2f(v_base[(size_t)t2 * stride + i]);
+        }
+    }
+
+    float dk[HS / 32], dv[HS / 32];
+#pragma unroll
+    for (int k = 0; k < HS / 32; k++) dk[k] = dv[k] = 0.0f;
+    const int nchunks = (T + ATT_CHUNK - 1) / ATT_CHUNK;
+    for (int c = blockIdx.x * ATT_ROWS / ATT_CHUNK; c < nchunks; c++) {
+        const int row0 = c * ATT_CHUNK;
+        __syncthreads();
+        stage_chunk<HS>(q_sh, q_base, stride, row0, T);
+        stage_chunk<HS>(do_sh, do_base, C, row0, T);
+        if (threadIdx.x < ATT_CHUNK && row0 + (int)threadIdx.x < T) {
+            lse_sh[threadIdx.x] = lse[(size_t)bh * T + row0 + threadIdx.x];
+            delta_sh[threadIdx.x] = delta[(size_t)bh * T + row0 + threadIdx.x];
+        }
+        __syncthreads();
+        // queries row0 + j for j in [jmin, jmax) are >= t2 and < T; warp-uniform bounds
+        const int jmin = active ? max(0, t2 - row0) : ATT_CHUNK, jmax = min(ATT_CHUNK, T - row0);
+        float p = 0.0f, ds = 0.0f;
+        if (lane >= jmin && lane < jmax) {
+            p = expf(fsub(fmul(dot_row<HS>(k_row[warp], q_sh + lane * KS), scale), lse_sh[lane]));
+            const float dp = dot_row<HS>(v_row[warp], do_sh + lane * KS);
+            ds = fmul(fmul(p, fsub(dp, delta_sh[lane])), scale);
+        }
+        for (int j = jmin; j < jmax; j++) {
+            const float pj = __shfl_sync(FULL_MASK, p, j), dsj = __shfl_sync(FULL_MASK, ds, j);
+#pragma unroll
+            for (int k = 0; k < HS / 32; k++) {
+                dv[k] = fadd(dv[k], fmul(pj, bf2f(do_sh[j * KS + lane + 32 * k])));
+                dk[k] = fadd(dk[k], fmul(dsj, bf2f(q_sh[j * KS + lane + 32 * k])));
+            }
+        }
+    }
+    if (active) {
+        bf16 *dkp = dqkv + ((size_t)b * T + t2) * stride + C + h * HS, *dvp = dkp + C;
+#pragma unroll
+        for (int k = 0; k < HS / 32; k++) {
+            dkp[lane + 32 * k] = f2bf(dk[k]);
+            dvp[lane + 32 * k] = f2bf(dv[k]);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Cross-entropy with the logits gradient, one block per row. Each thread owns the same 8-column packs
+// in every pass, so the in-place write of pass 3 never overwrites a value another thread still reads.
+
+constexpr int CE_THREADS = 1024;
+
+static __global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_kernel(bf16 *logits, float *losses, const int *targets, float dloss, int V, int Vp,
+                        int write_dlogits) {
+    __shared__ float red[32];
+    bf16 *row = logits + (size_t)blockIdx.x * Vp;
+    const int target = targets[blockIdx.x];
+    const float z_target = bf2f(row[target]); // read by all threads before any write
+    const int real_packs = (V + 7) / 8;       // packs holding the V real columns (Vp % 8 == 0)
+    float mx = -INFINITY;
+    for (int p = threadIdx.x; p < real_packs; p += blockDim.x) {
+        const Bf16Pack<8> zp = load_pack<8>(row + p * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (p * 8 + k < V) mx = fmaxf(mx, bf2f(zp.v[k]));
+    }
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int p = threadIdx.x; p < real_packs; p += blockDim.x) {
+        const Bf16Pack<8> zp = load_pack<8>(row + p * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (p * 8 + k < V) sum = fadd(sum, expf(fsub(bf2f(zp.v[k]), mx)));
+    }
+    sum = block_sum(sum, red); // its barriers also order every read above before the writes below
+    if (threadIdx.x == 0) losses[blockIdx.x] = -logf(fdiv(expf(fsub(z_target, mx)), sum));
+    if (!write_dlogits) return;
+    for (int p = threadIdx.x; p < Vp / 8; p += blockDim.x) {
+        const Bf16Pack<8> zp = load_pack<8>(row + p * 8);
+        Bf16Pack<8> g;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int v = p * 8 + k;
+            float d = 0.0f; // padded columns: the CPU's probability there is 0, times dloss
+            if (v < V) {
+                d = fdiv(expf(fsub(bf2f(zp.v[k]), mx)), sum);
+                if (v == target) d = fsub(d, 1.0f);
+                d = fmul(d, dloss);
+            }
+            g.v[k] = f2bf(d);
+        }
+        store_pack<8>(row + p * 8, g);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Sum of squares in double: per-block partials over a grid-stride range, then one block adds them.
+
+constexpr int NORM_THREADS = 256;
+constexpr int NORM_MAX_BLOCKS = 1024;
+
+static __global__ void __launch_bounds__(NORM_THREADS)
+    norm_partials_kernel(double *partial, const float *x, size_t n) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const double v = x[i];
+        acc = __dadd_rn(acc, __dmul_rn(v, v)); // exact square: a float times a float fits a double
+    }
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+static __global__ void __launch_bounds__(NORM_MAX_BLOCKS)
+    norm_finish_kernel(double *out, const double *partial, int nblocks) {
+    __shared__ double red[32];
+    const double v = block_sum((int)threadIdx.x < nblocks ? partial[threadIdx.x] : 0.0, red);
+    if (threadIdx.x == 0) out[0] = v;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Host helpers
+
+inline bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+// 8 when every pointer is 16-byte aligned and `multiple` (a row length or an element count) is a
+// multiple of 8, so that every pack stays inside its row and aligned; 1 otherwise.
+inline int pack_width(int64_t multiple, const void *p0, const void *p1 = nullptr, const void *p2 = nullptr,
+                      const void *p3 = nullptr) {
+    if (multiple % 8 != 0) return 1;
+    return aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3) ? 8 : 1;
+}
+
+inline int colsum_chunks(int N) {
+    return ceil_div(N, COLSUM_ROWS);
+}
+
+inline int norm_blocks(size_t n) {
+    const size_t per_block = (size_t)NORM_THREADS * 8;
+    const size_t blocks = (n + per_block - 1) / per_block;
+    return blocks < 1 ? 1 : blocks > (size_t)NORM_MAX_BLOCKS ? NORM_MAX_BLOCKS : (int)blocks;
+}
+
+// Both stages of a column sum (bias_backward, layernorm_backward's parameter gradients).
+inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16 *inp, const float *mean,
+                        const float *rstd, int N, int OC, float *scratch, cudaStream_t stream) {
+    const int nchunks = colsum_chunks(N);
+    if (nchunks > 65535) fail("column sums: %d rows exceed the grid limit (%d)", N, 65535 * COLSUM_ROWS);
+    float *partial_a = scratch, *partial_b = scratch + (size_t)nchunks * OC;
+    const dim3 grid(ceil_div(OC, 32), nchunks), block(32, COLSUM_WARPS);
+    if (dst_b)
+        column_partials_kernel<true>
+            <<<grid, block, 0, stream>>>(partial_a, partial_b, dout, inp, mean, rstd, N, OC);
+    else
+        column_partials_kernel<false>
+            <<<grid, block, 0, stream>>>(partial_a, nullptr, dout, nullptr, nullptr, nullptr, N, OC);
+    cuda_check_launch();
+    column_partials_finish_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dst_a, partial_a, nchunks, OC);
+    cuda_check_launch();
+    if (dst_b) {
+        column_partials_finish_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dst_b, partial_b, nchunks, OC);
+        cuda_check_launch();
+    }
+}
+
+} // namespace layers_impl
+
+// =========================================================================================================
+// Host API. Every launcher takes its stream last, enqueues its kernels and returns: no synchronisation.
+
+// Head sizes the attention kernels are compiled for: a multiple of 32 (one value per lane in the
+// output accumulation), at most 128 (shared memory and registers).
+inline void check_attention_shape(int C, int NH) {
+    if (NH <= 0 || C <= 0 || C % NH != 0) fail("attention: %d channels do not split into %d heads", C, NH);
+    const int hs = C / NH;
+    if (hs % 32 != 0 || hs > 128)
+        fail("attention: head size %d (C %d / NH %d) is not supported: it must be 32, 64, 96 or 128", hs, C,
+             NH);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Encoder
+
+// out (B,T,C) = bf16(wte[tokens[b,t]] + wpe[t]). tokens (B,T) must lie in [0, rows of wte).
+inline void encoder_forward(bf16 *out, const int *tokens, const bf16 *wte, const bf16 *wpe, int B, int T,
+                            int C, cudaStream_t stream) {
+    const int N = B * T;
+    if (N <= 0 || C <= 0) return;
+    const int W = layers_impl::pack_width(C, out, wte, wpe);
+    const int grid = ceil_div((long)N * (C / W), 256);
+    if (W == 8)
+        layers_impl::encoder_forward_kernel<8><<<grid, 256, 0, stream>>>(out, tokens, wte, wpe, N, T, C);
+    else
+        layers_impl::encoder_forward_kernel<1><<<grid, 256, 0, stream>>>(out, tokens, wte, wpe, N, T, C);
+    cuda_check_launch();
+}
+
+// Groups the positions 0..N-1 by token (a counting sort), for encoder_backward:
+//   bucket_tokens[k]  (num_buckets)    the k-th distinct token, in increasing token order
+//   bucket_starts[k]  (N + 1 entries)  bucket k is bucket_positions[bucket_starts[k] .. bucket_starts[k+1]);
+//                                      entries num_buckets .. N are all N (empty buckets, see below)
+//   bucket_positions  (N)              positions in increasing order within each bucket
+// The caller sizes bucket_starts N + 1 and bucket_tokens N. Tokens must be >= 0.
+inline void encoder_buckets_host(const int *tokens, int N, int *bucket_positions, int *bucket_starts,
+                                 int *bucket_tokens, int *num_buckets) {
+    int max_token = -1;
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] < 0) fail("encoder_buckets_host: token %d at position %d is negative", tokens[i], i);
+        if (tokens[i] > max_token) max_token = tokens[i];
+    }
+    // offset[v] = first slot of token v once the counts are prefix-summed
+    int *offset = (int *)calloc_check((size_t)max_token + 2, sizeof(int), "encoder buckets");
+    for (int i = 0; i < N; i++) offset[tokens[i] + 1]++;
+    int nb = 0;
+    for (int v = 0; v <= max_token; v++) {
+        if (offset[v + 1] > 0) {
+            bucket_tokens[nb] = v;
+            bucket_starts[nb] = offset[v];
+            nb++;
+        }
+        offset[v + 1] += offset[v];
+    }
+    for (int k = nb; k <= N; k++) bucket_starts[k] = N;
+    // Visiting positions in increasing order keeps each bucket sorted.
+    for (int i = 0; i < N; i++) bucket_positions[offset[tokens[i]]++] = i;
+    free(offset);
+    *num_buckets = nb;
+}
+
+inline size_t encoder_backward_scratch_floats(int B, int T, int C) {
+    (void)B, (void)T, (void)C;
+    return 0; // the buckets make every output element single-owner: nothing to combine
+}
+
+// dwte (Vp,C) += dout rows grouped by token, dwpe (maxT,C) rows 0..T-1 += dout summed over b, both in
+// the CPU's order (bitwise equal). dout (B,T,C). The buckets come from encoder_buckets_host on the
+// host (copied to the device). num_buckets may be anything from the real count up to N: the buckets
+// past the real count are empty. Pass N when capturing a CUDA graph, so that the launch does not
+// depend on the batch. scratch is unused (encoder_backward_scratch_floats is 0) and may be NULL.
+inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const int *tokens,
+                             const int *bucket_positions, const int *bucket_starts, const int *bucket_tokens,
+                             int num_buckets, int B, int T, int C, float *scratch, cudaStream_t stream) {
+    (void)tokens, (void)scratch; // the buckets carry the tokens
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    if (num_buckets > B * T) fail("encoder_backward: %d buckets for %d positions", num_buckets, B * T);
+    if (num_buckets > 0) {
+        const dim3 grid(num_buckets, ceil_div(C, 256));
+        layers_impl::encoder_backward_wte_kernel<<<grid, 256, 0, stream>>>(dwte, dout, bucket_positions,
+                                                                           bucket_starts, bucket_tokens, C);
+        cuda_check_launch();
+    }
+    layers_impl::encoder_backward_wpe_kernel<<<ceil_div((long)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T,
+                                                                                             C);
+    cuda_check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// LayerNorm
+
+// out (N,C) = bf16((inp - mean) * rstd * weight + bias); mean, rstd (N) FP32 for the backward.
+inline void layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
+                              const bf16 *bias, int N, int C, cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const int W = layers_impl::pack_width(C, out, inp, weight, bias),
+              grid = ceil_div(N, layers_impl::LN_WARPS);
+    if (W == 8)
+        layers_impl::layernorm_forward_kernel<8>
+            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+    else
+        layers_impl::layernorm_forward_kernel<1>
+            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+    cuda_check_launch();
+}
+
+inline size_t layernorm_backward_scratch_floats(int N, int C) {
+    return 2 * (size_t)layers_impl::colsum_chunks(N) * (size_t)C;
+}
+
+// dresidual (N,C) = bf16(dresidual + dinp), one rounding; dweight, dbias (C) += their gradients (FP32).
+// dout, inp (N,C); mean, rstd (N) from the forward. scratch: layernorm_backward_scratch_floats(N, C).
+inline void layernorm_backward(bf16 *dresidual, float *dweight, float *dbias, const bf16 *dout,
+                               const bf16 *inp, const bf16 *weight, const float *mean, const float *rstd,
+                               int N, int C, float *scratch, cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const int W = layers_impl::pack_width(C, dresidual, dout, inp, weight),
+              grid = ceil_div(N, layers_impl::LN_WARPS);
+    if (W == 8)
+        layers_impl::layernorm_backward_dinp_kernel<8>
+            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(dresidual, dout, inp, weight, mean, rstd, N, C);
+    else
+        layers_impl::layernorm_backward_dinp_kernel<1>
+            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(dresidual, dout, inp, weight, mean, rstd, N, C);
+    cuda_check_launch();
+    layers_impl::column_sums(dweight, dbias, dout, inp, mean, rstd, N, C, scratch, stream);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Residual and GELU (elementwise over n)
+
+// out = bf16(a + b)
+inline void residual_forward(bf16 *out, const bf16 *a, const bf16 *b, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const int W = layers_impl::pack_width((int64_t)n, out, a, b), grid = ceil_div((long)(n / W), 256);
+    if (W == 8)
+        layers_impl::residual_forward_kernel<8><<<grid, 256, 0, stream>>>(out, a, b, n);
+    else
+        layers_impl::residual_forward_kernel<1><<<grid, 256, 0, stream>>>(out, a, b, n);
+    cuda_check_launch();
+}
+
+// out = bf16(gelu(inp)), tanh approximation
+inline void gelu_forward(bf16 *out, const bf16 *inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const int W = layers_impl::pack_width((int64_t)n, out, inp), grid = ceil_div((long)(n / W), 256);
+    if (W == 8)
+        layers_impl::gelu_forward_kernel<8><<<grid, 256, 0, stream>>>(out, inp, n);
+    else
+        layers_impl::gelu_forward_kernel<1><<<grid, 256, 0, stream>>>(out, inp, n);
+    cuda_check_launch();
+}
+
+// dinout: the output gradient in, bf16(output gradient * gelu'(inp)) out
+inline void gelu_backward(bf16 *dinout, const bf16 *inp, size_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const int W = layers_impl::pack_width((int64_t)n, dinout, inp), grid = ceil_div((long)(n / W), 256);
+    if (W == 8)
+        layers_impl::gelu_backward_kernel<8><<<grid, 256, 0, stream>>>(dinout, inp, n);
+    else
+        layers_impl::gelu_backward_kernel<1><<<grid, 256, 0, stream>>>(dinout, inp, n);
+    cuda_check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Attention
+
+namespace layers_impl {
+// The launch shape and the checks the attention kernels rely on.
+inline dim3 attention_grid(const void *qkv, const void *dout, int B, int T, int C, int NH) {
+    check_attention_shape(C, NH);
+    if (!aligned16(qkv) || (dout && !aligned16(dout)))
+        fail("attention: qkv and dout must be 16-byte aligned (the kernels load 8 values at a time)");
+    if ((long)B * NH > 65535) fail("attention: B * NH = %ld exceeds the grid limit 65535", (long)B * NH);
+    return dim3(ceil_div(T, ATT_ROWS), B * NH);
+}
+} // namespace layers_impl
+
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C) laid out [q | k | v], head h at columns h*hs .. h*hs+hs-1
+// of each. lse = max + log(sum exp) of each row's scaled scores, for the backward.
+inline void attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
+                              cudaStream_t stream) {
+    using namespace layers_impl;
+    if (B <= 0 || T <= 0) return;
+    const dim3 grid = attention_grid(qkv, nullptr, B, T, C, NH);
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs); // as the CPU, on the host
+    switch (hs) {
+    case 32:
+        attention_forward_kernel<32><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+        break;
+    case 64:
+        attention_forward_kernel<64><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+        break;
+    case 96:
+        attention_forward_kernel<96><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+        break;
+    default:
+        attention_forward_kernel<128><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+        break;
+    }
+    cuda_check_launch();
+}
+
+// dqkv (B,T,3C) = the gradient of attention_forward given dout (B,T,C); every element written (no
+// accumulation). qkv and lse as in the forward; delta (B,NH,T) FP32 receives sum_t2 p * dp per row,
+// which the second kernel reads.
+inline void attention_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv, const float *lse,
+                               int B, int T, int C, int NH, cudaStream_t stream) {
+    using namespace layers_impl;
+    if (B <= 0 || T <= 0) return;
+    const dim3 grid = attention_grid(qkv, dout, B, T, C, NH);
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs);
+    switch (hs) {
+    case 32:
+        attention_backward_dq_kernel<32>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
+        break;
+    case 64:
+        attention_backward_dq_kernel<64>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
+        break;
+    case 96:
+        attention_backward_dq_kernel<96>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
+        break;
+    default:
+        attention_backward_dq_kernel<128>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
+        break;
+    }
+    cuda_check_launch();
+    switch (hs) {
+    case 32:
+        attention_backward_dkv_kernel<32>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+        break;
+    case 64:
+        attention_backward_dkv_kernel<64>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+        break;
+    case 96:
+        attention_backward_dkv_kernel<96>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+        break;
+    default:
+        attention_backward_dkv_kernel<128>
+            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+        break;
+    }
+    cuda_check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Cross-entropy
+
+// Per row n of logits_inout (N,Vp), BF16, of which the first V columns are real: losses[n] =
+// -log softmax(row)[targets[n]] (FP32). With write_dlogits the row is overwritten with
+// bf16((softmax - onehot(target)) * dloss) in its first V columns and 0 in the padding.
+// Vp must be a multiple of 8 and logits_inout 16-byte aligned; targets in [0, V).
+inline void crossentropy_forward_backward(bf16 *logits_inout, float *losses, const int *targets, float dloss,
+                                          int N, int V, int Vp, int write_dlogits, cudaStream_t stream) {
+    if (N <= 0) return;
+    if (V <= 0 || V > Vp || Vp % 8 != 0 || !layers_impl::aligned16(logits_inout))
+        fail("crossentropy: needs 0 < V (%d) <= Vp (%d), Vp a multiple of 8 and 16-byte aligned logits", V,
+             Vp);
+    layers_impl::crossentropy_kernel<<<N, layers_impl::CE_THREADS, 0, stream>>>(logits_inout, losses, targets,
+                                                                                dloss, V, Vp, write_dlogits);
+    cuda_check_launch();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reductions
+
+inline size_t bias_backward_scratch_floats(int N, int OC) {
+    return (size_t)layers_impl::colsum_chunks(N) * (size_t)OC;
+}
+
+// dbias (OC) += sum over the N rows of dout (N,OC). scratch: bias_backward_scratch_floats(N, OC).
+inline void bias_backward(float *dbias, const bf16 *dout, int N, int OC, float *scratch,
+                          cudaStream_t stream) {
+    if (N <= 0 || OC <= 0) return;
+    layers_impl::column_sums(dbias, nullptr, dout, nullptr, nullptr, nullptr, N, OC, scratch, stream);
+}
+
+inline size_t global_norm_squared_scratch_floats(size_t n) {
+    return 2 * (size_t)layers_impl::norm_blocks(n); // one double per block
+}
+
+// out[0] = (float) sum of x[i]^2 (overwritten), accumulated in double. scratch (8-byte aligned):
+// global_norm_squared_scratch_floats(n).
+// out: the sum of squares in double, so that the caller takes (float)sqrt(sum) as the CPU reference does.
+inline void global_norm_squared(double *out, const float *x, size_t n, float *scratch, cudaStream_t stream) {
+    using namespace layers_impl;
+    if (((uintptr_t)scratch & 7u) != 0) fail("global_norm_squared: scratch must be 8-byte aligned (doubles)");
+    const int blocks = norm_blocks(n);
+    double *partial = reinterpret_cast<double *>(scratch);
+    norm_partials_kernel<<<blocks, NORM_THREADS, 0, stream>>>(partial, x, n);
+    cuda_check_launch();
+    norm_finish_kernel<<<1, NORM_MAX_BLOCKS, 0, stream>>>(out, partial, blocks);
+    cuda_check_launch();
+}
+
+#endif // GPU_LAYERS_CUH
