@@ -21,7 +21,8 @@ ifeq ($(HAVE_OPENBLAS),1)
   BLAS_LIBS := -lopenblas
 endif
 
-HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h sampling.h
+HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h \
+           sampling.h health.h
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas
 all: train_cpu
@@ -44,6 +45,7 @@ demo: check_blas train_cpu
 include test/fp8_test.mk
 include test/data_test.mk
 include test/train_test.mk
+include test/export_test.mk
 
 test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 	mkdir -p test/build
@@ -74,7 +76,19 @@ endif
 skip_nvcc_tests:
 	@echo "SKIPPED test_fp8_convert and test_gpu_host: nvcc not found (install the CUDA toolkit to run them)"
 
-test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_compare_debug_state
+test/build/test_fp8_stats: test/test_fp8_stats.c train_gpt.c $(HEADERS)
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_fp8_stats.c $(LDLIBS)
+
+.PHONY: test_fp8_stats test_health
+test_fp8_stats: test/build/test_fp8_stats
+	./test/build/test_fp8_stats
+
+test_health: train_cpu
+	DATA="$(DATA)" bash test/test_health.sh
+
+test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_compare_debug_state test_fp8_stats \
+          test_health test_export
 
 test: test_cpu
 	@echo "all CPU tests passed"
@@ -87,7 +101,7 @@ clean:
 # -gencode arch=compute_89,code=sm_89 for Ada; -gencode arch=compute_100a,code=sm_100a for Blackwell).
 GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a
 NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I.
-CUDA_LIBS := -lcublasLt
+CUDA_LIBS := -lcublasLt -ldl
 GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh memory_plan.h
 
 .PHONY: train test_gpu compile_gpu

@@ -4,7 +4,8 @@
 //    tensors in llm.c's tensor-major order. We always write version 3: the FP32 master weights, so
 //    that resume is bit-exact.
 //  - Training state, one file per rank: a 64 x int64 header (magic, version, position, shapes), then
-//    the AdamW moments of this rank's parameters and the FP8 amax histories. Scales are not stored:
+//    the AdamW moments of this rank's parameters, the FP8 amax histories and the step guard's window
+//    of recent losses and norms (health.h). Scales are not stored:
 //    they are a function of the histories (fp8_compute_scale of their max).
 //  - `latest_checkpoint` in the output directory names the step of the last complete checkpoint. It is
 //    replaced only after every file of that step is durable, and every file is written to a temp
@@ -209,7 +210,8 @@ typedef struct {
     int rank, world_size;
     int dtype, fp8_recipe, amax_history_len;
     int batch_size, seq_len;
-    int seed, shuffle; // the data order: a resumed run must draw the same
+    int seed, shuffle;     // the data order: a resumed run must draw the same
+    long long guard_count; // accepted steps recorded in the step guard's window (health.h)
 } TrainState;
 
 // The state of a fresh run with these options; a resume then checks the checkpoint against it.
@@ -251,7 +253,9 @@ enum {
     SH_BATCH_SIZE,
     SH_SEQ_LEN,
     SH_SEED,
-    SH_SHUFFLE
+    SH_SHUFFLE,
+    SH_GUARD_FLOATS,
+    SH_GUARD_COUNT
 };
 
 static inline void checkpoint_paths(const char *dir, long step, int rank, char *model_path, char *state_path,
@@ -260,9 +264,21 @@ static inline void checkpoint_paths(const char *dir, long step, int rank, char *
     snprintf(state_path, len, "%s/state_%08ld_%05d.bin", dir, step, rank);
 }
 
+// The float arrays of a state file, in file order; each one's length is in the header and must match
+// what the loading run expects.
+enum { STATE_ADAM_M, STATE_ADAM_V, STATE_AMAX_HISTORY, STATE_GUARD_HISTORY, NUM_STATE_BLOCKS };
+static const int STATE_BLOCK_FIELD[NUM_STATE_BLOCKS] = {SH_MOMENTS, SH_MOMENTS, SH_HISTORY_FLOATS,
+                                                        SH_GUARD_FLOATS};
+static const char *const STATE_BLOCK_NAMES[NUM_STATE_BLOCKS] = {
+    "optimizer moment count", "optimizer moment count", "amax history size", "step guard window"};
+
+typedef struct {
+    float *data;
+    size_t count;
+} StateBlock;
+
 static inline void save_state_file(const char *path, const TrainState *st, const GPTConfig *cfg,
-                                   const float *m, const float *v, size_t num_moments,
-                                   const float *amax_history, size_t history_floats) {
+                                   const StateBlock blocks[NUM_STATE_BLOCKS]) {
     char tmp[CHECKPOINT_PATH_LEN];
     FILE *f = atomic_open(path, tmp, sizeof(tmp));
     int64_t h[STATE_FILE_HEADER_INTS] = {0};
@@ -276,8 +292,6 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_EPOCH] = st->train_position.epoch;
     h[SH_SHARD] = st->train_position.shard_index;
     h[SH_BATCH] = st->train_position.batch_index;
-    h[SH_MOMENTS] = (int64_t)num_moments;
-    h[SH_HISTORY_FLOATS] = (int64_t)history_floats;
     h[SH_DTYPE] = st->dtype;
     h[SH_RECIPE] = st->fp8_recipe;
     h[SH_HISTORY_LEN] = st->amax_history_len;
@@ -290,10 +304,11 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_SEQ_LEN] = st->seq_len;
     h[SH_SEED] = st->seed;
     h[SH_SHUFFLE] = st->shuffle;
+    h[SH_GUARD_COUNT] = st->guard_count;
+    for (int b = 0; b < NUM_STATE_BLOCKS; b++) h[STATE_BLOCK_FIELD[b]] = (int64_t)blocks[b].count;
     fwrite_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, tmp);
-    fwrite_check(m, sizeof(float), num_moments, f, tmp);
-    fwrite_check(v, sizeof(float), num_moments, f, tmp);
-    fwrite_check(amax_history, sizeof(float), history_floats, f, tmp);
+    for (int b = 0; b < NUM_STATE_BLOCKS; b++)
+        fwrite_check(blocks[b].data, sizeof(float), blocks[b].count, f, tmp);
     atomic_commit(f, tmp, path);
 }
 
@@ -304,8 +319,8 @@ static inline void check_state_field(const char *path, const int64_t *h, int fie
         fail("%s: checkpoint has %s %ld but this run has %ld", path, what, (long)h[field], (long)expected);
 }
 
-static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg, float *m, float *v,
-                                   size_t num_moments, float *amax_history, size_t history_floats) {
+static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg,
+                                   const StateBlock blocks[NUM_STATE_BLOCKS]) {
     FILE *f = fopen_check(path, "rb");
     int64_t size = file_size_check(f, path);
     int64_t h[STATE_FILE_HEADER_INTS];
@@ -330,9 +345,11 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
     check_state_field(path, h, SH_SEED, st->seed, "seed");
     check_state_field(path, h, SH_SHUFFLE, st->shuffle, "shuffle");
-    check_state_field(path, h, SH_MOMENTS, (int64_t)num_moments, "optimizer moment count");
-    check_state_field(path, h, SH_HISTORY_FLOATS, (int64_t)history_floats, "amax history size");
-    int64_t expected = (int64_t)sizeof(h) + 4 * (int64_t)(2 * num_moments + history_floats);
+    int64_t expected = (int64_t)sizeof(h);
+    for (int b = 0; b < NUM_STATE_BLOCKS; b++) {
+        check_state_field(path, h, STATE_BLOCK_FIELD[b], (int64_t)blocks[b].count, STATE_BLOCK_NAMES[b]);
+        expected += 4 * (int64_t)blocks[b].count;
+    }
     if (size != expected)
         fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
              (long)size, (long)expected);
@@ -342,9 +359,9 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     st->train_position.epoch = h[SH_EPOCH];
     st->train_position.shard_index = h[SH_SHARD];
     st->train_position.batch_index = h[SH_BATCH];
-    fread_check(m, sizeof(float), num_moments, f, path);
-    fread_check(v, sizeof(float), num_moments, f, path);
-    fread_check(amax_history, sizeof(float), history_floats, f, path);
+    st->guard_count = h[SH_GUARD_COUNT];
+    for (int b = 0; b < NUM_STATE_BLOCKS; b++)
+        fread_check(blocks[b].data, sizeof(float), blocks[b].count, f, path);
     fclose(f);
 }
 

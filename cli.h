@@ -40,6 +40,14 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_len, ckpt_every, resume;
     int seed, shuffle;
     int cuda_graph;
+    int bf16_check_every, bf16_check_stop;
+    float bf16_check_tolerance;
+    int fp8_stats_every;
+    float skip_loss_z, skip_norm_z;
+    int guard_window;
+    int inject_nan_step;
+    float price_kwh, pue;
+    int eval_only;
 } TrainOptions;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_CHOICE } OptionKind;
@@ -109,6 +117,26 @@ static const OptionSpec OPTION_SPECS[] = {
     {"shuffle", OPT_INT, OPT_AT(shuffle), "0", 0, 1, NULL, "1: shuffle batch order within shards each epoch"},
     {"cuda_graph", OPT_INT, OPT_AT(cuda_graph), "1", 0, 1, NULL,
      "GPU trainer: capture the step in a CUDA Graph"},
+    {"bf16_check_every", OPT_INT, OPT_AT(bf16_check_every), "0", 0, 1 << 30, NULL,
+     "every N steps also evaluate the batch in bfloat16 and log the loss difference (0: never)"},
+    {"bf16_check_tolerance", OPT_FLOAT, OPT_AT(bf16_check_tolerance), "0", 0, 100, NULL,
+     "warn when |loss - bfloat16 loss| exceeds this (0: never)"},
+    {"bf16_check_stop", OPT_INT, OPT_AT(bf16_check_stop), "0", 0, 1, NULL,
+     "1: stop the run (exit 1) instead of warning"},
+    {"fp8_stats_every", OPT_INT, OPT_AT(fp8_stats_every), "0", 0, 1 << 30, NULL,
+     "every N steps log amax, scale, saturated and flushed counts of each FP8 tensor (0: never)"},
+    {"skip_loss_z", OPT_FLOAT, OPT_AT(skip_loss_z), "0", 0, 1000, NULL,
+     "skip a step whose loss is this many std devs above the recent mean (0: off)"},
+    {"skip_norm_z", OPT_FLOAT, OPT_AT(skip_norm_z), "0", 0, 1000, NULL,
+     "skip a step whose gradient norm is this many std devs above the recent mean (0: off)"},
+    {"guard_window", OPT_INT, OPT_AT(guard_window), "50", 8, 10000, NULL,
+     "steps in the moving window of the loss and norm guards"},
+    {"inject_nan_step", OPT_INT, OPT_AT(inject_nan_step), "0", 0, 1 << 30, NULL,
+     "test: make the gradient of this step (1-based) NaN (0: never)"},
+    {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
+    {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
+    {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
+     "1: report the validation loss of --init_from with BF16 weights and with FP8 weights, then exit"},
 };
 #define NUM_OPTION_SPECS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 
@@ -223,6 +251,10 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
 // Checks of values a range cannot express, before anything is loaded.
 static inline void validate_options(const TrainOptions *opts) {
     if (!*opts->train_data) fail("--train_data: empty (give the token shards to train on)");
+    if (opts->eval_only && (!*opts->init_from || !*opts->val_data))
+        fail("--eval_only: needs --init_from (the model to evaluate) and --val_data");
+    if (opts->bf16_check_every > 0 && opts->dtype == DTYPE_FLOAT32)
+        fail("--bf16_check_every: compares a reduced-precision run with bfloat16; this run is float32");
 }
 
 // Sequence length, micro-batch and accumulation for a model; errors name the flag to change.

@@ -280,10 +280,20 @@ FP8_HD static inline float fp8_quantize_value(float x, float scale, Fp8Format f)
     return fp8_to_float(fp8_quantize(x, scale, f), f);
 }
 
-// Telemetry: the scaled value lay beyond the largest finite fp8 value and was clipped to it.
+// The smallest magnitude that round-to-nearest-even would carry past the largest finite value, so that
+// only saturation keeps it finite: max + half an ulp of the top binade, where the tie goes up for E5M2
+// (57344 has an odd mantissa) and stays at the max for E4M3 (448 has an even one).
+FP8_HD static inline float fp8_saturation_threshold(Fp8Format f) {
+    return f == FP8_E4M3 ? 464.0f : 59392.0f;
+}
+
+// Telemetry: the scaled value lay beyond what rounding reaches and was clipped to the largest finite
+// value. Values between the max and the threshold simply round to the max and are not counted: an
+// exact-amax cast (amax * scale a hair above the max after the division) saturates nothing.
 FP8_HD static inline int fp8_is_saturated(float scaled_x, Fp8Format f) {
-    const uint32_t a = fp8_f32_to_bits(scaled_x) & 0x7FFFFFFFu;
-    return a <= 0x7F800000u && a > fp8_f32_to_bits(fp8_max_finite(f));
+    const uint32_t a = fp8_f32_to_bits(scaled_x) & 0x7FFFFFFFu,
+                   t = fp8_f32_to_bits(fp8_saturation_threshold(f));
+    return a <= 0x7F800000u && (f == FP8_E4M3 ? a > t : a >= t);
 }
 
 // Telemetry: a nonzero scaled value rounded to zero (underflow, information lost).

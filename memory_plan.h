@@ -90,12 +90,14 @@ static inline size_t linear_weights_per_layer(const GPTConfig *cfg) {
     return 12 * (size_t)cfg->channels * cfg->channels;
 }
 
-// Floats of the FP8 scaling state: per (layer, linear, role) a history, an amax, a scale and its
-// inverse; per (layer, linear) the weight amax, scale and inverse.
+// Floats of the FP8 scaling state (gpu/fp8.cuh's Fp8DeviceState): per (layer, linear, role) a history,
+// an amax, a scale, its inverse, the amax being measured and the last step's amax; per (layer, linear)
+// the weight amax, scale and inverse; then, 8-byte aligned, two 64-bit telemetry counters per tensor
+// and per weight.
 static inline size_t fp8_state_floats(const GPTConfig *cfg, int history_len) {
     size_t tensors = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 2;
     size_t weights = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS;
-    return tensors * ((size_t)history_len + 3) + weights * 3;
+    return tensors * ((size_t)history_len + 5) + weights * 3 + (tensors % 2) + (tensors + weights) * 4;
 }
 
 static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, int dtype, int B, int T,

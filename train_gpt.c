@@ -28,6 +28,7 @@
 #include "debug_state.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
+#include "health.h"
 #include "sampling.h"
 #include "tokenizer.h"
 #include "train_log.h"
@@ -50,9 +51,20 @@ static float abs_max(const float *x, size_t n) {
 }
 
 // out[i] = the FP8 value of x[i] * scale (the scale is not divided back out: the GEMM does that).
-static void quantize(float *out, const float *x, size_t n, float scale, Fp8Format format) {
-#pragma omp parallel for
-    for (size_t i = 0; i < n; i++) out[i] = fp8_quantize_value(x[i], scale, format);
+// With stats, the values saturated and flushed to zero by this cast are added to its counters.
+static void quantize(float *out, const float *x, size_t n, float scale, Fp8Format format, Fp8Stats *stats,
+                     int tensor) {
+    unsigned long long saturated = 0, flushed = 0;
+#pragma omp parallel for reduction(+ : saturated, flushed)
+    for (size_t i = 0; i < n; i++) {
+        out[i] = fp8_quantize_value(x[i], scale, format);
+        saturated += fp8_is_saturated(x[i] * scale, format);
+        flushed += fp8_is_flushed(x[i] * scale, format);
+    }
+    if (!stats) return;
+    stats->saturated[tensor] += saturated;
+    stats->flushed[tensor] += flushed;
+    stats->elements[tensor] += n;
 }
 
 // ----------------------------------------------------------------------------
@@ -126,6 +138,7 @@ typedef struct {
     float *input_scale_used; // (L * NUM_BLOCK_LINEARS) scale of each saved quantized input (current recipe
                              // varies)
     float *weight_scale;     // (L * NUM_BLOCK_LINEARS) exact-amax scale of each cached FP8 weight
+    Fp8Stats stats;          // telemetry of this step's casts (health.h)
 } Fp8State;
 
 typedef struct {
@@ -160,6 +173,7 @@ static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts
     s->scale = (float *)malloc_check(s->num_tensors * sizeof(float), "fp8 scales");
     s->input_scale_used = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
     s->weight_scale = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
+    fp8_stats_alloc(&s->stats, num_layers);
 }
 
 // Scales of the next step from the histories: with an empty history (a fresh run) this is 1.
@@ -171,9 +185,13 @@ static void fp8_scales_from_history(Fp8State *s) {
     }
 }
 
-// Once per optimizer step: the step's amaxes enter the histories and the scales move on.
-static void fp8_end_step(Fp8State *s, long step) {
-    if (s->recipe != FP8_RECIPE_DELAYED) return;
+// Once per optimizer step: the step's amaxes enter the histories (delayed recipe) and the scales move on.
+// A skipped step's amaxes are dropped.
+static void fp8_end_step(Fp8State *s, long step, int skipped) {
+    if (s->recipe != FP8_RECIPE_DELAYED || skipped) {
+        memset(s->amax_current, 0, s->num_tensors * sizeof(float));
+        return;
+    }
     for (int i = 0; i < s->num_tensors; i++) {
         Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
         fp8_delayed_update(s->amax_history + (size_t)i * s->history_len, s->history_len, step,
@@ -181,12 +199,14 @@ static void fp8_end_step(Fp8State *s, long step) {
     }
 }
 
-// The scale to cast tensor x (n elements) with. delayed: this step's scale, recording the amax for
-// the history; current: the exact scale of x itself.
-static float fp8_cast_scale(Fp8State *s, int index, const float *x, size_t n, int record_amax) {
+// Casts tensor `index` (x, n elements) into out. delayed: with this step's scale; current: with the exact
+// scale of x itself. In training (record) the step's amax and the telemetry counts are kept.
+static float fp8_cast(Fp8State *s, int index, const float *x, size_t n, float *out, int record) {
     Fp8Format format = (index % 2) ? FP8_E5M2 : FP8_E4M3;
-    if (s->recipe == FP8_RECIPE_CURRENT) return fp8_compute_scale(abs_max(x, n), format, s->margin);
-    if (record_amax) s->amax_current[index] = fmaxf(s->amax_current[index], abs_max(x, n));
+    float amax = abs_max(x, n);
+    if (s->recipe == FP8_RECIPE_CURRENT) s->scale[index] = fp8_compute_scale(amax, format, s->margin);
+    if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
+    quantize(out, x, n, s->scale[index], format, record ? &s->stats : NULL, index);
     return s->scale[index];
 }
 
@@ -201,9 +221,14 @@ static void refresh_compute_weights(GPT *model) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
             size_t offset = param_offset(cfg, linear_weight_tensor(lin), l);
             size_t n = param_tensor_size(cfg, linear_weight_tensor(lin));
-            float scale = fp8_compute_scale(abs_max(model->params + offset, n), FP8_E4M3, model->fp8.margin);
-            model->fp8.weight_scale[l * NUM_BLOCK_LINEARS + lin] = scale;
-            quantize(model->weights_fp8 + offset, model->params + offset, n, scale, FP8_E4M3);
+            int w = l * NUM_BLOCK_LINEARS + lin, tensor = model->fp8.num_tensors + w;
+            float amax = abs_max(model->params + offset, n);
+            float scale = fp8_compute_scale(amax, FP8_E4M3, model->fp8.margin);
+            model->fp8.weight_scale[w] = scale;
+            model->fp8.stats.amax[tensor] = amax;
+            model->fp8.stats.scale[tensor] = scale;
+            quantize(model->weights_fp8 + offset, model->params + offset, n, scale, FP8_E4M3,
+                     &model->fp8.stats, tensor);
         }
     }
 }
@@ -288,6 +313,7 @@ static void gpt_free(GPT *model) {
     free(model->fp8.scale);
     free(model->fp8.input_scale_used);
     free(model->fp8.weight_scale);
+    fp8_stats_free(&model->fp8.stats);
 }
 
 // ----------------------------------------------------------------------------
@@ -374,9 +400,8 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
     if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
-        float scale = fp8_cast_scale(&model->fp8, index, inp, (size_t)N * IC, record_amax);
+        float scale = fp8_cast(&model->fp8, index, inp, (size_t)N * IC, input_q, record_amax);
         model->fp8.input_scale_used[lw] = scale;
-        quantize(input_q, inp, (size_t)N * IC, scale, FP8_E4M3);
         float descale = 1.0f / (scale * model->fp8.weight_scale[lw]);
         gemm(0, 1, N, OC, IC, descale, input_q, model->weights_fp8 + weight_offset, 0.0f, out);
     } else {
@@ -405,9 +430,8 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
     if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
-        float scale = fp8_cast_scale(&model->fp8, index, dout, (size_t)N * OC, 1);
         float *dout_q = model->dacts.dout_q;
-        quantize(dout_q, dout, (size_t)N * OC, scale, FP8_E5M2);
+        float scale = fp8_cast(&model->fp8, index, dout, (size_t)N * OC, dout_q, 1);
         gemm(0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
              model->weights_fp8 + weight_offset, 0.0f, dinp);
         gemm(1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q, input_q, 1.0f,
@@ -723,28 +747,59 @@ static const float *cpu_position_logits(void *model_ptr, const int *tokens, int 
 // ----------------------------------------------------------------------------
 // Checkpoints
 
-static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
+// The state file's arrays: this rank's moments, the amax histories, the step guard's window.
+static void state_blocks(GPT *model, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    blocks[STATE_ADAM_M] = (StateBlock){model->m, model->num_params};
+    blocks[STATE_ADAM_V] = (StateBlock){model->v, model->num_params};
+    blocks[STATE_AMAX_HISTORY] =
+        (StateBlock){model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len};
+    blocks[STATE_GUARD_HISTORY] = (StateBlock){guard->history, 2 * (size_t)guard->window};
+}
+
+static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
     save_model_file(model_path, model->params, &model->config);
-    save_state_file(state_path, state, &model->config, model->m, model->v, model->num_params,
-                    model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len);
+    StateBlock blocks[NUM_STATE_BLOCKS];
+    state_blocks(model, guard, blocks);
+    save_state_file(state_path, state, &model->config, blocks);
     write_latest_checkpoint(opts->output_dir, (long)state->step);
     printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
 }
 
-static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
+static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     long step = read_latest_checkpoint(opts->output_dir);
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
     float *params = load_checkpoint_model(model_path, &model->config);
     memcpy(model->params, params, model->num_params * sizeof(float));
     free(params);
-    load_state_file(state_path, state, &model->config, model->m, model->v, model->num_params,
-                    model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len);
+    StateBlock blocks[NUM_STATE_BLOCKS];
+    state_blocks(model, guard, blocks);
+    load_state_file(state_path, state, &model->config, blocks);
+    guard->count = state->guard_count;
     fp8_scales_from_history(&model->fp8);
     printf("resumed | step %ld | %s\n", step, model_path);
+}
+
+// ----------------------------------------------------------------------------
+// Health: the BF16 shadow check and the FP8 telemetry of a step
+
+// The loss of the loader's current batch through the bfloat16 path on the same weights (the BF16 copy
+// that every dtype but float32 keeps). Leaves no trace in the FP8 state.
+static float bf16_shadow_loss(GPT *model, const DataLoader *loader) {
+    int dtype = model->dtype;
+    model->dtype = DTYPE_BFLOAT16;
+    gpt_forward(model, loader->inputs, loader->targets, 0);
+    model->dtype = dtype;
+    return model->mean_loss;
+}
+
+// The step's amax and last scale of each activation and gradient tensor, before the step ends.
+static void snapshot_fp8_stats(Fp8State *s) {
+    memcpy(s->stats.amax, s->amax_current, s->num_tensors * sizeof(float));
+    memcpy(s->stats.scale, s->scale, s->num_tensors * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
@@ -774,6 +829,10 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size);
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
+    if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+        opts.dtype = DTYPE_FLOAT8;
+        opts.fp8_recipe = FP8_RECIPE_CURRENT;
+    }
     GPT model;
     gpt_alloc(&model, &cfg, opts.dtype, B, T, &opts);
     if (init_params)
@@ -782,8 +841,10 @@ int main(int argc, char **argv) {
         gpt_init_params(model.params, &cfg, (uint64_t)opts.seed);
     free(init_params);
     TrainState state = train_state_init(&opts, B, T);
+    StepGuard guard;
+    step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
-        load_checkpoint(&model, &opts, &state);
+        load_checkpoint(&model, &opts, &state, &guard);
         dataloader_set_position(&train_loader, state.train_position);
     }
     refresh_compute_weights(&model);
@@ -799,19 +860,32 @@ int main(int argc, char **argv) {
         dtype_name(opts.dtype), B, T, accum_steps, threads);
     RunLog log;
     run_log_open(&log, opts.log_file, (long)state.step);
+    if (opts.eval_only) {
+        model.dtype = DTYPE_BFLOAT16;
+        float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
+        model.dtype = DTYPE_FLOAT8;
+        log_eval_only(&log, opts.init_from, bf16_loss, evaluate(&model, &val_loader, opts.val_batches));
+        opts.steps = 0; // nothing to train
+    }
     DebugState debug = {0};
     int have_debug = *opts.debug_state != '\0';
     if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
     int *sample_tokens = (int *)malloc_check((size_t)B * T * sizeof(int), "sample buffer");
     float dloss = 1.0f / ((float)B * T * accum_steps);
 
+    fp8_stats_reset_counts(&model.fp8.stats); // the start-up weight casts belong to no step
+
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
         memset(model.grads, 0, model.num_params * sizeof(float));
         double loss_sum = 0.0;
+        int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
             dataloader_next_batch(&train_loader);
+            float bf16_loss = 0.0f;
+            if (bf16_check && micro == 0) bf16_loss = bf16_shadow_loss(&model, &train_loader);
             gpt_forward(&model, train_loader.inputs, train_loader.targets, 1);
+            if (bf16_check && micro == 0) log_bf16_check(&log, &opts, step + 1, model.mean_loss, bf16_loss);
             if (have_debug && step == 0) {
                 memcpy(debug.inputs, train_loader.inputs, (size_t)B * T * sizeof(int));
                 memcpy(debug.targets, train_loader.targets, (size_t)B * T * sizeof(int));
@@ -822,29 +896,34 @@ int main(int argc, char **argv) {
             gpt_backward(&model, train_loader.inputs, train_loader.targets, dloss);
             loss_sum += model.mean_loss;
         }
+        if (step + 1 == opts.inject_nan_step) model.grads[0] = NAN;
         float loss = (float)(loss_sum / accum_steps);
         float norm = grad_norm(model.grads, model.num_params);
         if (have_debug && step == 0) memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
         if (have_debug) debug.step_losses[step] = loss;
-        float lr = learning_rate(&opts, step);
-        int skipped = !isfinite(loss) || !isfinite(norm);
-        if (skipped) {
-            // A bad step changes nothing: no update, and its amaxes do not enter the histories.
-            state.skipped_steps++;
-            memset(model.fp8.amax_current, 0, model.fp8.num_tensors * sizeof(float));
+        float lr = learning_rate(&opts, step), max_loss, max_norm;
+        step_guard_thresholds(&guard, &opts, &max_loss, &max_norm);
+        int skip_reason = step_skip_reason(loss, norm, max_loss, max_norm);
+        snapshot_fp8_stats(&model.fp8);
+        fp8_end_step(&model.fp8, step, skip_reason != SKIP_NONE);
+        if (skip_reason != SKIP_NONE) {
+            state.skipped_steps++; // a bad step changes nothing
         } else {
             float grad_scale =
                 (opts.grad_clip > 0.0f && norm > opts.grad_clip) ? opts.grad_clip / norm : 1.0f;
             state.updates_applied++;
             adamw_update(&model, &opts, lr, grad_scale, (long)state.updates_applied);
-            fp8_end_step(&model.fp8, step);
-            refresh_compute_weights(&model);
+            step_guard_record(&guard, loss, norm);
         }
+        refresh_compute_weights(
+            &model); // also after a skip: the GPU recasts unconditionally, telemetry agrees
         state.step = step + 1;
+        state.guard_count = guard.count;
         double ms = wall_time_ms() - start;
         StepRecord record = {
-            step + 1, opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps / (ms / 1e3), skipped};
+            step + 1, opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps / (ms / 1e3), skip_reason};
         log_step(&log, &record);
+        if (opts.dtype == DTYPE_FLOAT8) report_fp8_stats(&log, &opts, step + 1, &model.fp8.stats);
         int last = step + 1 == opts.steps;
         if (have_val && is_due(step + 1, opts.val_every, last))
             log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
@@ -853,13 +932,14 @@ int main(int argc, char **argv) {
                         opts.sample_len, step);
         if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
             state.train_position = train_loader.pos;
-            save_checkpoint(&model, &opts, &state);
+            save_checkpoint(&model, &opts, &state, &guard);
         }
     }
     if (have_debug) debug_state_write(opts.debug_state, &debug);
-    if (state.skipped_steps)
-        printf("skipped steps (non-finite loss or gradient norm): %ld\n", (long)state.skipped_steps);
+    if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
+    log_energy(&log, -1.0, &opts, "the CPU trainer reads no energy counter");
     run_log_close(&log);
+    step_guard_free(&guard);
     if (have_debug) debug_state_free(&debug);
     if (have_val) dataloader_free(&val_loader);
     dataloader_free(&train_loader);

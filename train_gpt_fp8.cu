@@ -10,6 +10,7 @@
 // NaN/Inf guard and the optimizer all run on the device; a micro-step and the update are each one
 // CUDA Graph launch when --cuda_graph 1.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "gpu/common.cuh"
+#include "health.h"
 #include "gpu/fp8.cuh"
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
@@ -36,6 +38,7 @@
 typedef struct {
     GPTConfig config;
     int dtype, recipe, margin, B, T, accum_steps;
+    int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every layer are kept
     size_t num_params;
     MemoryPlan plan;
     char *memory; // the one allocation the plan carves
@@ -85,6 +88,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     model->dtype = opts->dtype;
     model->recipe = opts->fp8_recipe;
     model->margin = opts->fp8_margin;
+    model->keeps_gemm_inputs = opts->dtype == DTYPE_BFLOAT16;
     model->B = B;
     model->T = T;
     model->accum_steps = accum_steps;
@@ -172,8 +176,9 @@ static void cast_weights(GPT *model) {
             size_t offset = linear_weight_offset_fp8(cfg, l, lin);
             measure_scale<float>(&s->weight_amax[w], &s->weight_scale[w], &s->weight_descale[w], master,
                                  (size_t)OC * IC, FP8_E4M3, model->margin, model->stream);
-            cast_transpose<float>(model->weights_fp8 + offset, model->weights_fp8_t + offset, NULL, master,
-                                  OC, IC, &s->weight_scale[w], FP8_E4M3, model->stream);
+            cast_transpose<float>(model->weights_fp8 + offset, model->weights_fp8_t + offset, NULL,
+                                  &s->counts[2 * (s->num_tensors + w)], master, OC, IC, &s->weight_scale[w],
+                                  FP8_E4M3, model->stream);
         }
     }
 }
@@ -201,18 +206,18 @@ static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const float *d
     return op;
 }
 
-// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. delayed: this step's scale,
-// the amax recorded when record_amax; current: measure first, then cast with the exact scale.
+// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. delayed: this step's scale;
+// current: measure first, then cast with the exact scale. In training (record) the cast adds to the
+// step's amax and telemetry counts, as the CPU's fp8_cast.
 static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, fp8 *out_t,
-                     int record_amax, Fp8Format format) {
+                     int record, Fp8Format format) {
     Fp8DeviceState *s = &model->fp8;
-    float *amax = record_amax ? &s->amax_current[index] : NULL;
-    if (model->recipe == FP8_RECIPE_CURRENT) {
-        measure_scale<bf16>(&s->amax_current[index], &s->scale[index], &s->descale[index], x,
+    if (model->recipe == FP8_RECIPE_CURRENT)
+        measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x,
                             (size_t)rows * cols, format, model->margin, model->stream);
-        amax = NULL;
-    }
-    cast_transpose<bf16>(out, out_t, amax, x, rows, cols, &s->scale[index], format, model->stream);
+    cast_transpose<bf16>(out, out_t, record ? &s->amax_current[index] : NULL,
+                         record ? &s->counts[2 * index] : NULL, x, rows, cols, &s->scale[index], format,
+                         model->stream);
 }
 
 static fp8 *saved_input_t(GPT *model, int layer, int linear) {
@@ -282,7 +287,7 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
 // The per-layer buffers the bfloat16 path keeps; the float8 path reuses one layer's worth, its backward
 // reads the FP8 transposes instead.
 static bf16 *gemm_input(GPT *model, bf16 *base, int layer, size_t per_layer) {
-    return model->dtype == DTYPE_FLOAT8 ? base : base + layer * per_layer;
+    return model->keeps_gemm_inputs ? base + layer * per_layer : base;
 }
 
 static void gpt_forward(GPT *model, int record_amax) {
@@ -408,6 +413,8 @@ static void micro_step(GPT *model) {
 // zeroed gradients for the next step.
 static void update_step(GPT *model) {
     cudaStream_t stream = model->stream;
+    inject_nan_kernel<<<1, 1, 0, stream>>>(model->grads, model->step_params);
+    cuda_check_launch();
     global_norm_squared(&model->step_results->norm_squared, model->grads, model->num_params,
                         model->reduce_scratch, stream);
     step_decide_kernel<<<1, 1, 0, stream>>>(model->step_results, model->step_params);
@@ -418,11 +425,9 @@ static void update_step(GPT *model) {
     cuda_check_launch();
     if (model->dtype == DTYPE_FLOAT8) {
         cast_weights(model);
-        if (model->recipe == FP8_RECIPE_DELAYED) {
-            delayed_update_kernel<<<ceil_div(model->fp8.num_tensors, 128), 128, 0, stream>>>(
-                model->fp8, model->step_params, model->step_results);
-            cuda_check_launch();
-        }
+        fp8_end_step_kernel<<<ceil_div(model->fp8.num_tensors, 128), 128, 0, stream>>>(
+            model->fp8, model->recipe == FP8_RECIPE_DELAYED, model->step_params, model->step_results);
+        cuda_check_launch();
     }
     cuda_check(cudaMemsetAsync(model->grads, 0, model->num_params * sizeof(float), stream));
 }
@@ -449,8 +454,11 @@ static void run_captured(GPT *model, StepFunction fn, cudaGraphExec_t *exec, int
 
 // The host writes the pinned copy only after the previous step's read_step_results synchronised the
 // stream, so the asynchronous copy of the last values has completed.
-static void set_step_params(GPT *model, const TrainOptions *opts, int step, long updates_applied) {
+static void set_step_params(GPT *model, const TrainOptions *opts, int step, long updates_applied,
+                            const StepGuard *guard) {
     StepParams *p = model->step_params_host;
+    step_guard_thresholds(guard, opts, &p->max_loss, &p->max_norm);
+    p->inject_nan = step + 1 == opts->inject_nan_step;
     p->lr = learning_rate(opts, step);
     p->beta1 = opts->beta1;
     p->beta2 = opts->beta2;
@@ -500,43 +508,132 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
 // ----------------------------------------------------------------------------
 // Checkpoints: the same files as train_cpu
 
-static size_t history_floats(const GPT *model) {
-    return (size_t)model->fp8.num_tensors * model->fp8.history_len;
+// The state file's arrays, staged on the host: moments and amax histories copied from the device, the
+// step guard's window where it lives (host).
+static void state_blocks(GPT *model, float *host, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    size_t P = model->num_params, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
+    blocks[STATE_ADAM_M] = StateBlock{host, P};
+    blocks[STATE_ADAM_V] = StateBlock{host + P, P};
+    blocks[STATE_AMAX_HISTORY] = StateBlock{host + 2 * P, H};
+    blocks[STATE_GUARD_HISTORY] = StateBlock{guard->history, 2 * (size_t)guard->window};
 }
 
-static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
-    size_t P = model->num_params, H = history_floats(model);
+static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
+    size_t P = model->num_params, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
     float *host = (float *)malloc_check((3 * P + H) * sizeof(float), "checkpoint staging");
+    StateBlock blocks[NUM_STATE_BLOCKS];
+    state_blocks(model, host + P, guard, blocks);
     cuda_check(cudaStreamSynchronize(model->stream));
     copy_to_host(host, model->params, P * sizeof(float));
-    copy_to_host(host + P, model->m, P * sizeof(float));
-    copy_to_host(host + 2 * P, model->v, P * sizeof(float));
-    copy_to_host(host + 3 * P, model->fp8.amax_history, H * sizeof(float));
+    copy_to_host(blocks[STATE_ADAM_M].data, model->m, P * sizeof(float));
+    copy_to_host(blocks[STATE_ADAM_V].data, model->v, P * sizeof(float));
+    copy_to_host(blocks[STATE_AMAX_HISTORY].data, model->fp8.amax_history, H * sizeof(float));
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
     save_model_file(model_path, host, &model->config);
-    save_state_file(state_path, state, &model->config, host + P, host + 2 * P, P, host + 3 * P, H);
+    save_state_file(state_path, state, &model->config, blocks);
     write_latest_checkpoint(opts->output_dir, (long)state->step);
     printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
     free(host);
 }
 
-static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state) {
+static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     long step = read_latest_checkpoint(opts->output_dir);
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
     float *params = load_checkpoint_model(model_path, &model->config);
-    size_t P = model->num_params, H = history_floats(model);
+    size_t P = model->num_params, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
     float *host = (float *)malloc_check((2 * P + H) * sizeof(float), "checkpoint staging");
-    load_state_file(state_path, state, &model->config, host, host + P, P, host + 2 * P, H);
+    StateBlock blocks[NUM_STATE_BLOCKS];
+    state_blocks(model, host, guard, blocks);
+    load_state_file(state_path, state, &model->config, blocks);
+    guard->count = state->guard_count;
     copy_to_device(model->params, params, P * sizeof(float));
-    copy_to_device(model->m, host, P * sizeof(float));
-    copy_to_device(model->v, host + P, P * sizeof(float));
-    copy_to_device(model->fp8.amax_history, host + 2 * P, H * sizeof(float));
+    copy_to_device(model->m, blocks[STATE_ADAM_M].data, P * sizeof(float));
+    copy_to_device(model->v, blocks[STATE_ADAM_V].data, P * sizeof(float));
+    copy_to_device(model->fp8.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
     free(host);
     free(params);
     printf("resumed | step %ld | %s\n", step, model_path);
+}
+
+// ----------------------------------------------------------------------------
+// Health: the BF16 shadow check, FP8 telemetry, energy
+
+// The loss of the batch in model->tokens through the bfloat16 path on the same weights (the BF16 copy);
+// runs op by op and leaves the FP8 state untouched. Reads back, so it synchronises: only on check steps.
+static float bf16_shadow_loss(GPT *model) {
+    int dtype = model->dtype;
+    model->dtype = DTYPE_BFLOAT16;
+    cuda_check(cudaMemsetAsync(&model->step_results->val_loss_sum, 0, sizeof(float), model->stream));
+    gpt_forward(model, 0);
+    gpt_loss(model, 0, &model->step_results->val_loss_sum);
+    model->dtype = dtype;
+    read_step_results(model);
+    return model->step_results_host->val_loss_sum;
+}
+
+// The step's telemetry from the device (amaxes, scales, counters), then fresh counters.
+static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
+    const GPTConfig *cfg = &model->config;
+    Fp8DeviceState *s = &model->fp8;
+    int n = s->num_tensors, w = s->num_weights;
+    unsigned long long *counts = (unsigned long long *)malloc_check(2 * (size_t)(n + w) * 8, "fp8 stats");
+    copy_to_host(stats->amax, s->amax_last, n * sizeof(float));
+    copy_to_host(stats->scale, s->scale, n * sizeof(float));
+    copy_to_host(stats->amax + n, s->weight_amax, w * sizeof(float));
+    copy_to_host(stats->scale + n, s->weight_scale, w * sizeof(float));
+    copy_to_host(counts, s->counts, 2 * (size_t)(n + w) * sizeof(unsigned long long));
+    cuda_check(
+        cudaMemsetAsync(s->counts, 0, 2 * (size_t)(n + w) * sizeof(unsigned long long), model->stream));
+    size_t N = (size_t)model->B * model->T * model->accum_steps;
+    for (int t = 0; t < n + w; t++) {
+        int linear = t < n ? (t / 2) % NUM_BLOCK_LINEARS : (t - n) % NUM_BLOCK_LINEARS;
+        size_t OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+        stats->saturated[t] = counts[2 * t];
+        stats->flushed[t] = counts[2 * t + 1];
+        stats->elements[t] = t >= n ? OC * IC : (t % 2) ? N * OC : N * IC;
+    }
+    free(counts);
+}
+
+// Energy the GPU used during the run, from NVML loaded at run time (the binary runs where the driver
+// library is absent, and then says so). NVML's handle is looked up by PCI bus id: its device order need
+// not be CUDA's.
+typedef struct {
+    void *library;
+    void *device;
+    int (*get_energy)(void *device, unsigned long long *millijoules);
+    unsigned long long start_millijoules;
+    const char *unavailable; // why energy is not measured, or NULL
+} EnergyMeter;
+
+static void energy_meter_start(EnergyMeter *meter, int cuda_device) {
+    memset(meter, 0, sizeof(*meter));
+    meter->library = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!meter->library) {
+        meter->unavailable = "libnvidia-ml.so.1 not found";
+        return;
+    }
+    int (*init)(void) = (int (*)(void))dlsym(meter->library, "nvmlInit_v2");
+    int (*by_bus_id)(const char *, void **) =
+        (int (*)(const char *, void **))dlsym(meter->library, "nvmlDeviceGetHandleByPciBusId_v2");
+    meter->get_energy =
+        (int (*)(void *, unsigned long long *))dlsym(meter->library, "nvmlDeviceGetTotalEnergyConsumption");
+    char bus_id[64];
+    if (!init || !by_bus_id || !meter->get_energy || init() != 0 ||
+        cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), cuda_device) != cudaSuccess ||
+        by_bus_id(bus_id, &meter->device) != 0 ||
+        meter->get_energy(meter->device, &meter->start_millijoules) != 0)
+        meter->unavailable = "NVML has no energy counter for this GPU";
+}
+
+// Joules since energy_meter_start, or -1 when not measured.
+static double energy_meter_joules(EnergyMeter *meter) {
+    unsigned long long now = 0;
+    if (meter->unavailable || meter->get_energy(meter->device, &now) != 0) return -1.0;
+    return (now - meter->start_millijoules) / 1e3;
 }
 
 // ----------------------------------------------------------------------------
@@ -599,7 +696,7 @@ int main(int argc, char **argv) {
     if (*opts.debug_state && (accum_steps != 1 || opts.resume))
         fail("--debug_state: needs a fresh run (no --resume) without gradient accumulation");
     check_attention_shape(cfg.channels, cfg.num_heads);
-    if (opts.dtype == DTYPE_FLOAT8) check_fp8_shapes(&cfg, B, T);
+    if (opts.dtype == DTYPE_FLOAT8 || opts.eval_only) check_fp8_shapes(&cfg, B, T);
 
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, opts.train_data, B, T, 0, 1, opts.shuffle, (uint64_t)opts.seed,
@@ -619,6 +716,10 @@ int main(int argc, char **argv) {
         fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name,
              props.major, props.minor);
 
+    if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+        opts.dtype = DTYPE_FLOAT8;
+        opts.fp8_recipe = FP8_RECIPE_CURRENT;
+    }
     GPT model;
     gpt_alloc(&model, &cfg, &opts, B, T, accum_steps);
     float *host_params = init_params;
@@ -629,14 +730,22 @@ int main(int argc, char **argv) {
     copy_to_device(model.params, host_params, model.num_params * sizeof(float));
     free(host_params);
     TrainState state = train_state_init(&opts, B, T);
+    StepGuard guard;
+    step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
-        load_checkpoint(&model, &opts, &state);
+        load_checkpoint(&model, &opts, &state, &guard);
         dataloader_set_position(&train_loader, state.train_position);
     }
     scales_from_history_kernel<<<ceil_div(model.fp8.num_tensors, 128), 128, 0, model.stream>>>(
         model.fp8, opts.fp8_margin);
     cuda_check_launch();
     refresh_compute_weights(&model);
+    Fp8Stats stats;
+    fp8_stats_alloc(&stats, cfg.num_layers);
+    if (opts.dtype == DTYPE_FLOAT8)
+        fetch_fp8_stats(&model, &stats); // the start-up weight casts belong to no step
+    EnergyMeter energy;
+    energy_meter_start(&energy, 0);
 
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
@@ -645,6 +754,13 @@ int main(int argc, char **argv) {
         model.num_params, dtype_name(opts.dtype), B, T, accum_steps, model.plan.total / 1073741824.0);
     RunLog log;
     run_log_open(&log, opts.log_file, (long)state.step);
+    if (opts.eval_only) {
+        model.dtype = DTYPE_BFLOAT16;
+        float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
+        model.dtype = DTYPE_FLOAT8;
+        log_eval_only(&log, opts.init_from, bf16_loss, evaluate(&model, &val_loader, opts.val_batches));
+        opts.steps = 0; // nothing to train
+    }
     DebugState debug = {};
     int have_debug = *opts.debug_state != '\0';
     if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
@@ -654,24 +770,34 @@ int main(int argc, char **argv) {
 
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
-        set_step_params(&model, &opts, step, (long)state.updates_applied);
+        set_step_params(&model, &opts, step, (long)state.updates_applied, &guard);
+        int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
             dataloader_next_batch(&train_loader);
             upload_batch(&model, train_loader.inputs, train_loader.targets);
+            float bf16_loss = 0.0f;
+            if (bf16_check && micro == 0) bf16_loss = bf16_shadow_loss(&model);
             if (have_debug && step == 0) {
                 debug_first_micro_step(&model, &debug, train_loader.inputs, train_loader.targets);
             } else {
                 run_captured(&model, micro_step, &model.micro_graph, use_graph, &micro_calls);
             }
+            if (bf16_check && micro == 0) {
+                read_step_results(&model); // loss_sum holds this first micro-batch's loss alone
+                log_bf16_check(&log, &opts, step + 1, model.step_results_host->loss_sum, bf16_loss);
+            }
         }
         run_captured(&model, update_step, &model.update_graph, use_graph, &update_calls);
         read_step_results(&model);
         const StepResults *r = model.step_results_host;
-        if (r->skipped)
+        if (r->skipped) {
             state.skipped_steps++;
-        else
+        } else {
             state.updates_applied++;
+            step_guard_record(&guard, r->loss, r->grad_norm);
+        }
         state.step = step + 1;
+        state.guard_count = guard.count;
         if (have_debug) debug.step_losses[step] = r->loss;
         double ms = wall_time_ms() - start;
         if (step >= first_step + 3) timed_ms += ms, timed_steps++; // after warm-up and graph capture
@@ -684,6 +810,10 @@ int main(int argc, char **argv) {
                              (double)N * accum_steps / (ms / 1e3),
                              r->skipped};
         log_step(&log, &record);
+        if (opts.dtype == DTYPE_FLOAT8) {
+            fetch_fp8_stats(&model, &stats);
+            report_fp8_stats(&log, &opts, step + 1, &stats);
+        }
         int last = step + 1 == opts.steps;
         if (have_val && is_due(step + 1, opts.val_every, last))
             log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
@@ -692,7 +822,7 @@ int main(int argc, char **argv) {
                         opts.sample_len, step);
         if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
             state.train_position = train_loader.pos;
-            save_checkpoint(&model, &opts, &state);
+            save_checkpoint(&model, &opts, &state, &guard);
         }
     }
     if (have_debug) debug_state_write(opts.debug_state, &debug);
@@ -709,9 +839,11 @@ int main(int argc, char **argv) {
                ms, tokens_per_second, mfu, model.plan.total / 1073741824.0,
                (total_bytes - free_bytes) / 1073741824.0);
     }
-    if (state.skipped_steps)
-        printf("skipped steps (non-finite loss or gradient norm): %ld\n", (long)state.skipped_steps);
+    if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
+    log_energy(&log, energy_meter_joules(&energy), &opts, energy.unavailable);
     run_log_close(&log);
+    step_guard_free(&guard);
+    fp8_stats_free(&stats);
     gemm_destroy(&model.gemm);
     return 0;
 }

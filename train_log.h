@@ -70,23 +70,44 @@ static inline void run_log_close(RunLog *log) {
     if (log->jsonl) fclose(log->jsonl);
 }
 
+// Why a step was skipped (0: applied): the guards of health.h, on the CPU and on the GPU.
+enum { SKIP_NONE = 0, SKIP_NONFINITE = 1, SKIP_LOSS_SPIKE = 2, SKIP_NORM_SPIKE = 3 };
+
+static inline const char *skip_reason_name(int reason) {
+    static const char *names[] = {"applied", "non-finite loss or norm", "loss spike", "gradient norm spike"};
+    return names[reason];
+}
+
 typedef struct {
     int step, steps;
     float loss, lr, grad_norm;
     double ms;
     double tokens_per_second;
-    int skipped; // 1: the NaN/Inf guard skipped this step's update
+    int skipped; // SKIP_*: why the guard skipped this step's update (0: applied)
 } StepRecord;
 
+// A float as a JSON value: JSON has no NaN or infinity, so a non-finite value is written as null.
+static inline const char *json_float(char *buf, size_t len, float x) {
+    if (isfinite(x))
+        snprintf(buf, len, "%.9g", x);
+    else
+        snprintf(buf, len, "null");
+    return buf;
+}
+
 static inline void log_step(RunLog *log, const StepRecord *r) {
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s%s\n", r->step, r->steps,
-           r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_second,
-           r->skipped ? " | skipped (non-finite)" : "");
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", r->step, r->steps, r->loss,
+           r->lr, r->grad_norm, r->ms, r->tokens_per_second);
+    if (r->skipped) printf(" | skipped (%s)", skip_reason_name(r->skipped));
+    printf("\n");
     if (log->jsonl) {
+        char loss[32], norm[32];
         fprintf(log->jsonl,
-                "{\"type\":\"step\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.3f,"
-                "\"tokens_per_second\":%.1f,\"skipped\":%d}\n",
-                r->step, r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_second, r->skipped);
+                "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,"
+                "\"tokens_per_second\":%.1f,\"skipped\":%d,\"skip_reason\":\"%s\"}\n",
+                r->step, json_float(loss, sizeof(loss), r->loss), r->lr,
+                json_float(norm, sizeof(norm), r->grad_norm), r->ms, r->tokens_per_second, r->skipped != 0,
+                skip_reason_name(r->skipped));
         fflush(log->jsonl);
     }
     fflush(stdout);

@@ -8,26 +8,12 @@
 # Environment: DATA (text file, default ../shared/data/tinyshakespeare.txt; a generated text if absent),
 # OMP_NUM_THREADS / OPENBLAS_NUM_THREADS as usual (default: all cores).
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-PY=${PYTHON:-python3}
-DATA=${DATA:-$ROOT/../shared/data/tinyshakespeare.txt}
-TMP=$(mktemp -d /tmp/bench_cpu.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/../test/common.sh"
+test_init
+test_tmpdir TMP bench_cpu
 make --no-print-directory train_cpu >/dev/null # always: the figures must be of the current source
 
-if [ -f "$DATA" ]; then
-    input=$DATA
-else
-    input=$TMP/synthetic.txt
-    echo "note: $DATA not found: benchmarking on a generated text (speed does not depend on the text)"
-    "$PY" -c "
-import random, sys
-r = random.Random(1)
-w = 'the of and to a in that is was he for it with as his on be at by this had not are but from or have'.split()
-open(sys.argv[1], 'w').write(' '.join(r.choice(w) for _ in range(100000)))" "$input"
-fi
-"$PY" scripts/prepare_data.py --input "$input" --output_dir "$TMP/data" --name text --tokenizer byte >/dev/null
+test_data_dir "$TMP/data" text # without $DATA a generated text: the speed does not depend on the text
 
 WARMUP=3
 TIMED=10

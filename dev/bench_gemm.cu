@@ -54,7 +54,8 @@ typedef struct {
     int M, N, K;
     bf16 *x, *w, *out_bf16, *out_fp8;
     fp8 *x_q, *x_q_t, *w_q;
-    float *state; // amax, scale, descale for x; then for w
+    float *state;               // amax, scale, descale for x; then for w
+    unsigned long long *counts; // saturated and flushed values, as the trainer's casts count them
 } Bench;
 
 static void run_bf16(void *p) {
@@ -73,7 +74,8 @@ static void run_fp8(void *p) {
 // (writing x_q and the saved x_q^T, recording the amax), then the FP8 GEMM.
 static void run_fp8_with_cast(void *p) {
     Bench *b = (Bench *)p;
-    cast_transpose<bf16>(b->x_q, b->x_q_t, &b->state[0], b->x, b->M, b->K, &b->state[1], FP8_E4M3, b->stream);
+    cast_transpose<bf16>(b->x_q, b->x_q_t, &b->state[0], b->counts, b->x, b->M, b->K, &b->state[1], FP8_E4M3,
+                         b->stream);
     run_fp8(p);
 }
 
@@ -123,12 +125,13 @@ int main(int argc, char **argv) {
             cuda_check(cudaMalloc((void **)&b.x_q_t, x_n));
             cuda_check(cudaMalloc((void **)&b.w_q, w_n));
             cuda_check(cudaMalloc((void **)&b.state, 8 * sizeof(float)));
+            cuda_check(cudaMalloc((void **)&b.counts, 2 * sizeof(unsigned long long)));
             fill_kernel<<<1024, 256, 0, stream>>>(b.x, x_n, 17u + lin, 1.0f);
             fill_kernel<<<1024, 256, 0, stream>>>(b.w, w_n, 91u + lin, 0.02f);
             measure_scale<bf16>(&b.state[0], &b.state[1], &b.state[2], b.x, x_n, FP8_E4M3, 0, stream);
             measure_scale<bf16>(&b.state[3], &b.state[4], &b.state[5], b.w, w_n, FP8_E4M3, 0, stream);
-            cast_transpose<bf16>(b.w_q, NULL, NULL, b.w, b.N, b.K, &b.state[4], FP8_E4M3, stream);
-            cast_transpose<bf16>(b.x_q, b.x_q_t, NULL, b.x, b.M, b.K, &b.state[1], FP8_E4M3, stream);
+            cast_transpose<bf16>(b.w_q, NULL, NULL, NULL, b.w, b.N, b.K, &b.state[4], FP8_E4M3, stream);
+            cast_transpose<bf16>(b.x_q, b.x_q_t, NULL, NULL, b.x, b.M, b.K, &b.state[1], FP8_E4M3, stream);
             double flops = 2.0 * b.M * b.N * b.K;
             float t_bf16 = time_ms(stream, run_bf16, &b), t_fp8 = time_ms(stream, run_fp8, &b);
             float t_cast = time_ms(stream, run_fp8_with_cast, &b);
@@ -140,7 +143,7 @@ int main(int argc, char **argv) {
                    linear_names[lin], b.M, b.N, b.K, flops / t_bf16 / 1e9, flops / t_fp8 / 1e9,
                    flops / t_cast / 1e9, t_bf16 / t_fp8, t_bf16 / t_cast, err);
             cudaFree(b.x), cudaFree(b.w), cudaFree(b.out_bf16), cudaFree(b.out_fp8);
-            cudaFree(b.x_q), cudaFree(b.x_q_t), cudaFree(b.w_q), cudaFree(b.state);
+            cudaFree(b.x_q), cudaFree(b.x_q_t), cudaFree(b.w_q), cudaFree(b.state), cudaFree(b.counts);
         }
     }
     printf("(TFLOP/s; x raw = FP8 GEMM speedup over BF16, x cast = including the input cast+transpose)\n");

@@ -11,6 +11,7 @@
 
 #include "../fp8_scaling.h"
 #include "../gpt_model.h"
+#include "../health.h"
 #include "common.cuh"
 
 // Per-step values the host sets before the update (copied from pinned memory, so a captured graph sees
@@ -20,15 +21,17 @@ typedef struct {
     float beta1_correction, beta2_correction; // 1 - beta^t for the AdamW step t this update would be
     float inv_accum_steps;
     int fp8_margin, history_len;
-    long long step; // optimizer step index: the slot of the amax ring buffers
+    long long step;           // optimizer step index: the slot of the amax ring buffers
+    float max_loss, max_norm; // the step guard's thresholds (health.h), +inf when off
+    int inject_nan;           // test: make this step's gradient NaN
 } StepParams;
 
 typedef struct {
     float loss_sum;      // sum of the micro-batch mean losses of this step
-    float val_loss_sum;  // sum of the mean losses of evaluated batches
+    float val_loss_sum;  // sum of the mean losses of evaluated batches (validation, BF16 shadow check)
     double norm_squared; // of the accumulated FP32 gradients
     float loss, grad_norm;
-    int skipped; // loss or gradient norm non-finite: the update was not applied
+    int skipped; // SKIP_* (train_log.h): why the update was not applied, 0 when it was
 } StepResults;
 
 // Device views of the FP8 scaling state (one allocation, see memory_plan.h's fp8_state_floats).
@@ -39,6 +42,9 @@ typedef struct {
     float *scale;                                       // (num_tensors)
     float *descale;                                     // (num_tensors) 1/scale, what cuBLASLt multiplies by
     float *weight_amax, *weight_scale, *weight_descale; // (num_weights)
+    float *amax_measure;        // (num_tensors) current recipe: the amax of the cast about to run
+    float *amax_last;           // (num_tensors) the last step's amax, for telemetry
+    unsigned long long *counts; // (num_tensors + num_weights, 2) saturated and flushed values this step
 } Fp8DeviceState;
 
 static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layers, int history_len) {
@@ -52,6 +58,10 @@ static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layer
     s->weight_amax = s->descale + s->num_tensors;
     s->weight_scale = s->weight_amax + s->num_weights;
     s->weight_descale = s->weight_scale + s->num_weights;
+    s->amax_measure = s->weight_descale + s->num_weights;
+    s->amax_last = s->amax_measure + s->num_tensors;
+    s->counts =
+        (unsigned long long *)(s->amax_last + s->num_tensors + (s->num_tensors % 2)); // 8-byte aligned
 }
 
 // Index of a (layer, linear, role) tensor: input (E4M3) even, output gradient (E5M2) odd, as the CPU.
@@ -92,22 +102,33 @@ template <> __device__ inline float to_float<bf16>(bf16 x) {
 
 // (rows, cols) -> out (rows, cols) and/or out_t (cols, rows), FP8 codes of x * scale. One 32x32 tile per
 // block, staged in shared memory so that both the row-major and the transposed writes are coalesced.
-// amax (optional): max |x| of the tensor, the delayed recipe's record of this cast.
+// amax (optional): max |x| of the tensor, the step's record of this cast. counts (optional): the
+// values this cast saturated and flushed to zero are added to counts[0] and counts[1] (integer atomics:
+// order-independent, so deterministic).
 template <typename T>
-__global__ void cast_transpose_kernel(fp8 *out, fp8 *out_t, float *amax, const T *in, int rows, int cols,
-                                      const float *scale, Fp8Format format) {
+__global__ void cast_transpose_kernel(fp8 *out, fp8 *out_t, float *amax, unsigned long long *counts,
+                                      const T *in, int rows, int cols, const float *scale, Fp8Format format) {
     __shared__ fp8 tile[CAST_TILE][CAST_TILE + 4];
     int tile_row = blockIdx.y * CAST_TILE, tile_col = blockIdx.x * CAST_TILE;
     float s = *scale, local_amax = 0.0f;
+    unsigned saturated = 0, flushed = 0;
     for (int r = threadIdx.y; r < CAST_TILE; r += blockDim.y) {
         int row = tile_row + r, col = tile_col + threadIdx.x;
         if (row < rows && col < cols) {
             float x = to_float(in[(size_t)row * cols + col]);
             local_amax = fmaxf(local_amax, fabsf(x));
             fp8 q = fp8_quantize(x, s, format);
+            saturated += fp8_is_saturated(x * s, format);
+            flushed += fp8_is_flushed(x * s, format);
             tile[r][threadIdx.x] = q;
             if (out) out[(size_t)row * cols + col] = q;
         }
+    }
+    if (counts) {
+        saturated = __reduce_add_sync(0xffffffff, saturated);
+        flushed = __reduce_add_sync(0xffffffff, flushed);
+        if (threadIdx.x == 0 && saturated) atomicAdd(&counts[0], (unsigned long long)saturated);
+        if (threadIdx.x == 0 && flushed) atomicAdd(&counts[1], (unsigned long long)flushed);
     }
     if (amax) {
         float tile_amax = block_max(local_amax);
@@ -139,12 +160,14 @@ __global__ void scale_from_amax_kernel(float *scale, float *descale, const float
 }
 
 template <typename T>
-static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, const T *in, int rows, int cols,
-                                  const float *scale, Fp8Format format, cudaStream_t stream) {
+static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, unsigned long long *counts, const T *in,
+                                  int rows, int cols, const float *scale, Fp8Format format,
+                                  cudaStream_t stream) {
     if (ceil_div(rows, CAST_TILE) > 65535)
         fail("cast_transpose: %d rows exceed the grid limit (%d)", rows, 65535 * CAST_TILE);
     dim3 grid(ceil_div(cols, CAST_TILE), ceil_div(rows, CAST_TILE)), block(CAST_TILE, 8);
-    cast_transpose_kernel<T><<<grid, block, 0, stream>>>(out, out_t, amax, in, rows, cols, scale, format);
+    cast_transpose_kernel<T>
+        <<<grid, block, 0, stream>>>(out, out_t, amax, counts, in, rows, cols, scale, format);
     cuda_check_launch();
 }
 
@@ -171,13 +194,14 @@ __global__ void scales_from_history_kernel(Fp8DeviceState s, int margin) {
     s.descale[i] = 1.0f / s.scale[i];
 }
 
-// Once per step, after the update decision: the step's amaxes enter the histories (skipped steps
-// leave them out), and the scales of the next step follow.
-__global__ void delayed_update_kernel(Fp8DeviceState s, const StepParams *params,
-                                      const StepResults *results) {
+// Once per step, after the update decision: the step's amaxes are kept for telemetry and, with the
+// delayed recipe, enter the histories (a skipped step's are dropped), and the next step's scales follow.
+__global__ void fp8_end_step_kernel(Fp8DeviceState s, int delayed, const StepParams *params,
+                                    const StepResults *results) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= s.num_tensors) return;
-    if (results->skipped) {
+    s.amax_last[i] = s.amax_current[i];
+    if (!delayed || results->skipped) {
         s.amax_current[i] = 0.0f;
         return;
     }
@@ -204,12 +228,18 @@ __global__ void accumulate_mean_kernel(float *sum, const float *losses, int N) {
     if (threadIdx.x == 0) *sum += (float)(partial[0] / N);
 }
 
-// The step's loss and gradient norm, and whether to apply it (a non-finite one is skipped).
+// The step's loss and gradient norm, and whether to apply it: health.h's guard, as on the CPU.
 __global__ void step_decide_kernel(StepResults *results, const StepParams *params) {
     results->loss = results->loss_sum * params->inv_accum_steps;
     results->loss_sum = 0.0f;
     results->grad_norm = (float)sqrt(results->norm_squared);
-    results->skipped = !isfinite(results->loss) || !isfinite(results->grad_norm);
+    results->skipped =
+        step_skip_reason(results->loss, results->grad_norm, params->max_loss, params->max_norm);
+}
+
+// Test hook (--inject_nan_step): a NaN in the gradient, which the guard must catch.
+__global__ void inject_nan_kernel(float *grads, const StepParams *params) {
+    if (params->inject_nan) grads[0] = NAN;
 }
 
 // AdamW on every parameter (the formula of the CPU's adamw_update), writing the BF16 copy the ops read.

@@ -9,46 +9,23 @@
 # sanitizer, and for cases marked 'early' no training step printed before the error. The bad files (shards,
 # model files, checkpoint directories) are built here in a temporary directory.
 set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$ROOT"
-PY=${PYTHON:-python3}
-DATA=${DATA:-$ROOT/../shared/data/tinyshakespeare.txt}
-TABLE=$ROOT/test/bad_inputs.tsv
-DIR=$(mktemp -d /tmp/test_bad_inputs.XXXXXX)
-trap 'rm -rf "$DIR"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+TABLE=$root/test/bad_inputs.tsv
+test_tmpdir DIR test_bad_inputs
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 # A sanitizer report must not pass for the trainer's own exit status 1.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-exitcode=87:print_stacktrace=1:halt_on_error=1}
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-}
 [ -x ./train_cpu ] || make train_cpu >/dev/null
 [ -x test/build/train_cpu_asan ] || make test/build/train_cpu_asan >/dev/null
 BINARIES=(./train_cpu test/build/train_cpu_asan)
 
 # ---------------------------------------------------------------------------------------------------
 # good data
-if [ -f "$DATA" ]; then
-    input=$DATA
-    echo "data: $DATA"
-else
-    input=$DIR/synthetic.txt
-    echo "data: $DATA not found: using a generated English-like text instead"
-    "$PY" -c "
-import random, sys
-r = random.Random(5)
-w = 'the of and to a in that is was he for it with as his on be at by this had not are but from or have'.split()
-open(sys.argv[1], 'w').write('\n'.join(' '.join(r.choice(w) for _ in range(r.randint(3, 12))).capitalize() + '.'
-                                       for _ in range(5000)))" "$input"
-fi
-"$PY" scripts/prepare_data.py --input "$input" --output_dir "$DIR/data" --name text --tokenizer byte >/dev/null
+test_data_dir "$DIR/data" text
 TRAIN=$DIR/data/text_train_000000.bin
 VAL=$DIR/data/text_val_000000.bin
 BASE=(--model_size d2 --vocab 256 --seq_len 32 --batch_size 4 --steps 1 --val_every 0 --val_batches 1
@@ -155,5 +132,4 @@ done <"$TABLE"
 echo "$cases cases from $(basename "$TABLE"), each with ${#BINARIES[@]} binaries"
 [ "$cases" -ge 16 ] && ok || bad "only $cases cases in $TABLE"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -575,8 +575,9 @@ typedef struct {
 
 static void load_state_fn(void *p) {
     StateArgs *a = (StateArgs *)p;
-    float m[8], v[8], h[4];
-    load_state_file(a->path, &a->st, &a->cfg, m, v, 8, h, 4);
+    float m[8], v[8], h[4], g[16];
+    StateBlock blocks[NUM_STATE_BLOCKS] = {{m, 8}, {v, 8}, {h, 4}, {g, 16}};
+    load_state_file(a->path, &a->st, &a->cfg, blocks);
 }
 
 static void test_state_files(void) {
@@ -593,7 +594,9 @@ static void test_state_files(void) {
     st.batch_size = 4;
     st.seq_len = 8;
     st.seed = 99;
-    float m[8], v[8], h[4];
+    st.guard_count = 21;
+    float m[8], v[8], h[4], g[16];
+    for (int i = 0; i < 16; i++) g[i] = 0.125f * i + 2.0f;
     for (int i = 0; i < 8; i++) {
         m[i] = 0.5f * i - 1.0f;
         v[i] = 0.25f * i;
@@ -601,20 +604,24 @@ static void test_state_files(void) {
     for (int i = 0; i < 4; i++) h[i] = 3.0f + i;
     char path[512];
     snprintf(path, sizeof(path), "%s/state.bin", tmpdir);
-    save_state_file(path, &st, &c, m, v, 8, h, 4);
+    StateBlock blocks[NUM_STATE_BLOCKS] = {{m, 8}, {v, 8}, {h, 4}, {g, 16}};
+    save_state_file(path, &st, &c, blocks);
     TrainState back = st; // what the resuming run knows: its settings, not yet its position
     back.step = back.updates_applied = back.skipped_steps = 0;
     back.train_position = (DataLoaderPosition){0, 0, 0};
-    float m2[8], v2[8], h2[4];
-    load_state_file(path, &back, &c, m2, v2, 8, h2, 4);
+    back.guard_count = 0;
+    float m2[8], v2[8], h2[4], g2[16];
+    StateBlock blocks2[NUM_STATE_BLOCKS] = {{m2, 8}, {v2, 8}, {h2, 4}, {g2, 16}};
+    load_state_file(path, &back, &c, blocks2);
     expect(back.step == 12 && back.updates_applied == 11 && back.skipped_steps == 1 &&
                back.train_position.epoch == 3 && back.train_position.shard_index == 0 &&
-               back.train_position.batch_index == 7 && back.seed == 99,
+               back.train_position.batch_index == 7 && back.seed == 99 && back.guard_count == 21,
            "state round trip: step %ld updates %ld skipped %ld position (%ld %ld %ld)", (long)back.step,
            (long)back.updates_applied, (long)back.skipped_steps, (long)back.train_position.epoch,
            (long)back.train_position.shard_index, (long)back.train_position.batch_index);
-    expect(memcmp(m, m2, sizeof(m)) == 0 && memcmp(v, v2, sizeof(v)) == 0 && memcmp(h, h2, sizeof(h)) == 0,
-           "state round trip: moments or histories differ");
+    expect(memcmp(m, m2, sizeof(m)) == 0 && memcmp(v, v2, sizeof(v)) == 0 && memcmp(h, h2, sizeof(h)) == 0 &&
+               memcmp(g, g2, sizeof(g)) == 0,
+           "state round trip: moments, amax histories or guard window differ");
     StateArgs a = {path, st, c};
     a.st.dtype = DTYPE_BFLOAT16;
     expect_error(load_state_fn, &a, path, "state of another dtype");

@@ -6,30 +6,19 @@
 #    (this exercises the tolerance argument of compare_debug_state.c on real data);
 #  - gradients off by 5%, or logits of another model, must fail.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
-data_file="${DATA:-../shared/data/tinyshakespeare.txt}"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-if [ -f "$data_file" ]; then
-    python3 scripts/prepare_data.py --input "$data_file" --output_dir "$tmp/data" --name text --tokenizer byte >/dev/null
-else
-    echo "$data_file not found: using a generated text"
-    python3 -c "import random; random.seed(1); w=['the','king','shall','not','be','so','my','lord','and','to','of','you']
-print(' '.join(random.choice(w) for _ in range(60000)))" >"$tmp/text.txt"
-    python3 scripts/prepare_data.py --input "$tmp/text.txt" --output_dir "$tmp/data" --name text --tokenizer byte >/dev/null
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir tmp test_compare_debug_state
+test_data_dir "$tmp/data" text
 model=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8 --steps 6 --lr 1e-3
        --train_data "$tmp/data/text_train_*.bin" --val_data "" --output_dir "")
-passed=0
-failed=0
 expect() { # expected-status description command...
     local want="$1" what="$2"; shift 2
     set +e; "$@" >"$tmp/out.txt" 2>&1; local got=$?; set -e
     if { [ "$want" = pass ] && [ $got = 0 ]; } || { [ "$want" = fail ] && [ $got = 1 ]; }; then
-        passed=$((passed + 1)); echo "ok   $what"
+        ok "$what"
     else
-        failed=$((failed + 1)); echo "FAIL $what (exit $got)"; cat "$tmp/out.txt"
+        bad "$what (exit $got)"; cat "$tmp/out.txt"
     fi
 }
 compare=./test/build/compare_debug_state
@@ -60,5 +49,4 @@ expect fail "gradients off by 5% are caught" $compare "$tmp/scaled.bin" "$tmp/bf
 expect fail "another seed's run is caught" $compare --exact "$tmp/bfloat16_delayed.bin" "$tmp/float8_delayed.bin"
 ./train_cpu "${model[@]}" --dtype bfloat16 --seed 7 --debug_state "$tmp/seed7.bin" >/dev/null
 expect fail "a differently initialised model is caught" $compare "$tmp/seed7.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -273,28 +273,45 @@ static void test_saturated_flushed(void) {
     Case c = case_begin("fp8_is_saturated / fp8_is_flushed");
     for (int fi = 0; fi < 2; fi++) {
         const Fp8Format f = (Fp8Format)fi;
+        // saturated: beyond what round-to-nearest-even reaches, max + half an ulp of the top binade
+        // (448 + 16 for E4M3, where the tie rounds down to the even 448; 57344 + 4096 for E5M2, where the
+        // tie rounds up past the max)
         const float fmax = fp8_max_finite(f), half_min = 0.5f * fp8_min_subnormal(f);
-        float probes[65536 + 12];
+        const float threshold = f == FP8_E4M3 ? 464.0f : 59392.0f;
+        const int tie_saturates = f == FP8_E5M2;
+        float probes[65536 + 16];
         int n = 0;
         for (int v = 0; v < 65536; v++) probes[n++] = bf16_to_float((uint16_t)v);
-        const float edges[6] = {
-            fmax, nextafterf(fmax, 1e30f), half_min, nextafterf(half_min, 1.0f), nextafterf(half_min, 0.0f),
-            0.0f};
-        for (int k = 0; k < 6; k++) {
+        const float edges[8] = {fmax,
+                                nextafterf(fmax, 1e30f),
+                                threshold,
+                                nextafterf(threshold, 1e30f),
+                                half_min,
+                                nextafterf(half_min, 1.0f),
+                                nextafterf(half_min, 0.0f),
+                                0.0f};
+        for (int k = 0; k < 8; k++) {
             probes[n++] = edges[k];
             probes[n++] = -edges[k];
         }
         for (int k = 0; k < n; k++) {
             const float x = probes[k];
-            const int sat = !isnan(x) && fabsf(x) > fmax;
+            const int sat = !isnan(x) && (fabsf(x) > threshold || (tie_saturates && fabsf(x) == threshold));
             const int flush = x != 0.0f && !isnan(x) && fp8_to_float(cuda_fp8_from_float(x, f), f) == 0.0f;
             if (fp8_is_saturated(x, f) != sat)
                 mismatch(&c, "%s saturated(0x%08X) != %d", fp8_format_name(f), bits_of(x), sat);
             if (fp8_is_flushed(x, f) != flush)
                 mismatch(&c, "%s flushed(0x%08X) != %d", fp8_format_name(f), bits_of(x), flush);
         }
-        check(&c, !fp8_is_saturated(fmax, f) && fp8_is_saturated(nextafterf(fmax, 1e30f), f),
+        check(&c,
+              !fp8_is_saturated(nextafterf(fmax, 1e30f), f) &&
+                  fp8_is_saturated(threshold, f) == tie_saturates &&
+                  fp8_is_saturated(nextafterf(threshold, 1e30f), f),
               "saturation edge");
+        // the definition agrees with the conversion: below the threshold a value rounds to a finite
+        // code at most the max, from it on (E5M2) it would not
+        check(&c, fp8_to_float(fp8_from_float(nextafterf(threshold, 0.0f), f), f) == fmax,
+              "threshold rounds to max");
         check(&c, fp8_is_flushed(half_min, f) && !fp8_is_flushed(nextafterf(half_min, 1.0f), f),
               "flush edge");
     }

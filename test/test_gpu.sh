@@ -7,18 +7,13 @@
 #  3. resume: N steps straight equals N/2 steps + --resume 1 + N/2 steps, model and state files byte for byte;
 #  4. a GPU checkpoint continues on the CPU trainer (same file formats).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
-data_file="${DATA:-../shared/data/tinyshakespeare.txt}"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-python3 scripts/prepare_data.py --input "$data_file" --output_dir "$tmp/data" --tokenizer byte >/dev/null
-passed=0
-failed=0
-result() { if [ "$1" = 0 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir tmp test_gpu
+test_data_dir "$tmp/data" text
 # hs = 32 (the attention kernels' minimum), B*T and C multiples of 16 (FP8 GEMMs)
 model=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8
-       --train_data "$tmp/data/tinyshakespeare_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
+       --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
 run_pair() { # name, extra flags...
     local name="$1"; shift
     ./train_cpu "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" >/dev/null
@@ -53,5 +48,4 @@ for dtype in bfloat16 float8; do
     ./train_cpu "${model[@]}" --steps 8 --output_dir "$tmp/graph_$dtype" --dtype $dtype --resume 1 >/dev/null
     result $? "a GPU checkpoint continues on train_cpu ($dtype)"
 done
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

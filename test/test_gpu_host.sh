@@ -4,22 +4,14 @@
 # exactly as ./train_cpu does (same single error line, exit 1), before it touches a GPU; and the checks
 # only the GPU path has (FP8 GEMM shapes, attention head size, float32) give their own one-line errors.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$root"
-data_file="${DATA:-../shared/data/tinyshakespeare.txt}"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-if [ ! -f "$data_file" ]; then
-    data_file="$tmp/text.txt"
-    python3 -c "print('to be or not to be that is the question ' * 3000)" >"$data_file"
-fi
-python3 scripts/prepare_data.py --input "$data_file" --output_dir "$tmp/data" --name text --tokenizer byte >/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir tmp test_gpu_host
+test_data_dir "$tmp/data" text
 printf 'not a shard at all, not even close to 1024 bytes' >"$tmp/bad_magic.bin"
 touch "$tmp/a_file"
 base=(--model_size d2 --vocab 256 --seq_len 64 --batch_size 4 --steps 1 --dtype bfloat16 --output_dir ""
       --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin")
-passed=0
-failed=0
 run() { # binary args... -> sets status and err
     set +e; "$@" >/dev/null 2>"$tmp/err"; status=$?; set -e; err="$(cat "$tmp/err")"
 }
@@ -29,18 +21,18 @@ same_as_cpu() { # description args...
     run ./train_cpu "${base[@]}" "$@"; local cpu_status=$status cpu_err="$err"
     run ./train "${base[@]}" "$@"
     if one_error_line && [ "$cpu_status" = 1 ] && [ "$err" = "$cpu_err" ]; then
-        passed=$((passed + 1)); echo "ok   $what: $err"
+        ok "$what: $err"
     else
-        failed=$((failed + 1)); echo "FAIL $what: train exit $status '$err' vs train_cpu exit $cpu_status '$cpu_err'"
+        bad "$what: train exit $status '$err' vs train_cpu exit $cpu_status '$cpu_err'"
     fi
 }
 gpu_error() { # description expected-substring args...
     local what="$1" want="$2"; shift 2
     run ./train "${base[@]}" "$@"
     if one_error_line && [[ "$err" == *"$want"* ]]; then
-        passed=$((passed + 1)); echo "ok   $what: $err"
+        ok "$what: $err"
     else
-        failed=$((failed + 1)); echo "FAIL $what: exit $status '$err' (expected '$want')"
+        bad "$what: exit $status '$err' (expected '$want')"
     fi
 }
 same_as_cpu "unknown flag" --no_such_flag 1
@@ -60,9 +52,7 @@ same_as_cpu "missing model file" --init_from "$tmp/none_model.bin"
 gpu_error "float32 is the CPU's" "--dtype: float32" --dtype float32
 gpu_error "FP8 needs B*T multiple of 16" "multiple of 16" --dtype float8 --batch_size 3 --seq_len 5
 gpu_error "unsupported attention head size" "head size" --channels 64 --heads 4
-gpu_error "sampling is train_cpu's" "--sample_every" --sample_every 10
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
     gpu_error "valid flags on a machine without a GPU" "no CUDA device"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

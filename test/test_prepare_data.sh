@@ -4,39 +4,32 @@
 # shard splitting, stale shard removal, flag errors, the gpt2 path (with a stand-in tiktoken module) and
 # its one-line error when tiktoken's vocabulary cannot be loaded. Run from the repository root.
 set -u
-cd "$(dirname "$0")/.." || exit 1
-PY=${PYTHON:-python3}
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh" || exit 1
+test_init || exit 1
 SCRIPT=scripts/prepare_data.py
-tmp=$(mktemp -d /tmp/test_prepare_data.XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-bad() {
-    failed=$((failed + 1))
-    echo "FAIL: $*"
-}
+test_tmpdir tmp test_prepare_data || exit 1
 check() { # check NAME COMMAND...: passes when the command succeeds
     local name=$1
     shift
     if "$@" >"$tmp/check.out" 2>&1; then ok; else bad "$name: $(head -c 2000 "$tmp/check.out")"; fi
 }
 
-if [ -f ../shared/data/tinyshakespeare.txt ]; then
-    input=../shared/data/tinyshakespeare.txt
-    name=tinyshakespeare
-else
-    input=$tmp/generated.txt
-    name=generated
+# Without $DATA this test writes its own text rather than common.sh's generated_text: one with non-ASCII
+# words (UTF-8 multi-byte characters, so that "tokens == the input's bytes" is checked beyond ASCII) and
+# blank-line-separated paragraphs.
+utf8_text() { # FILE
     "$PY" -c "
 import random
 r = random.Random(1)
 words = ['to', 'be', 'or', 'not', 'that', 'is', 'the', 'question', 'caf\u00e9', 'na\u00efve']
-with open('$input', 'w', encoding='utf-8') as f:
+with open('$1', 'w', encoding='utf-8') as f:
     for para in range(400):
         f.write(' '.join(r.choice(words) for _ in range(r.randint(5, 60))) + '\n\n')
 "
-fi
+}
+test_text input "$tmp/generated.txt" utf8_text
+name=$(basename "$input")
+name=${name%.*} # the prefix prepare_data.py gives the files by default: the input file's stem
 
 # Verifies the files in DIR for NAME: header, size, tokens == the input's bytes, shard sizes.
 # verify DIR NAME INPUT SHARD_TOKENS VAL_FRACTION
@@ -195,5 +188,4 @@ while i < len(body):
 assert len(entries) == 300 and entries[65] == b"A" and entries[299] == b"<|299|>"
 EOF
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish

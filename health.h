@@ -1,0 +1,220 @@
+// health.h: what both trainers do to keep an FP8 run trustworthy, on the host side.
+//  - The step guard: a step is skipped (no update, counted) when its loss or gradient norm is NaN/Inf,
+//    or, with --skip_loss_z / --skip_norm_z, when it lies that many standard deviations above the mean
+//    of the last --guard_window accepted steps. The thresholds are computed before the step, so the GPU
+//    trainer decides on the device without waiting for the host.
+//  - FP8 telemetry (--fp8_stats_every): per FP8 tensor the amax, scale, and how many values the cast
+//    saturated (|x*s| above the format's maximum) or flushed to zero.
+//  - Energy and cost at the end of a run.
+#ifndef HEALTH_H
+#define HEALTH_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "fp8_scaling.h"
+#include "gpt_model.h"
+#include "train_log.h"
+
+// The decision, the same expression on CPU and GPU: thresholds are +inf when a guard is off.
+FP8_HD static inline int step_skip_reason(float loss, float norm, float max_loss, float max_norm) {
+    if (!isfinite(loss) || !isfinite(norm)) return SKIP_NONFINITE;
+    if (loss > max_loss) return SKIP_LOSS_SPIKE;
+    if (norm > max_norm) return SKIP_NORM_SPIKE;
+    return SKIP_NONE;
+}
+
+// ----------------------------------------------------------------------------
+// The moving window of accepted steps' losses and norms. Its contents are training state: they are
+// saved in the state file, so a resumed run skips exactly the steps an uninterrupted one would.
+
+#define GUARD_MIN_SAMPLES 8 // fewer accepted steps than this: no statistics yet, the z-guards wait
+
+typedef struct {
+    int window;
+    long long count; // accepted steps recorded so far; slot of the next is count % window
+    float *history;  // (2, window): losses then norms
+} StepGuard;
+
+static inline void step_guard_init(StepGuard *g, int window) {
+    g->window = window;
+    g->count = 0;
+    g->history = (float *)calloc_check(2 * (size_t)window, sizeof(float), "step guard");
+}
+
+static inline void step_guard_free(StepGuard *g) {
+    free(g->history);
+}
+
+// mean + z * (sample standard deviation) of one row of the window, +inf when the guard is off or waits.
+static inline float guard_threshold(const StepGuard *g, const float *values, float z) {
+    long long n = g->count < g->window ? g->count : g->window;
+    if (z <= 0.0f || n < GUARD_MIN_SAMPLES) return INFINITY;
+    double mean = 0.0, var = 0.0;
+    for (long long i = 0; i < n; i++) mean += values[i];
+    mean /= n;
+    for (long long i = 0; i < n; i++) var += (values[i] - mean) * (values[i] - mean);
+    return (float)(mean + z * sqrt(var / (n - 1)));
+}
+
+static inline void step_guard_thresholds(const StepGuard *g, const TrainOptions *opts, float *max_loss,
+                                         float *max_norm) {
+    *max_loss = guard_threshold(g, g->history, opts->skip_loss_z);
+    *max_norm = guard_threshold(g, g->history + g->window, opts->skip_norm_z);
+}
+
+static inline void step_guard_record(StepGuard *g, float loss, float norm) {
+    int slot = (int)(g->count % g->window);
+    g->history[slot] = loss;
+    g->history[g->window + slot] = norm;
+    g->count++;
+}
+
+// ----------------------------------------------------------------------------
+// FP8 telemetry. Tensor t < L*4*2 is an activation (even) or output gradient (odd) of linear
+// (t/2) % 4 of layer t/8; the L*4 weights follow.
+
+typedef struct {
+    int num_layers, num_tensors; // activations and gradients: L*4*2; then L*4 weights
+    float *amax, *scale;         // (num_tensors + L*4)
+    unsigned long long *saturated, *flushed, *elements;
+} Fp8Stats;
+
+static inline int fp8_stats_count(int num_layers) {
+    return num_layers * NUM_BLOCK_LINEARS * 3;
+}
+
+static inline void fp8_stats_alloc(Fp8Stats *s, int num_layers) {
+    int n = fp8_stats_count(num_layers);
+    s->num_layers = num_layers;
+    s->num_tensors = num_layers * NUM_BLOCK_LINEARS * 2;
+    s->amax = (float *)calloc_check(n, sizeof(float), "fp8 stats");
+    s->scale = (float *)calloc_check(n, sizeof(float), "fp8 stats");
+    s->saturated = (unsigned long long *)calloc_check(n, sizeof(unsigned long long), "fp8 stats");
+    s->flushed = (unsigned long long *)calloc_check(n, sizeof(unsigned long long), "fp8 stats");
+    s->elements = (unsigned long long *)calloc_check(n, sizeof(unsigned long long), "fp8 stats");
+}
+
+static inline void fp8_stats_free(Fp8Stats *s) {
+    free(s->amax), free(s->scale), free(s->saturated), free(s->flushed), free(s->elements);
+}
+
+static inline void fp8_stats_reset_counts(Fp8Stats *s) {
+    size_t n = (size_t)fp8_stats_count(s->num_layers) * sizeof(unsigned long long);
+    memset(s->saturated, 0, n);
+    memset(s->flushed, 0, n);
+    memset(s->elements, 0, n);
+}
+
+static inline void fp8_tensor_name(const Fp8Stats *s, int t, char *out, size_t len) {
+    static const char *linears[NUM_BLOCK_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
+    if (t < s->num_tensors)
+        snprintf(out, len, "layer %d %s %s", t / 8, linears[(t / 2) % 4], (t % 2) ? "grad_output" : "input");
+    else
+        snprintf(out, len, "layer %d %s weight", (t - s->num_tensors) / 4, linears[(t - s->num_tensors) % 4]);
+}
+
+static inline Fp8Format fp8_stats_format(const Fp8Stats *s, int t) {
+    return (t < s->num_tensors && (t % 2)) ? FP8_E5M2 : FP8_E4M3;
+}
+
+// One JSON-lines record per tensor.
+static inline void log_fp8_stats(RunLog *log, int step, const Fp8Stats *s) {
+    if (!log->jsonl) return;
+    for (int t = 0; t < fp8_stats_count(s->num_layers); t++) {
+        char name[64];
+        fp8_tensor_name(s, t, name, sizeof(name));
+        fprintf(log->jsonl,
+                "{\"type\":\"fp8_stats\",\"step\":%d,\"tensor\":\"%s\",\"format\":\"%s\",\"amax\":%.9g,"
+                "\"scale\":%.9g,"
+                "\"saturated\":%llu,\"flushed\":%llu,\"elements\":%llu}\n",
+                step, name, fp8_format_name(fp8_stats_format(s, t)), s->amax[t], s->scale[t], s->saturated[t],
+                s->flushed[t], s->elements[t]);
+    }
+    fflush(log->jsonl);
+}
+
+// After each float8 step: the saturation line when anything saturated, the JSON-lines records every
+// --fp8_stats_every steps, then fresh counters for the next step.
+static inline void print_saturation_summary(int step, const Fp8Stats *s);
+static inline void report_fp8_stats(RunLog *log, const TrainOptions *opts, int step, Fp8Stats *s) {
+    print_saturation_summary(step, s);
+    if (opts->fp8_stats_every > 0 && step % opts->fp8_stats_every == 0) log_fp8_stats(log, step, s);
+    fp8_stats_reset_counts(s);
+}
+
+// The per-step line that tells the user the scaling lags: printed only when something saturated.
+static inline void print_saturation_summary(int step, const Fp8Stats *s) {
+    unsigned long long total = 0, worst = 0;
+    int tensors = 0, worst_tensor = 0;
+    for (int t = 0; t < fp8_stats_count(s->num_layers); t++) {
+        if (!s->saturated[t]) continue;
+        total += s->saturated[t];
+        tensors++;
+        if (s->saturated[t] > worst) worst = s->saturated[t], worst_tensor = t;
+    }
+    if (!total) return;
+    char name[64];
+    fp8_tensor_name(s, worst_tensor, name, sizeof(name));
+    printf("fp8   %5d | %llu values saturated in %d tensors (most: %s, %llu)\n", step, total, tensors, name,
+           worst);
+}
+
+// ----------------------------------------------------------------------------
+// Energy and cost
+
+// joules < 0: not measured (no NVML, or the CPU trainer).
+static inline void log_energy(RunLog *log, double joules, const TrainOptions *opts, const char *why_not) {
+    if (joules < 0) {
+        printf("energy | not measured (%s)\n", why_not);
+        if (log->jsonl) fprintf(log->jsonl, "{\"type\":\"energy\",\"measured\":0}\n");
+        return;
+    }
+    double kwh = joules / 3.6e6, cost = kwh * opts->pue * opts->price_kwh;
+    printf("energy | %.1f J | %.6f kWh | cost %.6f (price %.4f per kWh, PUE %.2f)\n", joules, kwh, cost,
+           opts->price_kwh, opts->pue);
+    if (log->jsonl)
+        fprintf(log->jsonl,
+                "{\"type\":\"energy\",\"measured\":1,\"joules\":%.3f,\"kwh\":%.9g,\"cost\":%.9g}\n", joules,
+                kwh, cost);
+}
+
+// ----------------------------------------------------------------------------
+// The BF16 shadow check
+
+// Logs the difference between this run's loss on a batch and the BF16 path's on the same batch and
+// weights; beyond --bf16_check_tolerance it warns, or with --bf16_check_stop ends the run.
+static inline void log_bf16_check(RunLog *log, const TrainOptions *opts, int step, float loss,
+                                  float bf16_loss) {
+    float diff = loss - bf16_loss;
+    printf("bf16  %5d | loss %.6f | bfloat16 loss %.6f | difference %+.6f\n", step, loss, bf16_loss, diff);
+    if (log->jsonl) {
+        fprintf(log->jsonl,
+                "{\"type\":\"bf16_check\",\"step\":%d,\"loss\":%.9g,\"bf16_loss\":%.9g,\"diff\":%.9g}\n",
+                step, loss, bf16_loss, diff);
+        fflush(log->jsonl);
+    }
+    if (opts->bf16_check_tolerance > 0.0f && fabsf(diff) > opts->bf16_check_tolerance) {
+        if (opts->bf16_check_stop)
+            fail("--bf16_check_tolerance: at step %d the loss differs from bfloat16 by %+.6f (tolerance %g)",
+                 step, diff, opts->bf16_check_tolerance);
+        printf(
+            "warning: step %d: the loss differs from bfloat16 by %+.6f, beyond --bf16_check_tolerance %g\n",
+            step, diff, opts->bf16_check_tolerance);
+    }
+}
+
+// --eval_only: one model's validation loss served in BF16 and in FP8 (weights cast as in training,
+// activations with current scaling), the known pitfall of FP8-trained weights served in another format.
+static inline void log_eval_only(RunLog *log, const char *model_path, float bf16_loss, float fp8_loss) {
+    printf("eval  | %s | bfloat16 weights: val loss %.6f (perplexity %.4f) | float8 weights: val loss %.6f "
+           "(perplexity %.4f) | difference %+.6f\n",
+           model_path, bf16_loss, exp(bf16_loss), fp8_loss, exp(fp8_loss), fp8_loss - bf16_loss);
+    if (log->jsonl)
+        fprintf(log->jsonl, "{\"type\":\"eval_only\",\"bf16_val_loss\":%.9g,\"fp8_val_loss\":%.9g}\n",
+                bf16_loss, fp8_loss);
+}
+
+#endif // HEALTH_H

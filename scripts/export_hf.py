@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""Exports an llm.c model file (what train_cpu / train write) as a Hugging Face GPT-2 directory.
+
+    python3 scripts/export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M]
+
+Input: an llm.c model file, version 3 (fp32) or 5 (bf16): a 256 x int32 header [0]=20240326 [1]=3|5
+[2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the 16 tensors in llm.c order (wte (Vp,C), wpe (maxT,C),
+ln1w, ln1b, qkvw (L,3C,C), qkvb, attprojw (L,C,C), attprojb, ln2w, ln2b, fcw (L,4C,C), fcb,
+fcprojw (L,C,4C), fcprojb, lnfw, lnfb). A bad header or a size that does not match it ends the script
+with one line "error: MODEL.bin: ..." on stderr and exit status 1, writing nothing.
+
+Output, OUT_DIR/config.json and OUT_DIR/model.safetensors, laid out for transformers' GPT2LMHeadModel:
+  transformer.wte.weight          (V, C)      the first V rows of wte (llm.c's padding rows dropped)
+  transformer.wpe.weight          (maxT, C)
+  transformer.h.{i}.ln_1.weight / .bias        (C)
+  transformer.h.{i}.attn.c_attn.weight  (C, 3C)  Conv1D, y = x @ W + b: the transpose of qkvw (3C, C)
+  transformer.h.{i}.attn.c_attn.bias    (3C)
+  transformer.h.{i}.attn.c_proj.weight  (C, C)   transpose of attprojw
+  transformer.h.{i}.attn.c_proj.bias    (C)
+  transformer.h.{i}.ln_2.weight / .bias        (C)
+  transformer.h.{i}.mlp.c_fc.weight     (C, 4C)  transpose of fcw (4C, C)
+  transformer.h.{i}.mlp.c_fc.bias       (4C)
+  transformer.h.{i}.mlp.c_proj.weight   (4C, C)  transpose of fcprojw (C, 4C)
+  transformer.h.{i}.mlp.c_proj.bias     (C)
+  transformer.ln_f.weight / .bias              (C)
+The LM head is tied to wte (tie_word_embeddings), so there is no lm_head.weight. Every tensor is BF16,
+rounded to nearest even from the fp32 values (a NaN becomes 0x7FFF), bit for bit as fp8_scaling.h's
+bf16_from_float.
+
+--fp8: the four matmul weights of each block (c_attn, attn.c_proj, c_fc, mlp.c_proj) are stored as
+F8_E4M3 with one float32 scale per tensor, by the trainer's weight rule (fp8_scaling.h, train_gpt.c's
+refresh_compute_weights): amax = max |w| over the fp32 weight (NaNs ignored), s = (448 / amax) * 2^-M in
+float32 (fp8_compute_scale: 1 if amax is 0 or not finite, clamped to [FLT_MIN, FLT_MAX]), and the code of
+each element is e4m3(w * s), the product rounded to float32 then to E4M3 by round-to-nearest-even,
+saturating at +-448, NaN -> 0x7F, a float32-subnormal w -> a zero of its sign. Beside each such tensor
+NAME (e.g. transformer.h.0.attn.c_attn.weight) is NAME + "_scale_inv", an F32 scalar (shape []) holding
+float32(1 / s):
+
+    weight ~= float32(e4m3 value) * NAME_scale_inv
+
+Quantization is per tensor of the trainer's (out, in) weight; the transpose to Conv1D layout moves
+elements without changing any, so the scale is the same. Everything else stays BF16. config.json's
+quantization_config records this convention. Stock transformers has no quantizer for this layout: the
+FP8 directory is a storage format, dequantized by its reader (test/gpt2_reference.py does it).
+
+The safetensors file is written here, without the safetensors package: an 8-byte little-endian header
+length, a JSON header (dtype, shape, data_offsets per tensor; __metadata__ {"format": "pt", ...}) padded
+with spaces to a multiple of 8 bytes, then the tensors' little-endian bytes back to back (no gaps, as the
+format requires), largest element size first so every tensor is aligned to its element size.
+
+Files are written to temporary names, fsync'ed and renamed: a new OUT_DIR appears only when complete;
+into an existing OUT_DIR model.safetensors is renamed into place first, then config.json.
+
+Needs Python 3 and numpy.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("error: export_hf.py needs numpy (python3 -m pip install numpy)", file=sys.stderr)
+    sys.exit(1)
+
+MODEL_MAGIC = 20240326
+HEADER_INTS = 256
+E4M3_MAX = 448.0
+CHUNK = 1 << 22  # elements converted at a time
+
+
+class ExportError(Exception):
+    """A one-line reason the export cannot be done."""
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        die(f"export_hf.py: {message} (usage: export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M])")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Conversions on bit patterns, as fp8_scaling.h writes them.
+
+
+def f32_bits(x):
+    return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+
+
+def bf16_from_f32(x):
+    """uint16 BF16 codes of float32 x: round to nearest even; any NaN -> 0x7FFF (bf16_from_float)."""
+    u = f32_bits(x)
+    # uint32 as in C: only NaN patterns (replaced below) can carry past 2^32
+    out = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    out[(u & 0x7FFFFFFF) > 0x7F800000] = 0x7FFF
+    return out
+
+
+def bf16_to_f32(h):
+    return (np.asarray(h, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def e4m3_from_f32(x):
+    """uint8 E4M3 codes of float32 x: fp8_from_float(x, FP8_E4M3), vectorized."""
+    u = f32_bits(x).astype(np.int64)
+    sign = ((u >> 24) & 0x80).astype(np.uint8)
+    a = u & 0x7FFFFFFF
+    mbits, bias = 3, 7
+    emin = 1 - bias  # -6
+    e = (a >> 23) - 127
+    m = (a & 0x7FFFFF) | 0x800000
+    e_eff = np.maximum(e, emin)
+    # shift is 20..24 where it is used; clip elsewhere so the shifts stay defined
+    shift = np.clip(23 - mbits + (e_eff - e), 20, 24)
+    r = m >> shift
+    rem = m & ((np.int64(1) << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    r = r + ((rem > half) | ((rem == half) & ((r & 1) == 1)))
+    code = np.minimum(((e_eff + bias - 1) << mbits) + r, 0x7E)
+    out = sign | code.astype(np.uint8)
+    out = np.where(e < emin - mbits - 1, sign, out)  # below half the smallest subnormal (and f32 subnormals)
+    out = np.where(e > bias + 1, sign | np.uint8(0x7E), out)  # past the top binade, infinities: saturate
+    out = np.where(a > 0x7F800000, np.uint8(0x7F), out)  # NaN, sign dropped
+    return out.astype(np.uint8)
+
+
+def fp8_weight_scale(amax, margin):
+    """fp8_compute_scale(amax, FP8_E4M3, margin) in float32."""
+    amax = np.float32(amax)
+    ub = int(f32_bits(np.array([amax]))[0])
+    if ub == 0 or ub & 0x80000000 or ub >= 0x7F800000:
+        return np.float32(1.0)
+    margin = max(-126, min(126, int(margin)))
+    flt_max = np.finfo(np.float32).max
+    with np.errstate(over="ignore"):
+        q = np.float32(E4M3_MAX) / amax
+        if not q <= flt_max:
+            q = flt_max
+        s = np.float32(q * np.float32(2.0**-margin))
+    if not s <= flt_max:
+        return flt_max
+    if s < np.finfo(np.float32).tiny:
+        return np.float32(np.finfo(np.float32).tiny)
+    return s
+
+
+def fp8_quantize_weight(w, margin):
+    """(E4M3 codes of w * s, s) with the trainer's exact-amax weight scale."""
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    amax = np.float32(np.fmax.reduce(np.abs(w), axis=None, initial=np.float32(0.0)))  # fmaxf: NaNs skipped
+    s = fp8_weight_scale(amax, margin)
+    codes = np.empty(w.shape, dtype=np.uint8)
+    flat_w, flat_c = w.reshape(-1), codes.reshape(-1)
+    for i in range(0, flat_w.size, CHUNK):  # in pieces: the conversion's temporaries are 8 bytes an element
+        with np.errstate(over="ignore", invalid="ignore"):
+            flat_c[i:i + CHUNK] = e4m3_from_f32(flat_w[i:i + CHUNK] * s)  # one float32 product, as fp8_quantize
+    u = f32_bits(w)
+    subnormal = (u & 0x7F800000) == 0  # a zero or a float32 subnormal: a zero of its sign
+    codes[subnormal] = ((u[subnormal] >> 24) & 0x80).astype(np.uint8)
+    return codes, s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# llm.c model file
+
+
+def read_model(path):
+    """(config dict, dict of float32 arrays in llm.c shapes) of a version 3 or 5 model file."""
+    try:
+        size = os.path.getsize(path)
+        f = open(path, "rb")
+    except OSError as e:
+        raise ExportError(f"{path}: cannot open: {e.strerror}")
+    with f:
+        if size < 4 * HEADER_INTS:
+            raise ExportError(f"{path}: too short for a model file header ({size} bytes)")
+        h = np.frombuffer(f.read(4 * HEADER_INTS), dtype="<i4")
+    if h[0] != MODEL_MAGIC:
+        raise ExportError(f"{path}: not an llm.c model file (magic {h[0]}, expected {MODEL_MAGIC})")
+    version = int(h[1])
+    if version not in (3, 5):
+        raise ExportError(f"{path}: unsupported model file version {version} (expected 3 fp32 or 5 bf16)")
+    maxT, V, L, NH, C, Vp = (int(v) for v in (h[2], h[3], h[4], h[5], h[6], h[7]))
+    if maxT <= 0 or V <= 1 or L <= 0 or NH <= 0 or C <= 0 or C % NH != 0 or Vp < V:
+        raise ExportError(
+            f"{path}: header describes an invalid model (maxT {maxT} V {V} L {L} NH {NH} C {C} Vp {Vp})")
+    shapes = [("wte", (Vp, C)), ("wpe", (maxT, C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
+              ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)), ("attprojb", (L, C)),
+              ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)),
+              ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)), ("lnfw", (C,)), ("lnfb", (C,))]
+    count = sum(math.prod(s) for _, s in shapes)
+    elem = 4 if version == 3 else 2
+    expected = 4 * HEADER_INTS + count * elem
+    if size != expected:
+        raise ExportError(f"{path}: size {size} does not match its header (expected {expected} bytes): "
+                          "truncated or corrupt")
+    raw = np.memmap(path, dtype="<f4" if version == 3 else "<u2", mode="r", offset=4 * HEADER_INTS,
+                    shape=(count,))
+    params, offset = {}, 0
+    for name, shape in shapes:
+        n = math.prod(shape)
+        chunk = raw[offset:offset + n]
+        params[name] = (np.asarray(chunk, dtype=np.float32) if version == 3 else bf16_to_f32(chunk)).reshape(shape)
+        offset += n
+    config = {"version": version, "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "Vp": Vp}
+    return config, params
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hugging Face layout
+
+# (HF name inside a block, llm.c tensor, is a matmul weight stored transposed as Conv1D)
+BLOCK_TENSORS = [
+    ("ln_1.weight", "ln1w", False), ("ln_1.bias", "ln1b", False),
+    ("attn.c_attn.weight", "qkvw", True), ("attn.c_attn.bias", "qkvb", False),
+    ("attn.c_proj.weight", "attprojw", True), ("attn.c_proj.bias", "attprojb", False),
+    ("ln_2.weight", "ln2w", False), ("ln_2.bias", "ln2b", False),
+    ("mlp.c_fc.weight", "fcw", True), ("mlp.c_fc.bias", "fcb", False),
+    ("mlp.c_proj.weight", "fcprojw", True), ("mlp.c_proj.bias", "fcprojb", False),
+]
+FP8_MODULES = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+
+
+def hf_tensors(cfg, params, fp8, margin):
+    """Yields (name, safetensors dtype, array to write: float32 for BF16/F32, uint8 codes for F8_E4M3)."""
+    V = cfg["V"]
+    yield "transformer.wte.weight", "BF16", params["wte"][:V]
+    yield "transformer.wpe.weight", "BF16", params["wpe"]
+    for layer in range(cfg["L"]):
+        for hf_name, ours, is_matmul in BLOCK_TENSORS:
+            name = f"transformer.h.{layer}.{hf_name}"
+            w = params[ours][layer]
+            if is_matmul:
+                w = w.T  # ours (out, in) -> Conv1D (in, out)
+                if fp8:
+                    codes, s = fp8_quantize_weight(w, margin)
+                    yield name, "F8_E4M3", codes
+                    yield name + "_scale_inv", "F32", np.array(np.float32(1.0) / s, dtype=np.float32)
+                    continue
+            yield name, "BF16", w
+    yield "transformer.ln_f.weight", "BF16", params["lnfw"]
+    yield "transformer.ln_f.bias", "BF16", params["lnfb"]
+
+
+SAFETENSORS_ITEMSIZE = {"F32": 4, "BF16": 2, "F8_E4M3": 1}
+
+
+def write_tensor(f, dtype, value):
+    """The little-endian bytes of value (row-major), converted and written a chunk at a time."""
+    flat = np.ascontiguousarray(value).reshape(-1)
+    for i in range(0, flat.size, CHUNK):
+        part = flat[i:i + CHUNK]
+        if dtype == "BF16":
+            f.write(bf16_from_f32(part).astype("<u2").tobytes())
+        elif dtype == "F32":
+            f.write(part.astype("<f4").tobytes())
+        else:
+            f.write(part.astype(np.uint8).tobytes())
+
+
+def write_safetensors(f, tensors, metadata):
+    """tensors: list of (name, dtype, array). Largest element size first, then file order."""
+    order = sorted(range(len(tensors)), key=lambda i: -SAFETENSORS_ITEMSIZE[tensors[i][1]])
+    header, offset = {"__metadata__": metadata}, 0
+    for i in order:
+        name, dtype, value = tensors[i]
+        n = math.prod(value.shape) * SAFETENSORS_ITEMSIZE[dtype]
+        header[name] = {"dtype": dtype, "shape": [int(d) for d in value.shape], "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    f.write(len(text).to_bytes(8, "little"))
+    f.write(text)
+    for i in order:
+        _, dtype, value = tensors[i]
+        write_tensor(f, dtype, value)
+
+
+def hf_config(cfg, fp8, margin):
+    V, C = cfg["V"], cfg["C"]
+    eot = 50256 if V == 50257 else None  # GPT-2's <|endoftext|>; a byte vocabulary has none
+    config = {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": V,
+        "n_positions": cfg["maxT"],
+        "n_ctx": cfg["maxT"],
+        "n_embd": C,
+        "n_layer": cfg["L"],
+        "n_head": cfg["NH"],
+        "n_inner": 4 * C,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "use_cache": True,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+    }
+    if fp8:
+        config["quantization_config"] = {
+            "quant_method": "fp8gpt_per_tensor",
+            "fmt": "e4m3",
+            "weight_dtype": "float8_e4m3fn",
+            "weight_granularity": "per_tensor",
+            "activation_scheme": "none",
+            "quantized_modules": [f"transformer.h.*.{m}" for m in FP8_MODULES],
+            "scale_suffix": "_scale_inv",
+            "scale_dtype": "float32",
+            "dequantization": "weight = float32(e4m3 value) * <weight name>_scale_inv",
+            "scale_rule": "s = float32(448 / amax(|w|)) * 2^-fp8_margin; stored <name>_scale_inv = float32(1 / s); "
+                          "code = e4m3(float32(w * s)), round to nearest even, saturating at 448",
+            "fp8_margin": int(margin),
+            "modules_not_to_convert": ["transformer.wte", "transformer.wpe", "transformer.h.*.ln_1",
+                                       "transformer.h.*.ln_2", "transformer.ln_f", "lm_head"],
+        }
+    return config
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Atomic output
+
+
+def write_durable(path, writer):
+    with open(path, "wb") as f:
+        writer(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # a directory that cannot be fsync'ed still got the rename
+    finally:
+        os.close(fd)
+
+
+def export(model_path, out_dir, fp8=False, margin=0):
+    cfg, params = read_model(model_path)
+    tensors = list(hf_tensors(cfg, params, fp8, margin))
+    metadata = {"format": "pt", "source": "llm.c model file (fp8gpt scripts/export_hf.py)",
+                "llmc_version": str(cfg["version"]), "quantization": "fp8_e4m3_per_tensor" if fp8 else "none"}
+    if fp8:
+        metadata["fp8_margin"] = str(int(margin))
+    config_text = (json.dumps(hf_config(cfg, fp8, margin), indent=2) + "\n").encode("utf-8")
+
+    out_dir = os.path.normpath(out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ExportError(f"{out_dir}: exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"{out_dir}: parent directory {parent} does not exist")
+    fresh = not os.path.exists(out_dir)
+    try:
+        work = tempfile.mkdtemp(prefix="." + os.path.basename(out_dir) + ".tmp-", dir=parent if fresh else out_dir)
+    except OSError as e:
+        raise ExportError(f"{out_dir}: cannot write: {e.strerror}")
+    try:
+        write_durable(os.path.join(work, "model.safetensors"), lambda f: write_safetensors(f, tensors, metadata))
+        write_durable(os.path.join(work, "config.json"), lambda f: f.write(config_text))
+        if fresh:
+            os.chmod(work, 0o755)
+            fsync_dir(work)
+            os.rename(work, out_dir)
+            fsync_dir(parent)
+        else:
+            os.replace(os.path.join(work, "model.safetensors"), os.path.join(out_dir, "model.safetensors"))
+            os.replace(os.path.join(work, "config.json"), os.path.join(out_dir, "config.json"))
+            fsync_dir(out_dir)
+            os.rmdir(work)
+    except OSError as e:
+        shutil.rmtree(work, ignore_errors=True)
+        raise ExportError(f"{out_dir}: write failed: {e.strerror or e}")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return cfg, tensors
+
+
+def main(argv=None):
+    p = OneLineParser(description="Export an llm.c model file as a Hugging Face GPT-2 directory.")
+    p.add_argument("model", help="llm.c model file (version 3 fp32 or 5 bf16)")
+    p.add_argument("out_dir", help="output directory (created; config.json and model.safetensors)")
+    p.add_argument("--fp8", action="store_true", help="block matmul weights as per-tensor-scaled F8_E4M3")
+    p.add_argument("--fp8_margin", type=int, default=0, help="FP8 scale headroom: s = 448/amax/2^M (default 0)")
+    args = p.parse_args(argv)
+    if not -126 <= args.fp8_margin <= 126:
+        die(f"--fp8_margin {args.fp8_margin}: out of range [-126, 126]")
+    try:
+        cfg, tensors = export(args.model, args.out_dir, args.fp8, args.fp8_margin)
+    except ExportError as e:
+        die(str(e))
+    kind = f"fp8 e4m3 block weights (margin {args.fp8_margin}) + bf16" if args.fp8 else "bf16"
+    print(f"exported {args.model} (L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']} maxT={cfg['maxT']}, "
+          f"{len(tensors)} tensors, {kind}) to {args.out_dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+# test/common.sh: the set-up shared by the bash tests (test/test_*.sh) and dev/bench_cpu.sh. Sourced, never run:
+#     . "$(dirname "${BASH_SOURCE[0]}")/common.sh"            (from test/; from dev/: .../../test/common.sh)
+# Sourcing sets `root` (the repository root, absolute) and defines the functions below; it changes nothing else
+# (no cd, no temporary files, no traps, no counters) until a function is called.
+#   test_init                 cd to $root; PY=${PYTHON:-python3}; DATA=${DATA:-$root/../shared/data/tinyshakespeare.txt};
+#                             passed=0 failed=0 (the counters of ok / bad / result / finish)
+#   test_tmpdir VAR NAME      VAR=a new directory /tmp/NAME.XXXXXX, removed when the script exits (sets the EXIT
+#                             trap: call it once per script, and do not set another EXIT trap)
+#   test_text VAR FILE [GEN]  VAR=$DATA if that file exists, else FILE, written by `GEN FILE` (default
+#                             generated_text); prints 'data: ...' saying which
+#   test_data_dir DIR NAME [GEN]
+#                             byte-level shards DIR/NAME_{train_000000,val_000000,tokenizer}.bin
+#                             (scripts/prepare_data.py --tokenizer byte) of test_text's choice; a generated text is
+#                             written to DIR/NAME.txt
+#   generated_text FILE       the stand-in for tinyshakespeare: 20,000 short sentences of 25 common English words
+#                             (about 0.5 MB), the same on every call
+#   ok [WHAT]                 a passed check (prints 'ok   WHAT' when WHAT is given)
+#   bad WHAT...               a failed check (prints 'FAIL: WHAT')
+#   result STATUS WHAT        ok WHAT when STATUS is 0, else bad WHAT
+#   finish                    prints 'N passed, M failed'; its status is 0 only without failures (end a script with it)
+# Needs bash; works under `set -euo pipefail` and without it.
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+test_init() {
+    cd "$root" || return 1
+    PY=${PYTHON:-python3}
+    DATA=${DATA:-$root/../shared/data/tinyshakespeare.txt}
+    passed=0
+    failed=0
+}
+
+test_tmpdir() { # VAR NAME
+    local _dir
+    _dir=$(mktemp -d "/tmp/$2.XXXXXX") || return 1
+    printf -v "$1" %s "$_dir"
+    # shellcheck disable=SC2064 # the path is fixed now, on purpose
+    trap "rm -rf $(printf %q "$_dir")" EXIT
+}
+
+generated_text() { # FILE
+    "$PY" - "$1" <<'EOF'
+import random, sys
+r = random.Random(3)
+w = 'the of and to a in that is was he for it with as his on be at by this had not are but from or have'.split()
+open(sys.argv[1], 'w').write('\n'.join(' '.join(r.choice(w) for _ in range(r.randint(3, 12))).capitalize() + '.'
+                                       for _ in range(20000)))
+EOF
+}
+
+test_text() { # VAR FILE [GENERATOR]
+    if [ -f "$DATA" ]; then
+        printf -v "$1" %s "$DATA"
+        echo "data: $DATA"
+    else
+        echo "data: $DATA not found: using a generated English-like text instead"
+        "${3:-generated_text}" "$2" || return 1
+        printf -v "$1" %s "$2"
+    fi
+}
+
+test_data_dir() { # DIR NAME [GENERATOR]
+    local _text
+    mkdir -p "$1" || return 1
+    test_text _text "$1/$2.txt" "${3:-generated_text}" || return 1
+    "$PY" "$root/scripts/prepare_data.py" --input "$_text" --output_dir "$1" --name "$2" --tokenizer byte >/dev/null
+}
+
+ok() {
+    passed=$((passed + 1))
+    if [ $# -gt 0 ]; then echo "ok   $*"; fi
+}
+
+bad() {
+    failed=$((failed + 1))
+    echo "FAIL: $*"
+}
+
+result() { # STATUS WHAT
+    if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; fi
+}
+
+finish() {
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+}

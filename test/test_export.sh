@@ -1,0 +1,392 @@
+#!/usr/bin/env bash
+# test_export.sh: scripts/export_hf.py (llm.c model file -> Hugging Face GPT-2 directory), checked against the
+# CPU trainer's own float32 logits and against fp8_scaling.h's conversions. About 5 s; needs python3 with numpy
+# and a C compiler ($CC, default gcc) besides train_cpu.
+#   1. test/gpt2_reference.py (numpy GPT-2) on the trained fp32 model file reproduces train_cpu's float32 logits
+#      (from --debug_state) to float32 accuracy;
+#   2. the BF16 export: names, shapes, dtypes, config.json; its bytes are the round-to-nearest-even BF16 of the
+#      fp32 weights (an independent numpy rounding, and fp8_scaling.h's bf16_from_float compiled here); its
+#      logits agree with the trainer's within a bound measured from BF16 weight rounding;
+#   3. the FP8 export: E4M3 bytes and scales equal an independent numpy quantization with the trainer's rule and
+#      fp8_scaling.h's own fp8_compute_scale / fp8_quantize; logits within a bound derived from E4M3's 3
+#      mantissa bits; --fp8_margin; a padded vocabulary (V < Vp) and a version 5 (bf16) input file;
+#   4. bad inputs (truncated file, wrong magic, short header, bad version, missing file, OUT_DIR a file): one
+#      line "error: FILE: ..." on stderr, exit status 1, nothing written.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir tmp test_export
+
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    bad "numpy is not installed for $PY (python3 -m pip install numpy, or apt-get install python3-numpy)"
+    finish
+fi
+
+# --- a trained tiny model and the trainer's float32 logits of its first batch -------------------------------
+test_data_dir "$tmp/data" text
+data=(--train_data "$tmp/data/text_train_*.bin" --val_data "" --seq_len 32 --batch_size 4)
+./train_cpu --model_size d2 --vocab 256 --steps 5 --lr 3e-3 --dtype float8 "${data[@]}" --output_dir "$tmp/run" \
+    >"$tmp/train.txt" 2>&1 || { cat "$tmp/train.txt"; bad "train_cpu: the 5-step run failed"; finish; }
+model="$tmp/run/model_00000005.bin"
+./train_cpu --init_from "$model" --dtype float32 --steps 1 "${data[@]}" --output_dir "" --debug_state "$tmp/dbg.bin" \
+    >"$tmp/debug.txt" 2>&1 || { cat "$tmp/debug.txt"; bad "train_cpu: the --debug_state run failed"; finish; }
+
+# --- fp8_scaling.h itself, as the oracle of the conversions ---------------------------------------------------
+# conv bf16|e4m3 IN OUT: codes of the float32s in IN. conv quant MARGIN IN OUT: the trainer's weight cast of the
+# tensor in IN (amax as abs_max, fp8_compute_scale, fp8_quantize): the scale (float32), then the codes.
+cat >"$tmp/conv.c" <<'EOF'
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "fp8_scaling.h"
+int main(int argc, char **argv) {
+    int quant = strcmp(argv[1], "quant") == 0;
+    FILE *in = fopen(argv[argc - 2], "rb"), *out = fopen(argv[argc - 1], "wb");
+    if (!in || !out) return 2;
+    fseek(in, 0, SEEK_END);
+    size_t n = (size_t)ftell(in) / 4;
+    fseek(in, 0, SEEK_SET);
+    float *x = malloc(n * 4 + 4);
+    if (fread(x, 4, n, in) != n) return 2;
+    float amax = 0.0f, scale = 1.0f;
+    if (quant) {
+        for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+        scale = fp8_compute_scale(amax, FP8_E4M3, atoi(argv[2]));
+        fwrite(&scale, 4, 1, out);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(argv[1], "bf16") == 0) {
+            uint16_t c = bf16_from_float(x[i]);
+            fwrite(&c, 2, 1, out);
+        } else {
+            uint8_t c = quant ? fp8_quantize(x[i], scale, FP8_E4M3) : fp8_from_float(x[i], FP8_E4M3);
+            fwrite(&c, 1, 1, out);
+        }
+    }
+    return fclose(out) != 0;
+}
+EOF
+"${CC:-gcc}" -std=c11 -O2 -I"$root" -o "$tmp/conv" "$tmp/conv.c" -lm || { bad "cannot compile the fp8_scaling.h oracle"; finish; }
+
+# --- the exports ----------------------------------------------------------------------------------------------
+export_ok() { # what args...
+    local what="$1"; shift
+    if "$PY" scripts/export_hf.py "$@" >"$tmp/export.txt" 2>&1; then ok "$what"; else bad "$what"; cat "$tmp/export.txt"; fi
+}
+export_ok "export bf16" "$model" "$tmp/hf_bf16"
+export_ok "export fp8" "$model" "$tmp/hf_fp8" --fp8
+export_ok "export fp8 --fp8_margin 2" "$model" "$tmp/hf_fp8_m2" --fp8 --fp8_margin 2
+cp -r "$tmp/hf_bf16" "$tmp/hf_over"
+export_ok "export fp8 into an existing export directory" "$model" "$tmp/hf_over" --fp8
+# the same model with V=200 < Vp=256 (header patched; the file keeps Vp rows), and as a version 5 (bf16) file
+"$PY" - "$model" "$tmp/v200.bin" "$tmp/v5.bin" <<'EOF'
+import sys
+import numpy as np
+sys.path.insert(0, "test")
+import gpt2_reference as ref
+data = open(sys.argv[1], "rb").read()
+h = np.frombuffer(data[:1024], dtype="<i4").copy()
+h[3] = 200
+open(sys.argv[2], "wb").write(h.tobytes() + data[1024:])
+h = np.frombuffer(data[:1024], dtype="<i4").copy()
+h[1] = 5
+open(sys.argv[3], "wb").write(h.tobytes() + ref.bf16_round_codes(np.frombuffer(data[1024:], "<f4")).astype("<u2").tobytes())
+EOF
+export_ok "export a padded vocabulary (V=200, Vp=256)" "$tmp/v200.bin" "$tmp/hf_v200" --fp8
+export_ok "export a version 5 (bf16) model file" "$tmp/v5.bin" "$tmp/hf_v5"
+
+# --- the numerical checks: one line per check, "PASS<tab>what" or "FAIL<tab>what", and "info<tab>..." ---------
+checks_rc=0
+"$PY" - "$tmp" "$model" >"$tmp/checks.txt" 2>&1 <<'EOF' || checks_rc=$?
+import json, os, sys, subprocess, traceback
+import numpy as np
+sys.path.insert(0, "test")
+sys.path.insert(0, "scripts")
+import gpt2_reference as ref
+import export_hf
+
+tmp, model = sys.argv[1], sys.argv[2]
+
+
+def report(ok, what, detail=""):
+    print(("PASS" if ok else "FAIL") + "\t" + what + (f" [{detail}]" if detail else ""), flush=True)
+
+
+def check(what, fn):
+    try:
+        r = fn()
+        ok, detail = r if isinstance(r, tuple) else (r, "")
+        report(bool(ok), what, detail)
+    except Exception as e:
+        report(False, what, f"{type(e).__name__}: {e}")
+        traceback.print_exc(file=sys.stdout)
+
+
+def rel(a, b):
+    """relative L2 error of a against the reference b, in float64"""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def oracle(mode, x, margin=None):
+    """fp8_scaling.h on the float32 array x (see conv.c in test_export.sh)"""
+    src, dst = os.path.join(tmp, "conv_in.bin"), os.path.join(tmp, "conv_out.bin")
+    np.ascontiguousarray(x, "<f4").tofile(src)
+    subprocess.run([os.path.join(tmp, "conv"), mode] + ([str(margin)] if margin is not None else []) + [src, dst],
+                   check=True)
+    out = np.fromfile(dst, dtype="u1")
+    if mode == "bf16":
+        return out.view("<u2")
+    if mode == "quant":
+        return out[4:], out[:4].view("<f4")[0]
+    return out
+
+
+# the trainer's first batch and its float32 logits (debug_state.h layout)
+d = open(os.path.join(tmp, "dbg.bin"), "rb").read()
+h = np.frombuffer(d[:1024], dtype="<i4")
+B, T, Vp, V = int(h[2]), int(h[3]), int(h[4]), int(h[9])
+tokens = np.frombuffer(d, "<i4", B * T, 1024).reshape(B, T)
+trainer = np.frombuffer(d, "<f4", B * T * Vp, 1024 + 8 * B * T).reshape(B, T, Vp)[..., :V]
+
+cfg, w32 = ref.load_llmc(model)
+tensors = [k for k in w32 if k.startswith("transformer.")]
+matmuls = [k for k in tensors if any(k.endswith(m) for m in ref.MATMULS)]
+others = [k for k in tensors if k not in matmuls]
+ref32 = ref.forward(cfg, w32, tokens, np.float32)
+ref64 = ref.forward(cfg, w32, tokens, np.float64)
+
+
+def logits_with(changed):
+    """float64 reference logits with some tensors replaced (the effect of rounding just those)"""
+    return ref.forward(cfg, {**w32, **changed}, tokens, np.float64)
+
+
+# (1) Float32 agreement. Both sides compute in float32 (unit roundoff u = 2^-24 = 6e-8) but sum in other orders
+# (OpenBLAS or plain C vs numpy). A dot product of length K then differs by about sqrt(K) u relative (rounding
+# errors add like a random walk; K u is the worst case), K <= 4C = 256 here: ~1e-6 per matmul. The logits go
+# through 2L+2 = 6 matmul stages plus LayerNorm, attention and GELU, whose errors add in quadrature: a few 1e-6.
+# TOL32 = 1e-5 leaves a factor of a few for LayerNorm's division by the row std amplifying them, and is still
+# ~100x below the effect of BF16 weights (measured below, and required to be > 10 x TOL32 so that this check
+# would catch an export or a reference that quietly rounds).
+TOL32 = 1e-5
+e32, e64 = rel(ref32, trainer), rel(ref64, trainer)
+print(f"info\tfloat32: reference (float32) vs trainer {e32:.2e}, reference (float64) vs trainer {e64:.2e}, "
+      f"max |logit| {np.abs(trainer).max():.3f}")
+check("(1) numpy reference (float32) reproduces the trainer's float32 logits", lambda: (e32 < TOL32, f"{e32:.2e} < {TOL32}"))
+check("(1) numpy reference (float64) reproduces the trainer's float32 logits", lambda: (e64 < TOL32, f"{e64:.2e} < {TOL32}"))
+
+# effects of weight rounding, measured in the reference with its own (independent, by-value) roundings
+E_bf16_all = rel(logits_with({k: ref.bf16_round(w32[k]) for k in tensors}), ref64)
+E_bf16_mm = rel(logits_with({k: ref.bf16_round(w32[k]) for k in matmuls}), ref64)
+E_bf16_other = rel(logits_with({k: ref.bf16_round(w32[k]) for k in others}), ref64)
+print(f"info\tBF16 rounding of all weights moves the logits by {E_bf16_all:.2e} (matmul weights only {E_bf16_mm:.2e}, "
+      f"the rest only {E_bf16_other:.2e})")
+check("(1) the float32 tolerance separates float32 from BF16 weights",
+      lambda: (E_bf16_all > 10 * TOL32, f"BF16 effect {E_bf16_all:.2e} > 10 x {TOL32}"))
+
+# expected export names
+def expected_names(L):
+    names = ["transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight", "transformer.ln_f.bias"]
+    for l in range(L):
+        names += [f"transformer.h.{l}.{n}" for n, _, _ in ref.BLOCK]
+    return names
+
+C, L = cfg["n_embd"], cfg["n_layer"]
+shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (cfg["n_positions"], C),
+          "transformer.ln_f.weight": (C,), "transformer.ln_f.bias": (C,)}
+block_shapes = {"ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
+                "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
+                "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,), "mlp.c_proj.weight": (4 * C, C),
+                "mlp.c_proj.bias": (C,)}
+for l in range(L):
+    shapes.update({f"transformer.h.{l}.{k}": v for k, v in block_shapes.items()})
+
+
+def check_config(directory, fp8, margin=0, vocab=V):
+    c = json.load(open(os.path.join(directory, "config.json")))
+    want = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": vocab, "n_positions": cfg["n_positions"],
+            "n_embd": C, "n_layer": L, "n_head": cfg["n_head"], "n_inner": 4 * C, "activation_function": "gelu_new",
+            "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+    bad = [k for k, v in want.items() if c.get(k) != v]
+    q = c.get("quantization_config")
+    if fp8:
+        if not q or q.get("fmt") != "e4m3" or q.get("scale_suffix") != "_scale_inv" or q.get("fp8_margin") != margin \
+                or q.get("weight_granularity") != "per_tensor":
+            bad.append("quantization_config")
+    elif q is not None:
+        bad.append("quantization_config (should be absent)")
+    return not bad, "wrong: " + ", ".join(bad) if bad else "ok"
+
+
+def only_our_files(directory):
+    return sorted(os.listdir(directory)) == ["config.json", "model.safetensors"]
+
+
+# (2) BF16 export
+st, meta = ref.read_safetensors(os.path.join(tmp, "hf_bf16", "model.safetensors"))
+check("(2) bf16: config.json", lambda: check_config(os.path.join(tmp, "hf_bf16"), False))
+check("(2) bf16: directory holds config.json and model.safetensors only", lambda: only_our_files(os.path.join(tmp, "hf_bf16")))
+check("(2) bf16: safetensors metadata format pt", lambda: (meta is not None and meta.get("format") == "pt", str(meta)))
+check("(2) bf16: tensor names", lambda: (sorted(st) == sorted(expected_names(L)), f"{len(st)} tensors"))
+check("(2) bf16: shapes (Conv1D weights transposed, wte without padding rows)",
+      lambda: all(st[k][1] == shapes[k] for k in st))
+check("(2) bf16: every dtype BF16", lambda: {v[0] for v in st.values()} == {"BF16"})
+check("(2) bf16: bytes are the nearest-even BF16 of the fp32 weights (independent numpy rounding)",
+      lambda: all(np.array_equal(st[k][2], ref.bf16_round_codes(w32[k])) for k in tensors))
+all_f32 = np.concatenate([w32[k].ravel() for k in tensors])
+check("(2) bf16: bytes equal fp8_scaling.h's bf16_from_float",
+      lambda: np.array_equal(np.concatenate([st[k][2].ravel() for k in tensors]), oracle("bf16", all_f32)))
+cfg_b, w_b = ref.load_export(os.path.join(tmp, "hf_bf16"))
+e_b = rel(ref.forward(cfg_b, w_b, tokens), trainer)
+# Bound: the export differs from the trainer's model only by rounding every weight to BF16 (8 significant bits,
+# relative error <= 2^-9 per weight); the reference measured that effect above (E_bf16_all). Twice it, plus the
+# float32 tolerance for the two implementations' own rounding, allows for the sampling of one batch.
+bound_b = 2 * E_bf16_all + TOL32
+print(f"info\tbf16 export vs trainer {e_b:.2e}, bound {bound_b:.2e}")
+check("(2) bf16: logits agree with the trainer's within twice the effect of BF16 weight rounding",
+      lambda: (e_b <= bound_b, f"{e_b:.2e} <= {bound_b:.2e}"))
+
+# (3) FP8 export
+def check_fp8(directory, margin, vocab=V, base=None, wte_rows=V):
+    st8, _ = ref.read_safetensors(os.path.join(directory, "model.safetensors"))
+    names = expected_names(L) + [f"transformer.h.{l}.{n}_scale_inv" for l in range(L) for n in ref.MATMULS]
+    tag = f"fp8 margin {margin}" + (f" V={vocab}" if vocab != V else "")
+    check(f"(3) {tag}: config.json", lambda: check_config(directory, True, margin, vocab))
+    check(f"(3) {tag}: tensor names", lambda: sorted(st8) == sorted(names))
+    def dtypes_shapes():
+        for k, (dt, shape, _) in st8.items():
+            if k.endswith("_scale_inv"):
+                if dt != "F32" or shape != ():
+                    return False, k
+            elif k in matmuls:
+                if dt != "F8_E4M3" or shape != shapes[k]:
+                    return False, k
+            elif dt != "BF16" or shape != (shapes[k] if k != "transformer.wte.weight" else (wte_rows, C)):
+                return False, k
+        return True
+    check(f"(3) {tag}: dtypes and shapes (block matmul weights F8_E4M3, scales F32 scalars, the rest BF16)", dtypes_shapes)
+    def codes_numpy():
+        for k in matmuls:
+            codes, s = ref.e4m3_weight_quantize(w32[k], margin)
+            if not np.array_equal(st8[k][2], codes):
+                return False, f"{k}: {int(np.sum(st8[k][2] != codes))} codes differ"
+            if st8[k + "_scale_inv"][2][()].view("<u4") != np.float32(np.float32(1.0) / s).view("<u4"):
+                return False, f"{k}_scale_inv {st8[k + '_scale_inv'][2][()]!r} is not 1/{s!r}"
+        return True
+    check(f"(3) {tag}: E4M3 bytes and 1/s equal an independent numpy quantization (exact amax, nearest even)", codes_numpy)
+    def codes_oracle():
+        for k in matmuls:
+            codes, s = oracle("quant", w32[k], margin)
+            codes = codes.reshape(w32[k].shape)
+            if not np.array_equal(st8[k][2], codes):
+                return False, f"{k}: {int(np.sum(st8[k][2] != codes))} codes differ"
+            if st8[k + "_scale_inv"][2][()].view("<u4") != np.float32(np.float32(1.0) / s).view("<u4"):
+                return False, f"{k}: scale"
+        return True
+    check(f"(3) {tag}: E4M3 bytes and scales equal fp8_scaling.h (fp8_compute_scale, fp8_quantize)", codes_oracle)
+    if base is not None:
+        check(f"(3) {tag}: non-matmul tensors identical to the bf16 export",
+              lambda: all(np.array_equal(st8[k][2], base[k][2]) for k in base if k not in matmuls))
+    return st8
+
+
+st8 = check_fp8(os.path.join(tmp, "hf_fp8"), 0, base=st)
+check_fp8(os.path.join(tmp, "hf_fp8_m2"), 2, base=st)
+cfg_8, w_8 = ref.load_export(os.path.join(tmp, "hf_fp8"))
+e_8 = rel(ref.forward(cfg_8, w_8, tokens), trainer)
+# Bound, from the formats rather than from the export: within a binade E4M3's spacing is 2^(e-3) against
+# BF16's 2^(e-7), so rounding a weight to E4M3 moves it 2^4 = 16 times as far as rounding it to BF16 (the same
+# error distribution scaled by 16; the per-tensor scale s only moves where binades start, and subnormals, below
+# amax/28672, hold a negligible share of a trained tensor with errors below amax/458752). To first order the
+# logits respond linearly, so E4M3 matmul weights move them ~16 x E_bf16_mm; the other tensors are BF16
+# (E_bf16_other). Twice the sum, plus TOL32, is the bound.
+bound_8 = 2 * (16 * E_bf16_mm + E_bf16_other) + TOL32
+E_fp8_mm = rel(logits_with({k: ref.e4m3_decode(ref.e4m3_weight_quantize(w32[k])[0]) *
+                            (np.float32(1) / ref.e4m3_weight_quantize(w32[k])[1]) for k in matmuls}), ref64)
+print(f"info\tfp8 export vs trainer {e_8:.2e}, bound {bound_8:.2e}; E4M3 matmul weights alone {E_fp8_mm:.2e} = "
+      f"{E_fp8_mm / E_bf16_mm:.1f} x their BF16 effect (about 2^(7-3) = 16 expected)")
+check("(3) fp8: logits agree with the trainer's within the bound from E4M3's 3 mantissa bits",
+      lambda: (e_8 <= bound_8, f"{e_8:.2e} <= {bound_8:.2e}"))
+check("(3) fp8: export into an existing directory equals a fresh export",
+      lambda: only_our_files(os.path.join(tmp, "hf_over")) and
+      open(os.path.join(tmp, "hf_over", "model.safetensors"), "rb").read() ==
+      open(os.path.join(tmp, "hf_fp8", "model.safetensors"), "rb").read() and
+      open(os.path.join(tmp, "hf_over", "config.json")).read() == open(os.path.join(tmp, "hf_fp8", "config.json")).read())
+
+# padded vocabulary: V=200 of Vp=256 rows; wte keeps the first 200 rows, the logits are the first 200 columns
+st200 = check_fp8(os.path.join(tmp, "hf_v200"), 0, vocab=200, wte_rows=200)
+check("(3) V=200: wte is the first 200 rows of the full export's",
+      lambda: np.array_equal(st200["transformer.wte.weight"][2], st["transformer.wte.weight"][2][:200]))
+cfg_v, w_v = ref.load_export(os.path.join(tmp, "hf_v200"))
+check("(3) V=200: logits are the first 200 of the fp8 export's",
+      lambda: (lambda a, b: (a.shape == (B, T, 200) and rel(a, b) < TOL32, f"{rel(a, b):.2e}"))(
+          ref.forward(cfg_v, w_v, tokens), ref.forward(cfg_8, w_8, tokens)[..., :200]))
+
+# version 5 input: the bf16 values of the same model export to the same bytes as the fp32 file's BF16 export
+st5, meta5 = ref.read_safetensors(os.path.join(tmp, "hf_v5", "model.safetensors"))
+check("(2) version 5 input: tensors identical to the BF16 export of the fp32 file",
+      lambda: sorted(st5) == sorted(st) and all(st5[k][0] == st[k][0] and np.array_equal(st5[k][2], st[k][2]) for k in st))
+
+# the conversions themselves on the values weights never reach: ties, saturation, subnormals, inf, NaN
+def special_values():
+    grid = ref.E4M3_VALUES[:0x7F]
+    mids = (grid[1:] + grid[:-1]) / 2
+    x = np.concatenate([grid, mids, np.nextafter(mids.astype(np.float32), np.float32(0)),
+                        np.nextafter(mids.astype(np.float32), np.float32(1e9)), [447, 448, 449, 463.99, 464, 464.01, 500, 1e6,
+                        3.4e38, np.inf, np.nan, 0.0, 1e-40, 2.0**-10, 2.0**-11, 3e-39]]).astype(np.float32)
+    x = np.concatenate([x, -x])
+    rng = np.random.default_rng(1)
+    rand = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    return np.concatenate([x, rand, (rng.standard_normal(1 << 18) * 10.0**rng.uniform(-12, 12, 1 << 18)).astype(np.float32)])
+xs = special_values()
+check("conversions: export_hf e4m3 equals fp8_scaling.h fp8_from_float (ties, saturation, subnormals, NaN, random bits)",
+      lambda: np.array_equal(export_hf.e4m3_from_f32(xs), oracle("e4m3", xs)))
+check("conversions: export_hf bf16 equals fp8_scaling.h bf16_from_float",
+      lambda: np.array_equal(export_hf.bf16_from_f32(xs), oracle("bf16", xs)))
+check("conversions: the reference's by-value E4M3 and BF16 roundings equal fp8_scaling.h",
+      lambda: np.array_equal(ref.e4m3_round_codes(xs), oracle("e4m3", xs)) and
+      np.array_equal(ref.bf16_round_codes(xs), oracle("bf16", xs)))
+print("done\t")
+EOF
+while IFS=$'\t' read -r status what; do
+    case "$status" in
+        PASS) ok "$what" ;;
+        FAIL) bad "$what" ;;
+        info) echo "     $what" ;;
+        done) ;;
+        *) echo "     $status${what:+ $what}" ;;
+    esac
+done <"$tmp/checks.txt"
+if [ "$checks_rc" != 0 ] || ! grep -q '^done' "$tmp/checks.txt"; then
+    bad "the numerical checks stopped before their end (exit $checks_rc; output above)"
+fi
+
+# --- (4) bad inputs: one line naming the file, exit status 1, no output directory ----------------------------
+size=$(wc -c <"$model")
+head -c $((size - 100)) "$model" >"$tmp/truncated.bin"
+head -c 1000 "$model" >"$tmp/short.bin"
+"$PY" -c 'import sys; d = bytearray(open(sys.argv[1], "rb").read()); d[0:4] = (20240520).to_bytes(4, "little"); open(sys.argv[2], "wb").write(d)' \
+    "$model" "$tmp/magic.bin"
+"$PY" -c 'import sys; d = bytearray(open(sys.argv[1], "rb").read()); d[4:8] = (4).to_bytes(4, "little"); open(sys.argv[2], "wb").write(d)' \
+    "$model" "$tmp/version.bin"
+touch "$tmp/a_file"
+refused() { # what file out_dir pattern
+    local what="$1" file="$2" out="$3" pattern="$4" rc=0 lines
+    "$PY" scripts/export_hf.py "$file" "$out" --fp8 >"$tmp/bad.out" 2>"$tmp/bad.err" || rc=$?
+    lines=$(wc -l <"$tmp/bad.err")
+    if [ "$rc" = 1 ] && [ "$lines" = 1 ] && [ ! -s "$tmp/bad.out" ] && grep -q "^error: .*$pattern" "$tmp/bad.err" &&
+        { [ -f "$out" ] || [ ! -e "$out" ]; } && [ -z "$(find "$tmp" -maxdepth 1 -name '.*tmp-*')" ]; then
+        ok "(4) $what: $(cat "$tmp/bad.err")"
+    else
+        bad "(4) $what: exit $rc, $lines stderr lines, wanted 1 line matching 'error: ...$pattern'"
+        cat "$tmp/bad.out" "$tmp/bad.err"
+    fi
+}
+refused "truncated model file" "$tmp/truncated.bin" "$tmp/out_bad" "truncated.bin: size .* does not match its header"
+refused "wrong magic" "$tmp/magic.bin" "$tmp/out_bad" "magic.bin: not an llm.c model file (magic 20240520"
+refused "shorter than a header" "$tmp/short.bin" "$tmp/out_bad" "short.bin: too short"
+refused "unsupported version" "$tmp/version.bin" "$tmp/out_bad" "version.bin: unsupported model file version 4"
+refused "missing file" "$tmp/missing.bin" "$tmp/out_bad" "missing.bin: cannot open"
+refused "OUT_DIR is a file" "$model" "$tmp/a_file" "a_file: exists and is not a directory"
+finish
