@@ -46,6 +46,7 @@ include test/fp8_test.mk
 include test/data_test.mk
 include test/train_test.mk
 include test/export_test.mk
+include test/compare_test.mk
 
 test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 	mkdir -p test/build
@@ -88,7 +89,7 @@ test_health: train_cpu
 	DATA="$(DATA)" bash test/test_health.sh
 
 test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_compare_debug_state test_fp8_stats \
-          test_health test_export
+          test_health test_export test_compare
 
 test: test_cpu
 	@echo "all CPU tests passed"
