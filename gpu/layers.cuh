@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <type_traits>
+
 #include "common.cuh"
 
 namespace layers_impl {
@@ -909,6 +911,26 @@ inline dim3 attention_grid(const void *qkv, const void *dout, int B, int T, int 
 }
 } // namespace layers_impl
 
+// Calls launch(std::integral_constant<int, HS>()) with the head size as a compile-time constant: the
+// attention kernels are instantiated for the head sizes check_attention_shape admits.
+template <typename Launch> inline void for_head_size(int hs, Launch launch) {
+    switch (hs) {
+    case 32:
+        launch(std::integral_constant<int, 32>());
+        break;
+    case 64:
+        launch(std::integral_constant<int, 64>());
+        break;
+    case 96:
+        launch(std::integral_constant<int, 96>());
+        break;
+    default:
+        launch(std::integral_constant<int, 128>());
+        break;
+    }
+    cuda_check_launch();
+}
+
 // out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C) laid out [q | k | v], head h at columns h*hs .. h*hs+hs-1
 // of each. lse = max + log(sum exp) of each row's scaled scores, for the backward.
 inline void attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
@@ -918,21 +940,10 @@ inline void attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int
     const dim3 grid = attention_grid(qkv, nullptr, B, T, C, NH);
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs); // as the CPU, on the host
-    switch (hs) {
-    case 32:
-        attention_forward_kernel<32><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
-        break;
-    case 64:
-        attention_forward_kernel<64><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
-        break;
-    case 96:
-        attention_forward_kernel<96><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
-        break;
-    default:
-        attention_forward_kernel<128><<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
-        break;
-    }
-    cuda_check_launch();
+    for_head_size(hs, [&](auto head_size) {
+        attention_forward_kernel<decltype(head_size)::value>
+            <<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+    });
 }
 
 // dqkv (B,T,3C) = the gradient of attention_forward given dout (B,T,C); every element written (no
@@ -945,44 +956,14 @@ inline void attention_backward(bf16 *dqkv, float *delta, const bf16 *dout, const
     const dim3 grid = attention_grid(qkv, dout, B, T, C, NH);
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
-    switch (hs) {
-    case 32:
-        attention_backward_dq_kernel<32>
+    for_head_size(hs, [&](auto head_size) {
+        attention_backward_dq_kernel<decltype(head_size)::value>
             <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
-        break;
-    case 64:
-        attention_backward_dq_kernel<64>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
-        break;
-    case 96:
-        attention_backward_dq_kernel<96>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
-        break;
-    default:
-        attention_backward_dq_kernel<128>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
-        break;
-    }
-    cuda_check_launch();
-    switch (hs) {
-    case 32:
-        attention_backward_dkv_kernel<32>
+    });
+    for_head_size(hs, [&](auto head_size) {
+        attention_backward_dkv_kernel<decltype(head_size)::value>
             <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
-        break;
-    case 64:
-        attention_backward_dkv_kernel<64>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
-        break;
-    case 96:
-        attention_backward_dkv_kernel<96>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
-        break;
-    default:
-        attention_backward_dkv_kernel<128>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
-        break;
-    }
-    cuda_check_launch();
+    });
 }
 
 // ---------------------------------------------------------------------------------------------------------
