@@ -56,7 +56,7 @@ test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 test_compare_debug_state: train_cpu test/build/train_cpu_noblas test/build/compare_debug_state
 	DATA="$(DATA)" bash test/test_compare_debug_state.sh
 
-test/build/test_memory_plan: test/test_memory_plan.c memory_plan.h $(HEADERS)
+test/build/test_memory_plan: test/test_memory_plan.c test/test_util.h memory_plan.h $(HEADERS)
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_memory_plan.c $(LDLIBS)
 
@@ -77,7 +77,7 @@ endif
 skip_nvcc_tests:
 	@echo "SKIPPED test_fp8_convert and test_gpu_host: nvcc not found (install the CUDA toolkit to run them)"
 
-test/build/test_fp8_stats: test/test_fp8_stats.c train_gpt.c $(HEADERS)
+test/build/test_fp8_stats: test/test_fp8_stats.c test/test_util.h train_gpt.c $(HEADERS)
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_fp8_stats.c $(LDLIBS)
 

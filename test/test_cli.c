@@ -24,23 +24,9 @@
 #include "gpt_model.h"
 #include "train_log.h"
 
-static int passed, failed;
-static char tmpdir[256];
+#include "test_util.h"
 
-static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void expect(int ok, const char *fmt, ...) {
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
+static char tmpdir[256];
 
 // If the code under test ends the process (fail() calls exit(1)), still print the summary line.
 static int finished, in_child;
@@ -650,6 +636,5 @@ int main(void) {
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmpdir);
     finished = 1;
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_summary();
 }

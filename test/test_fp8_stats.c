@@ -6,17 +6,7 @@
 #define TRAIN_GPT_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../train_gpt.c"
-
-static int passed = 0, failed = 0;
-
-static void check(int ok, const char *what) {
-    if (ok)
-        passed++;
-    else {
-        failed++;
-        printf("FAIL %s\n", what);
-    }
-}
+#include "test_util.h"
 
 // n values: `saturating` at +-4x the max, `flushing` at +-1e-3 of the smallest subnormal, the rest
 // uniform in [min normal, max/2] with random sign, all times 1/scale (so x * scale is in those ranges).
@@ -107,6 +97,5 @@ static void test_guard(void) {
 int main(void) {
     test_counts();
     test_guard();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_summary();
 }

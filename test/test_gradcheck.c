@@ -66,6 +66,8 @@ enum { GC_B = 2, GC_T = 8, GC_N = GC_B * GC_T, GC_L = 2, GC_V = 64, GC_C = 16, G
 #define NUM_STEPS 12 // ladder 1.6 * 2^-j, j = 0..11: 1.6 down to 7.8e-4
 #define TOP_ELEMENTS 3
 
+#include "test_util.h"
+
 static const char *TENSOR_NAMES[NUM_PARAM_TENSORS] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
                                                       "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
                                                       "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
@@ -73,22 +75,6 @@ static const char *TENSOR_NAMES[NUM_PARAM_TENSORS] = {"wte",      "wpe",      "l
 static GPT model;
 static int inputs[GC_N], targets[GC_N];
 static double eps_L; // rounding bound of the loss
-static int passed, failed;
-
-static void expect(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void expect(int ok, const char *fmt, ...) {
-    if (ok) {
-        passed++;
-        return;
-    }
-    failed++;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-}
 
 static double loss_now(void) {
     gpt_forward(&model, inputs, targets, 0);
@@ -411,6 +397,5 @@ int main(void) {
     free(bad);
     free(grads);
     finished = 1;
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_summary();
 }

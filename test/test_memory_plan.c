@@ -6,17 +6,7 @@
 #include <unistd.h>
 
 #include "../memory_plan.h"
-
-static int passed = 0, failed = 0;
-
-static void check(int ok, const char *what) {
-    if (ok)
-        passed++;
-    else {
-        failed++;
-        printf("FAIL %s\n", what);
-    }
-}
+#include "test_util.h"
 
 static GPTConfig preset_config(const char *name, int vocab) {
     const ModelPreset *p = find_model_preset(name);
@@ -93,6 +83,5 @@ int main(void) {
     odd.num_heads = 2;
     check(fp8_shapes_status(&odd, B, T) == 1, "C = 72 is refused");
     check(fp8_shapes_status(&small, 3, 5) == 1, "B*T = 15 is refused");
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_summary();
 }

@@ -9,11 +9,11 @@
 # This fragment leaves the including Makefile's default goal as it was.
 _train_test_saved_goal := $(.DEFAULT_GOAL)
 
-test/build/test_gradcheck: test/test_gradcheck.c train_gpt.c $(HEADERS)
+test/build/test_gradcheck: test/test_gradcheck.c test/test_util.h train_gpt.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_gradcheck.c $(LDLIBS)
 
-test/build/test_cli: test/test_cli.c $(HEADERS)
+test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
 
