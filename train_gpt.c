@@ -54,6 +54,11 @@ static float abs_max(const float *x, size_t n) {
 // With stats, the values saturated and flushed to zero by this cast are added to its counters.
 static void quantize(float *out, const float *x, size_t n, float scale, Fp8Format format, Fp8Stats *stats,
                      int tensor) {
+    if (!stats) { // evaluation: no telemetry, no counting
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) out[i] = fp8_quantize_value(x[i], scale, format);
+        return;
+    }
     unsigned long long saturated = 0, flushed = 0;
 #pragma omp parallel for reduction(+ : saturated, flushed)
     for (size_t i = 0; i < n; i++) {
@@ -61,7 +66,6 @@ static void quantize(float *out, const float *x, size_t n, float scale, Fp8Forma
         saturated += fp8_is_saturated(x[i] * scale, format);
         flushed += fp8_is_flushed(x[i] * scale, format);
     }
-    if (!stats) return;
     stats->saturated[tensor] += saturated;
     stats->flushed[tensor] += flushed;
     stats->elements[tensor] += n;
@@ -203,7 +207,8 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
 // scale of x itself. In training (record) the step's amax and the telemetry counts are kept.
 static float fp8_cast(Fp8State *s, int index, const float *x, size_t n, float *out, int record) {
     Fp8Format format = (index % 2) ? FP8_E5M2 : FP8_E4M3;
-    float amax = abs_max(x, n);
+    float amax = (record || s->recipe == FP8_RECIPE_CURRENT) ? abs_max(x, n)
+                                                             : 0.0f; // delayed evaluation reads no amax
     if (s->recipe == FP8_RECIPE_CURRENT) s->scale[index] = fp8_compute_scale(amax, format, s->margin);
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
     quantize(out, x, n, s->scale[index], format, record ? &s->stats : NULL, index);
