@@ -21,14 +21,23 @@ ifeq ($(HAVE_OPENBLAS),1)
   BLAS_LIBS := -lopenblas
 endif
 
+# MPI when present (Debian: libopenmpi-dev openmpi-bin): the trainers then also run as several processes
+# under mpirun or srun. Without it they build and run as one process.
+MPI_COMPILE := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LINK := $(shell mpicc --showme:link 2>/dev/null)
+ifneq ($(MPI_LINK),)
+  MPI_CFLAGS := -DUSE_MPI $(MPI_COMPILE)
+  MPI_LIBS := $(MPI_LINK)
+endif
+
 HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h \
-           sampling.h health.h
+           sampling.h health.h dist.h
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas
 all: train_cpu
 
 train_cpu: train_gpt.c $(HEADERS)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BLAS_FLAGS) -o $@ train_gpt.c $(BLAS_LIBS) $(LDLIBS)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BLAS_FLAGS) $(MPI_CFLAGS) -o $@ train_gpt.c $(BLAS_LIBS) $(MPI_LIBS) $(LDLIBS)
 
 check_blas:
 	@if [ "$(HAVE_OPENBLAS)" != 1 ]; then echo "note: OpenBLAS not found (apt-get install libopenblas-dev): using the plain-C GEMM, slower"; fi
@@ -102,7 +111,9 @@ clean:
 # -gencode arch=compute_89,code=sm_89 for Ada; -gencode arch=compute_100a,code=sm_100a for Blackwell).
 GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a
 NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I.
-CUDA_LIBS := -lcublasLt -ldl
+# nvcc takes MPI's -I, -L and -l flags as they are.
+CUDA_LIBS := -lcublasLt -lnccl -ldl $(MPI_LIBS)
+NVCC_FLAGS += $(MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX # the C API only: its C++ bindings do not build warning-free
 GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh memory_plan.h
 
 .PHONY: train test_gpu compile_gpu

@@ -212,6 +212,7 @@ typedef struct {
     int batch_size, seq_len;
     int seed, shuffle;     // the data order: a resumed run must draw the same
     long long guard_count; // accepted steps recorded in the step guard's window (health.h)
+    int zero_stage;        // with world_size, how the moments of this file are sharded (dist.h)
 } TrainState;
 
 // The state of a fresh run with these options; a resume then checks the checkpoint against it.
@@ -226,6 +227,7 @@ static inline TrainState train_state_init(const TrainOptions *opts, int B, int T
     st.seq_len = T;
     st.seed = opts->seed;
     st.shuffle = opts->shuffle;
+    st.zero_stage = opts->zero_stage;
     return st;
 }
 
@@ -255,7 +257,8 @@ enum {
     SH_SEED,
     SH_SHUFFLE,
     SH_GUARD_FLOATS,
-    SH_GUARD_COUNT
+    SH_GUARD_COUNT,
+    SH_ZERO_STAGE
 };
 
 static inline void checkpoint_paths(const char *dir, long step, int rank, char *model_path, char *state_path,
@@ -305,6 +308,7 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_SEED] = st->seed;
     h[SH_SHUFFLE] = st->shuffle;
     h[SH_GUARD_COUNT] = st->guard_count;
+    h[SH_ZERO_STAGE] = st->zero_stage;
     for (int b = 0; b < NUM_STATE_BLOCKS; b++) h[STATE_BLOCK_FIELD[b]] = (int64_t)blocks[b].count;
     fwrite_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, tmp);
     for (int b = 0; b < NUM_STATE_BLOCKS; b++)
@@ -321,7 +325,12 @@ static inline void check_state_field(const char *path, const int64_t *h, int fie
 
 static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg,
                                    const StateBlock blocks[NUM_STATE_BLOCKS]) {
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen(path, "rb");
+    if (!f && errno == ENOENT)
+        fail("%s: no state file for rank %d: the checkpoint was written by fewer processes (resume with the "
+             "same number)",
+             path, st->rank);
+    if (!f) fail("%s: cannot open: %s", path, strerror(errno));
     int64_t size = file_size_check(f, path);
     int64_t h[STATE_FILE_HEADER_INTS];
     if (size < (int64_t)sizeof(h))
@@ -331,8 +340,12 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
         fail("%s: not a training state file (bad magic %ld)", path, (long)h[0]);
     if (h[SH_VERSION] != STATE_FILE_VERSION)
         fail("%s: unsupported state file version %ld (expected %d)", path, (long)h[1], STATE_FILE_VERSION);
+    if (h[SH_WORLD] != st->world_size || h[SH_ZERO_STAGE] != st->zero_stage)
+        fail("%s: written by %ld processes with --zero_stage %ld, this run has %d with --zero_stage %d: "
+             "resume "
+             "with the same number of processes and ZeRO stage",
+             path, (long)h[SH_WORLD], (long)h[SH_ZERO_STAGE], st->world_size, st->zero_stage);
     check_state_field(path, h, SH_RANK, st->rank, "rank");
-    check_state_field(path, h, SH_WORLD, st->world_size, "world size");
     check_state_field(path, h, SH_LAYERS, cfg->num_layers, "layers");
     check_state_field(path, h, SH_CHANNELS, cfg->channels, "channels");
     check_state_field(path, h, SH_VOCAB, cfg->padded_vocab_size, "padded vocab");

@@ -48,6 +48,8 @@ typedef struct {
     int inject_nan_step;
     float price_kwh, pue;
     int eval_only;
+    int zero_stage, recompute, dry_run, world_size;
+    float gpu_memory_gb;
 } TrainOptions;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_CHOICE } OptionKind;
@@ -137,6 +139,16 @@ static const OptionSpec OPTION_SPECS[] = {
     {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
      "1: report the validation loss of --init_from with BF16 weights and with FP8 weights, then exit"},
+    {"zero_stage", OPT_INT, OPT_AT(zero_stage), "0", 0, 3, NULL,
+     "ZeRO sharding over the processes: 0 none, 1 optimizer state, 3 also parameters and gradients"},
+    {"recompute", OPT_INT, OPT_AT(recompute), "0", 0, 1, NULL,
+     "1: keep only each layer's input for the backward and recompute the rest (less memory)"},
+    {"dry_run", OPT_INT, OPT_AT(dry_run), "0", 0, 1, NULL,
+     "1: print the per-process memory plan and whether it fits --gpu_memory_gb, allocate nothing, exit"},
+    {"world_size", OPT_INT, OPT_AT(world_size), "0", 0, 1 << 20, NULL,
+     "processes the --dry_run plans for (0: the processes of this run)"},
+    {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "141", 1, 1e6, NULL,
+     "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (H200: 141)"},
 };
 #define NUM_OPTION_SPECS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 
@@ -251,6 +263,9 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
 // Checks of values a range cannot express, before anything is loaded.
 static inline void validate_options(const TrainOptions *opts) {
     if (!*opts->train_data) fail("--train_data: empty (give the token shards to train on)");
+    if (opts->zero_stage == 2) fail("--zero_stage: 2 is not supported (0, 1 or 3)");
+    if (opts->world_size && !opts->dry_run)
+        fail("--world_size: only for --dry_run (a run's world size is the number of processes started)");
     if (opts->eval_only && (!*opts->init_from || !*opts->val_data))
         fail("--eval_only: needs --init_from (the model to evaluate) and --val_data");
     if (opts->bf16_check_every > 0 && opts->dtype == DTYPE_FLOAT32)

@@ -9,14 +9,19 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "dist.h"
 #include "gpt_model.h"
 
 #define PLAN_ALIGN 256 // every buffer starts at a multiple of 256 bytes (cuBLASLt wants 16)
 
+// One entry per device buffer, in allocation order. What each holds depends on the ZeRO stage (see
+// memory_plan_compute): with ZeRO-1/3 the FP32 master weights and moments are this rank's shard
+// (dist.h), with ZeRO-3 the gathered weights and unit gradients are a few units' worth.
 typedef enum {
     // parameters and optimizer state
     BUF_PARAMS,
     BUF_GRADS,
+    BUF_GRAD_SHARD,
     BUF_ADAM_M,
     BUF_ADAM_V,
     BUF_PARAMS_BF16,
@@ -58,18 +63,111 @@ typedef enum {
 } BufferId;
 
 static const char *const BUFFER_NAMES[NUM_BUFFERS] = {
-    "params_fp32", "grads_fp32",  "adam_m",        "adam_v",
-    "params_bf16", "weights_fp8", "weights_fp8_t", "encoded",
-    "residual2",   "residual3",   "ln1_stats",     "ln2_stats",
-    "qkv",         "att_lse",     "fch",           "ln1",
-    "atty",        "ln2",         "fch_gelu",      "inputs_fp8_t",
-    "lnf",         "lnf_stats",   "logits",        "losses",
-    "dresidual",   "dc",          "dqkv",          "dfch",
-    "att_delta",   "cast_fp8",    "cast_fp8_t",    "reduce_scratch",
-    "fp8_state",   "step_state",  "tokens",        "gemm_workspace",
+    "params_fp32",
+    "grads_fp32",
+    "grad_shard",
+    "adam_m",
+    "adam_v",
+    "params_bf16",
+    "weights_fp8",
+    "weights_fp8_t",
+    "encoded",
+    "residual2",
+    "residual3",
+    "ln1_stats",
+    "ln2_stats",
+    "qkv",
+    "att_lse",
+    "fch",
+    "ln1",
+    "atty",
+    "ln2",
+    "fch_gelu",
+    "inputs_fp8_t",
+    "lnf",
+    "lnf_stats",
+    "logits",
+    "losses",
+    "dresidual",
+    "dc",
+    "dqkv",
+    "dfch",
+    "att_delta",
+    "cast_fp8",
+    "cast_fp8_t",
+    "reduce_scratch",
+    "fp8_state",
+    "step_state",
+    "tokens",
+    "gemm_workspace",
 };
 
+// What --dry_run groups the buffers into.
+typedef enum {
+    PLAN_MASTER_WEIGHTS,
+    PLAN_GRADIENTS,
+    PLAN_MOMENTS,
+    PLAN_COMPUTE_WEIGHTS,
+    PLAN_ACTIVATIONS,
+    PLAN_BACKWARD_SCRATCH,
+    PLAN_FP8_STATE,
+    PLAN_WORKSPACE,
+    NUM_PLAN_GROUPS
+} PlanGroup;
+
+static const char *const PLAN_GROUP_NAMES[NUM_PLAN_GROUPS] = {
+    "master weights fp32", "gradients fp32",   "adamw moments",     "compute weights bf16/fp8",
+    "activations",         "backward scratch", "fp8 scaling state", "workspaces and batch",
+};
+
+static inline PlanGroup buffer_group(BufferId id) {
+    switch (id) {
+    case BUF_PARAMS:
+        return PLAN_MASTER_WEIGHTS;
+    case BUF_GRADS:
+    case BUF_GRAD_SHARD:
+        return PLAN_GRADIENTS;
+    case BUF_ADAM_M:
+    case BUF_ADAM_V:
+        return PLAN_MOMENTS;
+    case BUF_PARAMS_BF16:
+    case BUF_WEIGHTS_FP8:
+    case BUF_WEIGHTS_FP8_T:
+        return PLAN_COMPUTE_WEIGHTS;
+    case BUF_DRESIDUAL:
+    case BUF_DC:
+    case BUF_DQKV:
+    case BUF_DFCH:
+    case BUF_ATT_DELTA:
+    case BUF_CAST_FP8:
+    case BUF_CAST_FP8_T:
+    case BUF_REDUCE_SCRATCH:
+        return PLAN_BACKWARD_SCRATCH;
+    case BUF_FP8_STATE:
+        return PLAN_FP8_STATE;
+    case BUF_STEP:
+    case BUF_TOKENS:
+    case BUF_GEMM_WORKSPACE:
+        return PLAN_WORKSPACE;
+    default:
+        return PLAN_ACTIVATIONS;
+    }
+}
+
+// What a plan depends on beyond the model.
 typedef struct {
+    int dtype, B, T, history_len;
+    int world_size, zero_stage, recompute;
+} PlanSettings;
+
+static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, int B, int T,
+                                                      int world_size) {
+    PlanSettings s = {opts->dtype, B, T, opts->amax_history, world_size, opts->zero_stage, opts->recompute};
+    return s;
+}
+
+typedef struct {
+    PlanSettings settings;
     size_t bytes[NUM_BUFFERS];
     size_t offset[NUM_BUFFERS]; // in one allocation, each aligned to PLAN_ALIGN
     size_t total;
@@ -100,33 +198,79 @@ static inline size_t fp8_state_floats(const GPTConfig *cfg, int history_len) {
     return tensors * ((size_t)history_len + 5) + weights * 3 + (tensors % 2) + (tensors + weights) * 4;
 }
 
-static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, int dtype, int B, int T,
-                                       int history_len) {
-    size_t P = param_count(cfg), L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
-    size_t N = (size_t)B * T, Vp = cfg->padded_vocab_size, bf = 2, f32 = 4;
-    int fp8 = dtype == DTYPE_FLOAT8;
-    size_t gemm_input_layers = fp8 ? 1 : L; // float8 keeps the GEMM inputs as FP8 transposes instead
+// Elements of unit `unit` padded for the collectives: ways * chunk (dist.h).
+static inline size_t padded_unit(const GPTConfig *cfg, int zero_stage, int world_size, int unit) {
+    size_t start, size;
+    shard_unit_range(cfg, zero_stage, unit, &start, &size);
+    int ways = shard_ways(zero_stage, world_size);
+    return (size_t)ways * shard_chunk(size, ways);
+}
+
+// Where the weights and their gradients live, per ZeRO stage (P parameters, S = this rank's shard,
+// G = the global tensors padded, Lu = one layer padded, both to world_size * chunk):
+//   stage 0: FP32 master, gradients, moments and the BF16 copy of all P; gradients all-reduced.
+//   stage 1: master and moments S; gradients P (padded) reduce-scattered into a gradient shard S after
+//            the last micro-step; the BF16 copy (and in float8 the FP8 weights, in parameter layout)
+//            all-gathered, padded, after the update.
+//   stage 3: master, moments and gradient shard S; the BF16 copy holds the global tensors and two layer
+//            slots (the layer in use and the next, gathered ahead on a second stream), the FP32
+//            gradients G + two layer slots (one reduce-scattered while the next is computed), the FP8
+//            W and W^T two layers of slots.
+static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const PlanSettings *s) {
+    size_t P = param_count(cfg), L = cfg->num_layers, f32 = 4, bf = 2;
+    size_t S = shard_size(cfg, s->zero_stage, s->world_size);
+    size_t all = padded_unit(cfg, s->zero_stage, s->world_size, 0);
+    size_t layer = s->zero_stage == 3 ? padded_unit(cfg, 3, s->world_size, 1) : 0;
+    int fp8 = s->dtype == DTYPE_FLOAT8;
+    size_t fp8_weights = linear_weights_per_layer(cfg);
+    switch (s->zero_stage) {
+    case 0:
+        b[BUF_PARAMS] = b[BUF_GRADS] = b[BUF_ADAM_M] = b[BUF_ADAM_V] = P * f32;
+        b[BUF_GRAD_SHARD] = 0;
+        b[BUF_PARAMS_BF16] = P * bf;
+        b[BUF_WEIGHTS_FP8] = b[BUF_WEIGHTS_FP8_T] = fp8 ? L * fp8_weights : 0;
+        break;
+    case 1:
+        b[BUF_PARAMS] = b[BUF_GRAD_SHARD] = b[BUF_ADAM_M] = b[BUF_ADAM_V] = S * f32;
+        b[BUF_GRADS] = all * f32;
+        b[BUF_PARAMS_BF16] = all * bf;
+        b[BUF_WEIGHTS_FP8] = fp8 ? all : 0;
+        b[BUF_WEIGHTS_FP8_T] = fp8 ? L * fp8_weights : 0;
+        break;
+    default:
+        b[BUF_PARAMS] = b[BUF_GRAD_SHARD] = b[BUF_ADAM_M] = b[BUF_ADAM_V] = S * f32;
+        b[BUF_GRADS] = (all + 2 * layer) * f32;
+        b[BUF_PARAMS_BF16] = (all + 2 * layer) * bf;
+        b[BUF_WEIGHTS_FP8] = fp8 ? 2 * layer : 0;
+        b[BUF_WEIGHTS_FP8_T] = fp8 ? 2 * fp8_weights : 0;
+        break;
+    }
+}
+
+static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, const PlanSettings *s) {
+    size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
+    size_t N = (size_t)s->B * s->T, Vp = cfg->padded_vocab_size, bf = 2, f32 = 4;
+    int fp8 = s->dtype == DTYPE_FLOAT8;
+    // With recompute only each layer's input (residual3 of the layer before) is kept per layer; the
+    // backward recomputes the layer's forward into one layer of everything else.
+    size_t kept = s->recompute ? 1 : L;
+    size_t gemm_input_layers = fp8 ? 1 : kept; // float8 keeps the GEMM inputs as FP8 transposes instead
+    plan->settings = *s;
     size_t *b = plan->bytes;
-    b[BUF_PARAMS] = P * f32;
-    b[BUF_GRADS] = P * f32;
-    b[BUF_ADAM_M] = P * f32;
-    b[BUF_ADAM_V] = P * f32;
-    b[BUF_PARAMS_BF16] = P * bf;
-    b[BUF_WEIGHTS_FP8] = fp8 ? L * linear_weights_per_layer(cfg) : 0;
-    b[BUF_WEIGHTS_FP8_T] = fp8 ? L * linear_weights_per_layer(cfg) : 0;
+    plan_weight_buffers(b, cfg, s);
     b[BUF_ENCODED] = N * C * bf;
-    b[BUF_RESIDUAL2] = L * N * C * bf;
+    b[BUF_RESIDUAL2] = kept * N * C * bf;
     b[BUF_RESIDUAL3] = L * N * C * bf;
-    b[BUF_LN1_STATS] = L * N * 2 * f32;
-    b[BUF_LN2_STATS] = L * N * 2 * f32;
-    b[BUF_QKV] = L * N * 3 * C * bf;
-    b[BUF_ATT_LSE] = L * N * NH * f32;
-    b[BUF_FCH] = L * N * 4 * C * bf;
+    b[BUF_LN1_STATS] = kept * N * 2 * f32;
+    b[BUF_LN2_STATS] = kept * N * 2 * f32;
+    b[BUF_QKV] = kept * N * 3 * C * bf;
+    b[BUF_ATT_LSE] = kept * N * NH * f32;
+    b[BUF_FCH] = kept * N * 4 * C * bf;
     b[BUF_LN1] = gemm_input_layers * N * C * bf;
     b[BUF_ATTY] = gemm_input_layers * N * C * bf;
     b[BUF_LN2] = gemm_input_layers * N * C * bf;
     b[BUF_FCH_GELU] = gemm_input_layers * N * 4 * C * bf;
-    b[BUF_INPUT_FP8_T] = fp8 ? L * N * 7 * C : 0; // C (qkv) + C (attproj) + C (fc) + 4C (fcproj)
+    b[BUF_INPUT_FP8_T] = fp8 ? kept * N * 7 * C : 0; // C (qkv) + C (attproj) + C (fc) + 4C (fcproj)
     b[BUF_LNF] = N * C * bf;
     b[BUF_LNF_STATS] = N * 2 * f32;
     b[BUF_LOGITS] = N * Vp * bf;
@@ -138,8 +282,8 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, i
     b[BUF_ATT_DELTA] = N * NH * f32;
     b[BUF_CAST_FP8] = fp8 ? N * 4 * C : 0;
     b[BUF_CAST_FP8_T] = fp8 ? N * 4 * C : 0;
-    b[BUF_REDUCE_SCRATCH] = reduce_scratch_floats(cfg, B, T) * f32;
-    b[BUF_FP8_STATE] = fp8_state_floats(cfg, history_len) * f32;
+    b[BUF_REDUCE_SCRATCH] = reduce_scratch_floats(cfg, s->B, s->T) * f32;
+    b[BUF_FP8_STATE] = fp8_state_floats(cfg, s->history_len) * f32;
     b[BUF_STEP] = 2 * PLAN_ALIGN; // StepParams, then StepResults at +PLAN_ALIGN (both well under 256 bytes)
     b[BUF_TOKENS] = (5 * N + 2) * sizeof(int); // inputs, targets, embedding-gradient buckets and their count
     b[BUF_GEMM_WORKSPACE] = GEMM_WORKSPACE_BYTES;

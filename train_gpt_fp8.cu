@@ -93,7 +93,8 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     model->T = T;
     model->accum_steps = accum_steps;
     model->num_params = param_count(cfg);
-    memory_plan_compute(&model->plan, cfg, opts->dtype, B, T, opts->amax_history);
+    PlanSettings settings = plan_settings_from_options(opts, B, T, 1);
+    memory_plan_compute(&model->plan, cfg, &settings);
     size_t free_bytes = 0, total_bytes = 0;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (model->plan.total > free_bytes)

@@ -49,8 +49,8 @@ int main(void) {
     GPTConfig small = preset_config("d2", 256), gpt124 = preset_config("124M", 50257);
     MemoryPlan bf, f8;
     int B = 4, T = 64;
-    memory_plan_compute(&bf, &small, DTYPE_BFLOAT16, B, T, 16);
-    memory_plan_compute(&f8, &small, DTYPE_FLOAT8, B, T, 16);
+    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0});
+    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0});
     check_layout(&bf, "d2 bfloat16");
     check_layout(&f8, "d2 float8");
     size_t P = param_count(&small), L = small.num_layers, C = small.channels, N = (size_t)B * T;
@@ -71,8 +71,8 @@ int main(void) {
           "FP8 scaling state: history + 5 floats per tensor, 3 per weight, two 64-bit counters for each");
     // At 124M and a realistic batch, float8 must need less memory than bfloat16 for the activations.
     MemoryPlan bf124, f8124;
-    memory_plan_compute(&bf124, &gpt124, DTYPE_BFLOAT16, 16, 1024, 16);
-    memory_plan_compute(&f8124, &gpt124, DTYPE_FLOAT8, 16, 1024, 16);
+    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0});
+    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0});
     check_layout(&f8124, "124M float8");
     check(f8124.total < bf124.total, "124M B=16 T=1024: float8 plans less memory than bfloat16");
     check(param_count(&gpt124) * 4 == bf124.bytes[BUF_PARAMS], "124M parameters");

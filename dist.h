@@ -1,0 +1,263 @@
+// dist.h: several processes, shared by both trainers. Who this process is (rank, world size, local rank:
+// from MPI when an MPI launcher started it, else from the torchrun-style RANK / WORLD_SIZE / LOCAL_RANK),
+// how ZeRO shards the parameter vector, and the MPI collectives of the CPU trainer (the CUDA trainer
+// does the same steps with NCCL and uses MPI only to start). Built without MPI (no USE_MPI), a run is
+// one process and every collective is the identity.
+#ifndef DIST_H
+#define DIST_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+#include "common.h"
+#include "gpt_model.h"
+
+typedef struct {
+    int rank, world_size, local_rank;
+    int mpi; // 1: the ranks come from MPI and MPI carries the host-side collectives
+} Dist;
+
+// An environment variable as a non-negative int, or -1 when unset; a malformed value is an error.
+static inline int dist_env_int(const char *name) {
+    const char *s = getenv(name);
+    if (!s || !*s) return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > INT_MAX) fail("environment %s=%s: not a non-negative integer", name, s);
+    return (int)v;
+}
+
+// Set by mpirun (OpenMPI, MPICH / Hydra) and by srun with PMI or PMIx: MPI_Init is called only then, so
+// a plain single-process run never depends on an MPI runtime.
+static inline int dist_launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+           getenv("MPI_LOCALRANKID");
+}
+
+static inline void dist_from_env(Dist *d) {
+    int rank = dist_env_int("RANK"), world = dist_env_int("WORLD_SIZE"), local = dist_env_int("LOCAL_RANK");
+    if (world < 0) return;
+    if (world < 1 || rank < 0 || rank >= world)
+        fail("environment RANK=%d WORLD_SIZE=%d: RANK must be in [0, WORLD_SIZE)", rank, world);
+    d->rank = rank;
+    d->world_size = world;
+    d->local_rank = local < 0 ? 0 : local;
+}
+
+static inline void dist_init(Dist *d, int *argc, char ***argv) {
+    d->rank = 0;
+    d->world_size = 1;
+    d->local_rank = 0;
+    d->mpi = 0;
+#ifdef USE_MPI
+    if (dist_launched_by_mpi()) {
+        MPI_Init(argc, argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &d->world_size);
+        MPI_Comm node; // the processes sharing this node: the local rank picks the GPU
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &d->local_rank);
+        MPI_Comm_free(&node);
+        d->mpi = 1;
+        return;
+    }
+#else
+    (void)argc;
+    (void)argv;
+    if (dist_launched_by_mpi() && dist_env_int("OMPI_COMM_WORLD_SIZE") != 1 && dist_env_int("PMI_SIZE") != 1)
+        fail("started by an MPI launcher, but this binary was built without MPI (install libopenmpi-dev and "
+             "rebuild)");
+#endif
+    dist_from_env(d);
+}
+
+// Non-zero ranks print nothing to stdout: one log for the whole run. Errors (stderr) still name their rank.
+static inline void dist_quiet_other_ranks(const Dist *d) {
+    if (d->rank != 0 && !freopen("/dev/null", "w", stdout)) fail("rank %d: cannot silence stdout", d->rank);
+}
+
+static inline void dist_finalize(Dist *d) {
+#ifdef USE_MPI
+    if (d->mpi) MPI_Finalize();
+#endif
+    d->mpi = 0;
+}
+
+// ----------------------------------------------------------------------------
+// ZeRO sharding of the FP32 parameter vector (and of its gradients and AdamW moments).
+// The vector is cut into units: ZeRO-1 one unit (the whole vector), ZeRO-3 the global tensors (wte, wpe,
+// lnf) and then one unit per layer, so that a layer can be gathered alone. A unit of n elements is
+// padded to ways * chunk, chunk = ceil(n / ways): rank r owns elements [r*chunk, min((r+1)*chunk, n)) of
+// every unit (possibly none), and its shard buffer holds its chunks of all units in unit order. Padding
+// elements stay zero. ZeRO-0 is one unit over one way: every rank owns everything.
+
+static inline int shard_ways(int zero_stage, int world_size) {
+    return zero_stage == 0 ? 1 : world_size;
+}
+
+static inline int shard_num_units(const GPTConfig *cfg, int zero_stage) {
+    return zero_stage == 3 ? 1 + cfg->num_layers : 1;
+}
+
+// Start (in the full vector) and elements of unit `unit`.
+static inline void shard_unit_range(const GPTConfig *cfg, int zero_stage, int unit, size_t *start,
+                                    size_t *size) {
+    if (zero_stage != 3) {
+        *start = 0;
+        *size = param_count(cfg);
+    } else if (unit == 0) {
+        *start = 0;
+        *size = param_global_size(cfg);
+    } else {
+        *start = param_global_size(cfg) + (size_t)(unit - 1) * param_layer_size(cfg);
+        *size = param_layer_size(cfg);
+    }
+}
+
+static inline size_t shard_chunk(size_t unit_size, int ways) {
+    return (unit_size + (size_t)ways - 1) / (size_t)ways;
+}
+
+// Elements of a unit that rank `rank` really owns (the rest of its chunk is padding).
+static inline size_t shard_owned(size_t unit_size, int ways, int rank) {
+    size_t chunk = shard_chunk(unit_size, ways), begin = (size_t)rank * chunk;
+    if (begin >= unit_size) return 0;
+    return unit_size - begin < chunk ? unit_size - begin : chunk;
+}
+
+// Offset of unit `unit`'s chunk in the shard buffer, and (unit = number of units) the buffer's size.
+static inline size_t shard_offset(const GPTConfig *cfg, int zero_stage, int world_size, int unit) {
+    int ways = shard_ways(zero_stage, world_size);
+    size_t offset = 0;
+    for (int u = 0; u < unit; u++) {
+        size_t start, size;
+        shard_unit_range(cfg, zero_stage, u, &start, &size);
+        offset += shard_chunk(size, ways);
+    }
+    return offset;
+}
+
+static inline size_t shard_size(const GPTConfig *cfg, int zero_stage, int world_size) {
+    return shard_offset(cfg, zero_stage, world_size, shard_num_units(cfg, zero_stage));
+}
+
+// ----------------------------------------------------------------------------
+// Host-side collectives over MPI (the CPU trainer's gradients and amaxes, every trainer's small values).
+
+#ifdef USE_MPI
+// MPI counts are int: a larger buffer goes in pieces.
+#define DIST_MPI_PIECE ((size_t)1 << 30)
+
+static inline void dist_allreduce(const Dist *d, void *buf, size_t n, MPI_Datatype type, size_t elem_bytes,
+                                  MPI_Op op) {
+    if (!d->mpi || d->world_size == 1) return;
+    for (size_t done = 0; done < n; done += DIST_MPI_PIECE) {
+        size_t piece = n - done < DIST_MPI_PIECE ? n - done : DIST_MPI_PIECE;
+        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * elem_bytes, (int)piece, type, op, MPI_COMM_WORLD);
+    }
+}
+
+// Counts and displacements of a unit split over the ranks: rank r gets its owned elements.
+static inline void dist_unit_counts(const Dist *d, size_t unit_size, int *counts, int *displs) {
+    size_t chunk = shard_chunk(unit_size, d->world_size);
+    if (chunk > INT_MAX) fail("a ZeRO unit of %zu elements is too large for one MPI collective", unit_size);
+    for (int r = 0; r < d->world_size; r++) {
+        counts[r] = (int)shard_owned(unit_size, d->world_size, r);
+        displs[r] = (int)((size_t)r * chunk < unit_size ? (size_t)r * chunk : 0);
+    }
+}
+#endif
+
+static inline void dist_sum_floats(const Dist *d, float *buf, size_t n) {
+#ifdef USE_MPI
+    dist_allreduce(d, buf, n, MPI_FLOAT, sizeof(float), MPI_SUM);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+static inline void dist_max_floats(const Dist *d, float *buf, size_t n) {
+#ifdef USE_MPI
+    dist_allreduce(d, buf, n, MPI_FLOAT, sizeof(float), MPI_MAX);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+static inline void dist_sum_doubles(const Dist *d, double *buf, size_t n) {
+#ifdef USE_MPI
+    dist_allreduce(d, buf, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+static inline void dist_sum_counts(const Dist *d, unsigned long long *buf, size_t n) {
+#ifdef USE_MPI
+    dist_allreduce(d, buf, n, MPI_UNSIGNED_LONG_LONG, sizeof(unsigned long long), MPI_SUM);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+// The global mean of a value every rank holds one of.
+static inline double dist_mean(const Dist *d, double value) {
+    dist_sum_doubles(d, &value, 1);
+    return value / d->world_size;
+}
+
+// shard (this rank's owned elements) = sum over ranks of full (unit_size elements). The padding of the
+// chunk is left as it is.
+static inline void dist_reduce_scatter_unit(const Dist *d, const float *full, size_t unit_size,
+                                            float *shard) {
+#ifdef USE_MPI
+    if (d->mpi && d->world_size > 1) {
+        int *counts = (int *)malloc_check(2 * d->world_size * sizeof(int), "MPI counts"),
+            *displs = counts + d->world_size;
+        dist_unit_counts(d, unit_size, counts, displs);
+        MPI_Reduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        free(counts);
+        return;
+    }
+#endif
+    (void)d;
+    memcpy(shard, full, unit_size * sizeof(float));
+}
+
+// full (unit_size elements) = every rank's owned elements, in rank order.
+static inline void dist_allgather_unit(const Dist *d, const float *shard, float *full, size_t unit_size) {
+#ifdef USE_MPI
+    if (d->mpi && d->world_size > 1) {
+        int *counts = (int *)malloc_check(2 * d->world_size * sizeof(int), "MPI counts"),
+            *displs = counts + d->world_size;
+        dist_unit_counts(d, unit_size, counts, displs);
+        MPI_Allgatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+        free(counts);
+        return;
+    }
+#endif
+    (void)d;
+    memcpy(full, shard, unit_size * sizeof(float));
+}
+
+static inline void dist_barrier(const Dist *d) {
+#ifdef USE_MPI
+    if (d->mpi && d->world_size > 1) MPI_Barrier(MPI_COMM_WORLD);
+#else
+    (void)d;
+#endif
+}
+
+// The host-side collectives above need MPI: a multi-process run without it is refused.
+static inline void dist_require_mpi(const Dist *d, const char *program) {
+    if (d->world_size > 1 && !d->mpi)
+        fail("WORLD_SIZE=%d: %s exchanges data through MPI; start it with mpirun or srun (scripts/launch.sh)",
+             d->world_size, program);
+}
+
+#endif // DIST_H
