@@ -133,9 +133,39 @@ static inline void read_slice(float *slice, size_t count, void *ctx) {
     }
 }
 
-static inline void save_model_file(const char *path, const float *params, const GPTConfig *cfg) {
-    char tmp[CHECKPOINT_PATH_LEN];
-    FILE *f = atomic_open(path, tmp, sizeof(tmp));
+// Element offset, in the file's tensor-major order, of the start of (tensor, layer).
+static inline size_t llmc_file_offset(const GPTConfig *cfg, int tensor, int layer) {
+    size_t offset = 0;
+    for (int t = 0; t < tensor; t++)
+        offset += (param_is_per_layer(t) ? (size_t)cfg->num_layers : 1) * param_tensor_size(cfg, t);
+    return offset + (size_t)layer * param_tensor_size(cfg, tensor);
+}
+
+// Calls visit(slice, count, ctx) for the pieces of the memory range [begin, begin + count) (data holds
+// that range), each after seeking the file to where that piece lives. A ZeRO rank reads or writes
+// only its shard of a model this way.
+static inline void visit_file_range(ModelFileIO *io, const GPTConfig *cfg, size_t begin, size_t count,
+                                    float *data, SliceVisitor visit) {
+    size_t global = param_global_size(cfg), layer_size = param_layer_size(cfg),
+           bytes = io->version == 3 ? 4 : 2;
+    for (size_t offset = begin; offset < begin + count;) {
+        int tensor = param_tensor_at(cfg, offset);
+        int layer = param_is_per_layer(tensor) ? (int)((offset - global) / layer_size) : 0;
+        size_t within = offset - param_offset(cfg, tensor, layer);
+        size_t n = param_tensor_size(cfg, tensor) - within;
+        if (n > begin + count - offset) n = begin + count - offset;
+        long position = (long)(MODEL_FILE_HEADER_INTS * sizeof(int) +
+                               (llmc_file_offset(cfg, tensor, layer) + within) * bytes);
+        if (fseek(io->file, position, SEEK_SET) != 0) fail("%s: cannot seek: %s", io->path, strerror(errno));
+        visit(data + (offset - begin), n, io);
+        offset += n;
+    }
+}
+
+// A model file being written (version 3) at tmp, to be completed by model_file_commit; ranges of the
+// parameters may be written in any order.
+static inline FILE *model_file_create(const char *path, char *tmp, size_t tmp_len, const GPTConfig *cfg) {
+    FILE *f = atomic_open(path, tmp, tmp_len);
     int header[MODEL_FILE_HEADER_INTS] = {0};
     header[0] = MODEL_FILE_MAGIC;
     header[1] = 3;
@@ -146,6 +176,18 @@ static inline void save_model_file(const char *path, const float *params, const 
     header[6] = cfg->channels;
     header[7] = cfg->padded_vocab_size;
     fwrite_check(header, sizeof(int), MODEL_FILE_HEADER_INTS, f, tmp);
+    return f;
+}
+
+static inline void model_file_write_range(FILE *f, const char *tmp, const GPTConfig *cfg, size_t begin,
+                                          size_t count, const float *data) {
+    ModelFileIO io = {f, tmp, 3};
+    visit_file_range(&io, cfg, begin, count, (float *)data, write_slice);
+}
+
+static inline void save_model_file(const char *path, const float *params, const GPTConfig *cfg) {
+    char tmp[CHECKPOINT_PATH_LEN];
+    FILE *f = model_file_create(path, tmp, sizeof(tmp), cfg);
     ModelFileIO io = {f, tmp, 3};
     visit_llmc_order((float *)params, cfg, write_slice, &io);
     atomic_commit(f, tmp, path);
@@ -189,14 +231,30 @@ static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
     return params;
 }
 
+static inline void check_model_shape(const char *path, const GPTConfig *cfg, const GPTConfig *expected) {
+    if (memcmp(cfg, expected, sizeof(*cfg)) != 0)
+        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", path,
+             cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len);
+}
+
 // The model file of a checkpoint this run continues: refused if its shape is not this run's.
 static inline float *load_checkpoint_model(const char *path, const GPTConfig *expected) {
     GPTConfig cfg;
     float *params = load_model_file(path, &cfg);
-    if (memcmp(&cfg, expected, sizeof(cfg)) != 0)
-        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", path,
-             cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len);
+    check_model_shape(path, &cfg, expected);
     return params;
+}
+
+// Elements [begin, begin + count) of the parameters of a model file whose shape must be `expected`.
+static inline void load_model_range(const char *path, const GPTConfig *expected, size_t begin, size_t count,
+                                    float *out) {
+    FILE *f = fopen_check(path, "rb");
+    int version;
+    GPTConfig cfg = read_model_header(f, path, &version);
+    check_model_shape(path, &cfg, expected);
+    ModelFileIO io = {f, path, version};
+    visit_file_range(&io, &cfg, begin, count, out, read_slice);
+    fclose(f);
 }
 
 // ----------------------------------------------------------------------------

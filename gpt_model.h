@@ -177,9 +177,9 @@ static inline int linear_in_features(const GPTConfig *cfg, int linear) {
 }
 
 // ----------------------------------------------------------------------------
-// Seeded initialisation (GPT-2): matmul weights and embeddings N(0, 0.02), the projections that feed
-// the residual stream N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. The generator is our own
-// xorshift64* with Box-Muller so that the CPU and the GPU trainer draw identical weights everywhere.
+// Random numbers: our own xorshift64* (sampling) and, for the initialisation, a counter-based normal
+// (a hash of seed and element index), so that any slice of the parameters can be drawn alone: a ZeRO
+// rank draws only its shard, and the CPU and GPU trainers draw identical weights everywhere.
 
 typedef struct {
     uint64_t state;
@@ -197,38 +197,56 @@ static inline uint64_t rng_next(Rng *rng) {
     return rng->state * 0x2545F4914F6CDD1Dull;
 }
 
-// Uniform in (0, 1): 53 random bits, never exactly 0 so that log() below is finite.
-static inline double rng_uniform(Rng *rng) {
-    return ((double)(rng_next(rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+// 53 random bits as a double in (0, 1), never exactly 0 so that log() below is finite.
+static inline double uniform_from_bits(uint64_t bits) {
+    return ((double)(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
-static inline float rng_normal(Rng *rng) {
-    double u1 = rng_uniform(rng), u2 = rng_uniform(rng);
+static inline double rng_uniform(Rng *rng) {
+    return uniform_from_bits(rng_next(rng));
+}
+
+// splitmix64's finaliser: a well-mixed 64-bit hash.
+static inline uint64_t hash64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Standard normal number `index` of stream `seed` (Box-Muller on two hashed uniforms).
+static inline float counter_normal(uint64_t seed, uint64_t index) {
+    uint64_t key = hash64(seed ^ 0x6A09E667F3BCC909ull) + 2 * index;
+    double u1 = uniform_from_bits(hash64(key)), u2 = uniform_from_bits(hash64(key + 1));
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-static inline void gpt_init_params(float *params, const GPTConfig *cfg, uint64_t seed) {
-    Rng rng;
-    rng_seed(&rng, seed);
-    float residual_std = 0.02f / sqrtf(2.0f * (float)cfg->num_layers);
-    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
-        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
-        for (int l = 0; l < layers; l++) {
-            float *p = params + param_offset(cfg, tensor, l);
-            size_t n = param_tensor_size(cfg, tensor);
-            int is_layernorm_weight = tensor == PT_LN1W || tensor == PT_LN2W || tensor == PT_LNFW;
-            if (param_is_decayed(tensor)) {
-                float std = (tensor == PT_ATTPROJW || tensor == PT_FCPROJW) ? residual_std : 0.02f;
-                for (size_t i = 0; i < n; i++) p[i] = std * rng_normal(&rng);
-            } else {
-                for (size_t i = 0; i < n; i++) p[i] = is_layernorm_weight ? 1.0f : 0.0f;
-            }
-        }
+// ----------------------------------------------------------------------------
+// Seeded initialisation (GPT-2): matmul weights and embeddings N(0, 0.02), the projections that feed
+// the residual stream N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; llm.c keeps the padded
+// vocabulary rows of wte at zero (they never receive a gradient).
+
+// Element `offset` of the parameter vector.
+static inline float gpt_init_value(const GPTConfig *cfg, uint64_t seed, size_t offset) {
+    int tensor = param_tensor_at(cfg, offset);
+    if (tensor == PT_WTE && offset >= (size_t)cfg->vocab_size * cfg->channels) return 0.0f;
+    if (param_is_decayed(tensor)) {
+        float residual_std = 0.02f / sqrtf(2.0f * (float)cfg->num_layers);
+        float std = (tensor == PT_ATTPROJW || tensor == PT_FCPROJW) ? residual_std : 0.02f;
+        return std * counter_normal(seed, offset);
     }
-    // llm.c keeps the padded vocabulary rows of wte at zero: they never receive a gradient.
-    size_t C = (size_t)cfg->channels;
-    memset(params + param_offset(cfg, PT_WTE, 0) + (size_t)cfg->vocab_size * C, 0,
-           (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * C * sizeof(float));
+    return (tensor == PT_LN1W || tensor == PT_LN2W || tensor == PT_LNFW) ? 1.0f : 0.0f;
+}
+
+// out[i] = element begin + i of the parameter vector, for i < count.
+static inline void gpt_init_range(float *out, const GPTConfig *cfg, uint64_t seed, size_t begin,
+                                  size_t count) {
+#pragma omp parallel for
+    for (size_t i = 0; i < count; i++) out[i] = gpt_init_value(cfg, seed, begin + i);
+}
+
+static inline void gpt_init_params(float *params, const GPTConfig *cfg, uint64_t seed) {
+    gpt_init_range(params, cfg, seed, 0, param_count(cfg));
 }
 
 #endif // GPT_MODEL_H
