@@ -56,6 +56,7 @@ include test/data_test.mk
 include test/train_test.mk
 include test/export_test.mk
 include test/compare_test.mk
+include test/dist_test.mk
 
 test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 	mkdir -p test/build

@@ -72,7 +72,8 @@ static inline void make_dir(const char *path) {
         char saved = *p;
         *p = '\0';
         struct stat st;
-        if (stat(partial, &st) != 0 && mkdir(partial, 0755) != 0)
+        // EEXIST: another rank created it between the stat and the mkdir
+        if (stat(partial, &st) != 0 && mkdir(partial, 0755) != 0 && errno != EEXIST)
             fail("--output_dir: cannot create directory %s: %s", path, strerror(errno));
         if (stat(partial, &st) == 0 && !S_ISDIR(st.st_mode))
             fail("--output_dir: cannot create directory %s: %s is not a directory", path, partial);
@@ -86,7 +87,7 @@ static inline void prepare_output_dir(const char *dir) {
     if (!*dir) return;
     make_dir(dir);
     char probe[CHECKPOINT_PATH_LEN];
-    snprintf(probe, sizeof(probe), "%s/.write_probe", dir);
+    snprintf(probe, sizeof(probe), "%s/.write_probe_%ld", dir, (long)getpid()); // one per rank
     FILE *f = fopen(probe, "wb");
     if (!f) fail("--output_dir: %s is not writable: %s", dir, strerror(errno));
     fclose(f);
@@ -146,14 +147,12 @@ static inline size_t llmc_file_offset(const GPTConfig *cfg, int tensor, int laye
 // only its shard of a model this way.
 static inline void visit_file_range(ModelFileIO *io, const GPTConfig *cfg, size_t begin, size_t count,
                                     float *data, SliceVisitor visit) {
-    size_t global = param_global_size(cfg), layer_size = param_layer_size(cfg),
-           bytes = io->version == 3 ? 4 : 2;
+    size_t bytes = io->version == 3 ? 4 : 2;
     for (size_t offset = begin; offset < begin + count;) {
-        int tensor = param_tensor_at(cfg, offset);
-        int layer = param_is_per_layer(tensor) ? (int)((offset - global) / layer_size) : 0;
+        int tensor, layer;
+        size_t end = param_locate(cfg, offset, &tensor, &layer);
         size_t within = offset - param_offset(cfg, tensor, layer);
-        size_t n = param_tensor_size(cfg, tensor) - within;
-        if (n > begin + count - offset) n = begin + count - offset;
+        size_t n = (end < begin + count ? end : begin + count) - offset;
         long position = (long)(MODEL_FILE_HEADER_INTS * sizeof(int) +
                                (llmc_file_offset(cfg, tensor, layer) + within) * bytes);
         if (fseek(io->file, position, SEEK_SET) != 0) fail("%s: cannot seek: %s", io->path, strerror(errno));

@@ -153,6 +153,15 @@ GPT_HD static inline int param_tensor_at(const GPTConfig *cfg, size_t offset) {
     return offset < wte + wpe + (size_t)cfg->channels ? PT_LNFW : PT_LNFB;
 }
 
+// The tensor and layer (0 for the global tensors) holding element `offset`, and where that tensor's slice
+// ends: the run of elements that share one tensor's treatment.
+static inline size_t param_locate(const GPTConfig *cfg, size_t offset, int *tensor, int *layer) {
+    *tensor = param_tensor_at(cfg, offset);
+    *layer =
+        param_is_per_layer(*tensor) ? (int)((offset - param_global_size(cfg)) / param_layer_size(cfg)) : 0;
+    return param_offset(cfg, *tensor, *layer) + param_tensor_size(cfg, *tensor);
+}
+
 // Weight decay applies to the 2-D weights only (embeddings and matmul weights), not to LayerNorm or biases.
 GPT_HD static inline int param_is_decayed(int tensor) {
     return tensor == PT_WTE || tensor == PT_WPE || tensor == PT_QKVW || tensor == PT_ATTPROJW ||

@@ -26,6 +26,7 @@
 #include "common.h"
 #include "dataloader.h"
 #include "debug_state.h"
+#include "dist.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "health.h"
@@ -155,7 +156,17 @@ typedef struct {
     float *params_compute; // what the ops read: params itself (float32) or its BF16 rounding
     float *weights_fp8;    // float8: FP8 values of the linear weights (scaled by weight_scale), same layout
     float *grads;          // FP32, accumulated over micro-batches
-    float *m, *v;          // AdamW moments
+    // ZeRO (dist.h): this rank's shard of the vector, S elements. With one way (ZeRO-0, or one process)
+    // the shard is the whole vector and master, grad_shard alias params, grads. The CPU reference keeps
+    // the gathered params and full grads at every stage: its stages differ in what is reduced, when, and
+    // what each rank updates, which is what the GPU's memory savings rest on.
+    const Dist *dist;
+    int zero_stage, ways;
+    size_t shard_count;  // S
+    float *master;       // (S) FP32 master weights this rank updates
+    float *grad_shard;   // (S) the summed gradients of those weights
+    float *m, *v;        // (S) AdamW moments
+    float *unit_reduced; // (largest chunk) scratch of one unit's reduce-scatter
     Activations acts;
     Gradients dacts;
     Fp8State fp8;
@@ -250,6 +261,17 @@ static float *arena_take(Arena *arena, size_t n) {
     return p;
 }
 
+static size_t largest_chunk(const GPT *model) {
+    size_t largest = 0;
+    for (int u = 0; u < shard_num_units(&model->config, model->zero_stage); u++) {
+        size_t start, size;
+        shard_unit_range(&model->config, model->zero_stage, u, &start, &size);
+        size_t chunk = shard_chunk(size, model->ways);
+        if (chunk > largest) largest = chunk;
+    }
+    return largest;
+}
+
 static void carve_buffers(GPT *model, Arena *arena) {
     const GPTConfig *cfg = &model->config;
     size_t P = model->num_params, L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
@@ -259,8 +281,12 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
     model->weights_fp8 = dtype == DTYPE_FLOAT8 ? arena_take(arena, P) : NULL;
     model->grads = arena_take(arena, P);
-    model->m = arena_take(arena, P);
-    model->v = arena_take(arena, P);
+    size_t S = model->shard_count;
+    model->master = model->ways == 1 ? model->params : arena_take(arena, S);
+    model->grad_shard = model->ways == 1 ? model->grads : arena_take(arena, S);
+    model->m = arena_take(arena, S);
+    model->v = arena_take(arena, S);
+    model->unit_reduced = model->ways == 1 ? NULL : arena_take(arena, largest_chunk(model));
     Activations *a = &model->acts;
     a->encoded = arena_take(arena, BT * C);
     a->ln1 = arena_take(arena, L * BT * C);
@@ -295,12 +321,17 @@ static void carve_buffers(GPT *model, Arena *arena) {
     g->att_row = arena_take(arena, B * NH * T);
 }
 
-static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T, const TrainOptions *opts) {
+static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T, const TrainOptions *opts,
+                      const Dist *dist) {
     model->config = *cfg;
     model->dtype = dtype;
     model->B = B;
     model->T = T;
     model->num_params = param_count(cfg);
+    model->dist = dist;
+    model->zero_stage = opts->zero_stage;
+    model->ways = shard_ways(opts->zero_stage, dist->world_size);
+    model->shard_count = shard_size(cfg, opts->zero_stage, dist->world_size);
     Arena arena = {NULL, 0};
     carve_buffers(model, &arena);
     model->memory = (float *)calloc_check(arena.used, sizeof(float), "model buffers");
@@ -587,6 +618,72 @@ static void softmax_crossentropy_backward(float *probs, const int *targets, floa
 }
 
 // ----------------------------------------------------------------------------
+// Data parallelism (dist.h): gradients summed over the ranks, each rank updates its shard, the weights
+// gathered back. The sums are MPI's, so N processes with batch B compute what one process with batch
+// N*B does up to float32 summation order.
+
+// Unit `unit` as this rank sees it: its range in the full vector, its chunk in the shard buffer, and the
+// elements of the chunk that are real (the rest is padding).
+typedef struct {
+    size_t start, size;  // in the full vector
+    size_t chunk_offset; // in the shard buffer
+    size_t owned_start;  // full-vector offset of the first element this rank owns
+    size_t owned;        // elements owned
+} UnitShard;
+
+static UnitShard unit_shard(const GPT *model, int unit) {
+    const GPTConfig *cfg = &model->config;
+    int rank = model->ways == 1 ? 0 : model->dist->rank;
+    UnitShard us;
+    shard_unit_range(cfg, model->zero_stage, unit, &us.start, &us.size);
+    us.chunk_offset = shard_offset(cfg, model->zero_stage, model->dist->world_size, unit);
+    us.owned_start = us.start + (size_t)rank * shard_chunk(us.size, model->ways);
+    us.owned = shard_owned(us.size, model->ways, rank);
+    return us;
+}
+
+// Adds the rank-summed gradients of unit `unit` into this rank's gradient shard, then clears the unit's
+// full gradients for the next micro-step.
+static void reduce_scatter_unit(GPT *model, int unit) {
+    UnitShard us = unit_shard(model, unit);
+    float *full = model->grads + us.start, *shard = model->grad_shard + us.chunk_offset;
+    dist_reduce_scatter_unit(model->dist, full, us.size, model->unit_reduced);
+    for (size_t i = 0; i < us.owned; i++) shard[i] += model->unit_reduced[i];
+    memset(full, 0, us.size * sizeof(float));
+}
+
+// ZeRO-3 reduces a unit as soon as the backward is done with it (the GPU overlaps this with the next
+// layer's backward).
+static void unit_gradients_done(GPT *model, int unit) {
+    if (model->zero_stage == 3 && model->ways > 1) reduce_scatter_unit(model, unit);
+}
+
+// After the last micro-step: ZeRO-0 all-reduces, ZeRO-1 reduce-scatters the one unit.
+static void reduce_gradients(GPT *model) {
+    if (model->dist->world_size == 1) return;
+    if (model->zero_stage == 0) dist_sum_floats(model->dist, model->grads, model->num_params);
+    if (model->zero_stage == 1) reduce_scatter_unit(model, 0);
+}
+
+// This rank's shard of freshly set full parameters (initialised or loaded).
+static void take_shard(GPT *model) {
+    if (model->ways == 1) return;
+    for (int u = 0; u < shard_num_units(&model->config, model->zero_stage); u++) {
+        UnitShard us = unit_shard(model, u);
+        memcpy(model->master + us.chunk_offset, model->params + us.owned_start, us.owned * sizeof(float));
+    }
+}
+
+// The full parameters from every rank's updated shard.
+static void gather_weights(GPT *model) {
+    if (model->ways == 1) return;
+    for (int u = 0; u < shard_num_units(&model->config, model->zero_stage); u++) {
+        UnitShard us = unit_shard(model, u);
+        dist_allgather_unit(model->dist, model->master + us.chunk_offset, model->params + us.start, us.size);
+    }
+}
+
+// ----------------------------------------------------------------------------
 // Forward and backward of the whole model
 
 static float *param_ptr(float *params, const GPTConfig *cfg, int tensor, int layer) {
@@ -689,41 +786,65 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
                            g->dc, residual, param_ptr(w, cfg, PT_LN1W, l), a->ln1_mean + l * N,
                            a->ln1_rstd + l * N, N, C);
         round_to_storage(g->dresidual, NC, dtype);
+        unit_gradients_done(model, 1 + l);
     }
     encoder_backward(param_ptr(dw, cfg, PT_WTE, 0), param_ptr(dw, cfg, PT_WPE, 0), g->dresidual, inputs, B, T,
                      C);
+    unit_gradients_done(model, 0);
 }
 
 // ----------------------------------------------------------------------------
 // Optimizer
 
-// Global L2 norm of the gradients, summed in double in a fixed order (deterministic).
-static float grad_norm(const float *grads, size_t n) {
+// Global L2 norm of the summed gradients: this rank's shard in double in a fixed order, then the ranks'
+// sums (deterministic; padding is zero).
+static float grad_norm(const GPT *model) {
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += (double)grads[i] * grads[i];
+    for (size_t i = 0; i < model->shard_count; i++)
+        sum += (double)model->grad_shard[i] * model->grad_shard[i];
+    if (model->ways > 1) dist_sum_doubles(model->dist, &sum, 1);
     return (float)sqrt(sum);
 }
 
+typedef struct {
+    float lr, grad_scale, beta1, beta2, eps, beta1_correction, beta2_correction;
+} AdamWStep;
+
+// One run of elements that share a weight decay.
+static void adamw_run(float *p, const float *g, float *m, float *v, size_t n, float weight_decay,
+                      const AdamWStep *s) {
+#pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float grad = g[i] * s->grad_scale;
+        m[i] = s->beta1 * m[i] + (1.0f - s->beta1) * grad;
+        v[i] = s->beta2 * v[i] + (1.0f - s->beta2) * grad * grad;
+        float m_hat = m[i] / s->beta1_correction, v_hat = v[i] / s->beta2_correction;
+        p[i] -= s->lr * (m_hat / (sqrtf(v_hat) + s->eps) + weight_decay * p[i]);
+    }
+}
+
+// AdamW on the weights this rank owns, tensor run by tensor run (the decay depends on the tensor).
 static void adamw_update(GPT *model, const TrainOptions *opts, float lr, float grad_scale, long t) {
     const GPTConfig *cfg = &model->config;
-    float beta1_correction = 1.0f - powf(opts->beta1, (float)t);
-    float beta2_correction = 1.0f - powf(opts->beta2, (float)t);
-    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
-        float weight_decay = param_is_decayed(tensor) ? opts->weight_decay : 0.0f;
-        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
-        size_t n = param_tensor_size(cfg, tensor);
-        for (int l = 0; l < layers; l++) {
-            size_t offset = param_offset(cfg, tensor, l);
-            float *p = model->params + offset, *g = model->grads + offset, *m = model->m + offset,
-                  *v = model->v + offset;
-#pragma omp parallel for
-            for (size_t i = 0; i < n; i++) {
-                float grad = g[i] * grad_scale;
-                m[i] = opts->beta1 * m[i] + (1.0f - opts->beta1) * grad;
-                v[i] = opts->beta2 * v[i] + (1.0f - opts->beta2) * grad * grad;
-                float m_hat = m[i] / beta1_correction, v_hat = v[i] / beta2_correction;
-                p[i] -= lr * (m_hat / (sqrtf(v_hat) + opts->eps) + weight_decay * p[i]);
-            }
+    AdamWStep step = {lr,
+                      grad_scale,
+                      opts->beta1,
+                      opts->beta2,
+                      opts->eps,
+                      1.0f - powf(opts->beta1, (float)t),
+                      1.0f - powf(opts->beta2, (float)t)};
+    for (int u = 0; u < shard_num_units(cfg, model->zero_stage); u++) {
+        UnitShard us = unit_shard(model, u);
+        for (size_t done = 0; done < us.owned;) {
+            int tensor, layer;
+            size_t end = param_locate(cfg, us.owned_start + done, &tensor, &layer);
+            size_t n = end - (us.owned_start + done);
+            if (n > us.owned - done) n = us.owned - done;
+            size_t i = us.chunk_offset + done;
+            float weight_decay = param_is_decayed(tensor) ? opts->weight_decay : 0.0f;
+            adamw_run(model->master + i, model->grad_shard + i, model->m + i, model->v + i, n, weight_decay,
+                      &step);
+            done += n;
         }
     }
 }
@@ -739,7 +860,7 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
         gpt_forward(model, loader->inputs, loader->targets, 0);
         sum += model->mean_loss;
     }
-    return (float)(sum / num_batches);
+    return (float)dist_mean(model->dist, sum / num_batches); // each rank evaluated its own rows
 }
 
 // sampling.h's view of the model: the logits of one position after a forward over tokens.
@@ -754,8 +875,8 @@ static const float *cpu_position_logits(void *model_ptr, const int *tokens, int 
 
 // The state file's arrays: this rank's moments, the amax histories, the step guard's window.
 static void state_blocks(GPT *model, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
-    blocks[STATE_ADAM_M] = (StateBlock){model->m, model->num_params};
-    blocks[STATE_ADAM_V] = (StateBlock){model->v, model->num_params};
+    blocks[STATE_ADAM_M] = (StateBlock){model->m, model->shard_count};
+    blocks[STATE_ADAM_V] = (StateBlock){model->v, model->shard_count};
     blocks[STATE_AMAX_HISTORY] =
         (StateBlock){model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len};
     blocks[STATE_GUARD_HISTORY] = (StateBlock){guard->history, 2 * (size_t)guard->window};
@@ -765,11 +886,12 @@ static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
-    save_model_file(model_path, model->params, &model->config);
+    if (state->rank == 0) save_model_file(model_path, model->params, &model->config);
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, guard, blocks);
     save_state_file(state_path, state, &model->config, blocks);
-    write_latest_checkpoint(opts->output_dir, (long)state->step);
+    dist_barrier(model->dist); // every rank's files are complete before the pointer moves on
+    if (state->rank == 0) write_latest_checkpoint(opts->output_dir, (long)state->step);
     printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
 }
 
@@ -780,6 +902,7 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     float *params = load_checkpoint_model(model_path, &model->config);
     memcpy(model->params, params, model->num_params * sizeof(float));
     free(params);
+    take_shard(model);
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, guard, blocks);
     load_state_file(state_path, state, &model->config, blocks);
@@ -807,11 +930,23 @@ static void snapshot_fp8_stats(Fp8State *s) {
     memcpy(s->stats.scale, s->scale, s->num_tensors * sizeof(float));
 }
 
+// Every rank casts its own rows of the activations and gradients: their counters add up. (The weight
+// casts are of the full, identical weights on every rank here: those counters are already the run's.)
+static void sum_activation_counts(const Dist *dist, Fp8Stats *stats) {
+    dist_sum_counts(dist, stats->saturated, stats->num_tensors);
+    dist_sum_counts(dist, stats->flushed, stats->num_tensors);
+    dist_sum_counts(dist, stats->elements, stats->num_tensors);
+}
+
 // ----------------------------------------------------------------------------
 // Training
 
 #ifndef TRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
+    Dist dist;
+    dist_init(&dist, &argc, &argv);
+    dist_require_mpi(&dist, "train_cpu");
+    dist_quiet_other_ranks(&dist);
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
@@ -823,15 +958,15 @@ int main(int argc, char **argv) {
     else
         cfg = config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
-    int accum_steps = resolve_grad_accum_steps(&opts, T, 1);
-    if (*opts.debug_state && (accum_steps != 1 || opts.resume))
-        fail("--debug_state: needs a fresh run (no --resume) without gradient accumulation");
+    int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
+    if (*opts.debug_state && (accum_steps != 1 || opts.resume || world != 1))
+        fail("--debug_state: needs a fresh run (no --resume) of one process without gradient accumulation");
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opts.train_data, B, T, 0, 1, opts.shuffle, (uint64_t)opts.seed,
+    dataloader_init(&train_loader, opts.train_data, B, T, dist.rank, world, opts.shuffle, (uint64_t)opts.seed,
                     cfg.vocab_size);
     int have_val = *opts.val_data != '\0';
-    if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size);
+    if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, world, 0, 0, cfg.vocab_size);
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
@@ -839,13 +974,16 @@ int main(int argc, char **argv) {
         opts.fp8_recipe = FP8_RECIPE_CURRENT;
     }
     GPT model;
-    gpt_alloc(&model, &cfg, opts.dtype, B, T, &opts);
+    gpt_alloc(&model, &cfg, opts.dtype, B, T, &opts, &dist);
     if (init_params)
         memcpy(model.params, init_params, model.num_params * sizeof(float));
     else
         gpt_init_params(model.params, &cfg, (uint64_t)opts.seed);
     free(init_params);
+    take_shard(&model);
     TrainState state = train_state_init(&opts, B, T);
+    state.rank = dist.rank;
+    state.world_size = world;
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
@@ -860,11 +998,11 @@ int main(int argc, char **argv) {
 #endif
     printf(
         "train_cpu | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d threads\n",
+        "%d threads | %d processes, ZeRO-%d\n",
         cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
-        dtype_name(opts.dtype), B, T, accum_steps, threads);
+        dtype_name(opts.dtype), B, T, accum_steps, threads, world, opts.zero_stage);
     RunLog log;
-    run_log_open(&log, opts.log_file, (long)state.step);
+    run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {
         model.dtype = DTYPE_BFLOAT16;
         float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
@@ -876,21 +1014,24 @@ int main(int argc, char **argv) {
     int have_debug = *opts.debug_state != '\0';
     if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
     int *sample_tokens = (int *)malloc_check((size_t)B * T * sizeof(int), "sample buffer");
-    float dloss = 1.0f / ((float)B * T * accum_steps);
+    float dloss = 1.0f / ((float)B * T * accum_steps * world);
 
     fp8_stats_reset_counts(&model.fp8.stats); // the start-up weight casts belong to no step
 
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
         memset(model.grads, 0, model.num_params * sizeof(float));
+        memset(model.grad_shard, 0, model.shard_count * sizeof(float));
         double loss_sum = 0.0;
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
             dataloader_next_batch(&train_loader);
             float bf16_loss = 0.0f;
-            if (bf16_check && micro == 0) bf16_loss = bf16_shadow_loss(&model, &train_loader);
+            if (bf16_check && micro == 0)
+                bf16_loss = (float)dist_mean(&dist, bf16_shadow_loss(&model, &train_loader));
             gpt_forward(&model, train_loader.inputs, train_loader.targets, 1);
-            if (bf16_check && micro == 0) log_bf16_check(&log, &opts, step + 1, model.mean_loss, bf16_loss);
+            if (bf16_check && micro == 0)
+                log_bf16_check(&log, &opts, step + 1, (float)dist_mean(&dist, model.mean_loss), bf16_loss);
             if (have_debug && step == 0) {
                 memcpy(debug.inputs, train_loader.inputs, (size_t)B * T * sizeof(int));
                 memcpy(debug.targets, train_loader.targets, (size_t)B * T * sizeof(int));
@@ -901,14 +1042,17 @@ int main(int argc, char **argv) {
             gpt_backward(&model, train_loader.inputs, train_loader.targets, dloss);
             loss_sum += model.mean_loss;
         }
-        if (step + 1 == opts.inject_nan_step) model.grads[0] = NAN;
-        float loss = (float)(loss_sum / accum_steps);
-        float norm = grad_norm(model.grads, model.num_params);
+        reduce_gradients(&model);
+        if (step + 1 == opts.inject_nan_step) model.grad_shard[0] = NAN;
+        float loss = (float)dist_mean(&dist, loss_sum / accum_steps);
+        float norm = grad_norm(&model);
         if (have_debug && step == 0) memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
         if (have_debug) debug.step_losses[step] = loss;
         float lr = learning_rate(&opts, step), max_loss, max_norm;
         step_guard_thresholds(&guard, &opts, &max_loss, &max_norm);
         int skip_reason = step_skip_reason(loss, norm, max_loss, max_norm);
+        dist_max_floats(&dist, model.fp8.amax_current,
+                        model.fp8.num_tensors); // identical scales on every rank
         snapshot_fp8_stats(&model.fp8);
         fp8_end_step(&model.fp8, step, skip_reason != SKIP_NONE);
         if (skip_reason != SKIP_NONE) {
@@ -918,6 +1062,7 @@ int main(int argc, char **argv) {
                 (opts.grad_clip > 0.0f && norm > opts.grad_clip) ? opts.grad_clip / norm : 1.0f;
             state.updates_applied++;
             adamw_update(&model, &opts, lr, grad_scale, (long)state.updates_applied);
+            gather_weights(&model);
             step_guard_record(&guard, loss, norm);
         }
         refresh_compute_weights(
@@ -928,7 +1073,10 @@ int main(int argc, char **argv) {
         StepRecord record = {
             step + 1, opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps / (ms / 1e3), skip_reason};
         log_step(&log, &record);
-        if (opts.dtype == DTYPE_FLOAT8) report_fp8_stats(&log, &opts, step + 1, &model.fp8.stats);
+        if (opts.dtype == DTYPE_FLOAT8) {
+            sum_activation_counts(&dist, &model.fp8.stats);
+            report_fp8_stats(&log, &opts, step + 1, &model.fp8.stats);
+        }
         int last = step + 1 == opts.steps;
         if (have_val && is_due(step + 1, opts.val_every, last))
             log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
@@ -951,6 +1099,7 @@ int main(int argc, char **argv) {
     if (tokenizer.loaded) tokenizer_free(&tokenizer);
     free(sample_tokens);
     gpt_free(&model);
+    dist_finalize(&dist);
     return 0;
 }
 #endif

@@ -175,11 +175,9 @@ static SliceReport check_slice(const float *grads, int tensor, int layer, uint64
     fd_ladder(offset, n, d, grads, fd, an);
     record(&r, best_pair(fd, an, gnorm), gnorm, verbose, "gradient direction", tensor, layer);
     // (a) along a random unit direction (scale: the gradient norm, see the header)
-    Rng rng;
-    rng_seed(&rng, seed);
     double dn = 0.0;
     for (size_t i = 0; i < n; i++) {
-        d[i] = rng_normal(&rng);
+        d[i] = counter_normal(seed, i);
         dn += d[i] * d[i];
     }
     for (size_t i = 0; i < n; i++) d[i] /= sqrt(dn);
@@ -291,7 +289,8 @@ int main(void) {
                cfg.padded_vocab_size == 128 && cfg.max_seq_len == GC_MAXT && cfg.num_heads == 2,
            "config from options: L %d C %d NH %d V %d Vp %d maxT %d", cfg.num_layers, cfg.channels,
            cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len);
-    gpt_alloc(&model, &cfg, DTYPE_FLOAT32, GC_B, GC_T, &opts);
+    Dist one_process = {0, 1, 0, 0};
+    gpt_alloc(&model, &cfg, DTYPE_FLOAT32, GC_B, GC_T, &opts, &one_process);
     gpt_init_params(model.params, &cfg, 7);
 
     Rng rng;
@@ -304,11 +303,12 @@ int main(void) {
             int ln_weight = tensor == PT_LN1W || tensor == PT_LN2W || tensor == PT_LNFW;
             for (size_t i = 0; i < n; i++) {
                 if (ln_weight)
-                    p[i] = 1.0f + 0.1f * rng_normal(&rng);
+                    p[i] = 1.0f + 0.1f * counter_normal(99, (uint64_t)(p + i - model.params));
                 else if (param_is_decayed(tensor))
                     p[i] *= WEIGHT_SCALE;
                 else
-                    p[i] = 0.1f * rng_normal(&rng); // LayerNorm and linear biases
+                    p[i] = 0.1f * counter_normal(
+                                      99, (uint64_t)(p + i - model.params)); // LayerNorm and linear biases
             }
         }
     }

@@ -1,10 +1,17 @@
 // test_memory_plan.c: the CUDA trainer's buffer plan (memory_plan.h), checked on the CPU: every buffer
 // starts aligned for cuBLASLt, none overlaps another, the sizes follow from the shapes, and float8 keeps
 // its GEMM inputs as 1-byte transposes where bfloat16 keeps 2-byte copies. Also the FP8 shape rules.
+// Then the ZeRO and recompute plans against expectations derived here from what each stage must hold
+// (not from memory_plan.h's lines), and the --dry_run report of dry_run.h: its verdicts, suggestions and
+// validation. It prints "reference ..." lines with plan totals that test/test_dry_run.sh compares with
+// the trainer's --dry_run output.
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../dry_run.h"
 #include "../memory_plan.h"
 #include "test_util.h"
 
@@ -45,6 +52,356 @@ static int fp8_shapes_status(const GPTConfig *cfg, int B, int T) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// ----------------------------------------------------------------------------
+// ZeRO and recompute. Expectations come from what each configuration must hold, argued in the comments.
+
+static MemoryPlan plan_of(const GPTConfig *cfg, int dtype, int B, int T, int world, int zero, int recompute) {
+    PlanSettings s = {dtype, B, T, 16, world, zero, recompute};
+    MemoryPlan plan;
+    memory_plan_compute(&plan, cfg, &s);
+    char label[160];
+    snprintf(label, sizeof(label), "L=%d C=%d %s B=%d T=%d W=%d ZeRO-%d recompute %d", cfg->num_layers,
+             cfg->channels, dtype_name(dtype), B, T, world, zero, recompute);
+    check_layout(&plan, label); // (g) for every plan of these tests
+    return plan;
+}
+
+static int is_weight_state(int id) {
+    PlanGroup g = buffer_group((BufferId)id);
+    return g == PLAN_MASTER_WEIGHTS || g == PLAN_GRADIENTS || g == PLAN_MOMENTS || g == PLAN_COMPUTE_WEIGHTS;
+}
+
+static size_t group_bytes(const MemoryPlan *plan, PlanGroup group) {
+    size_t sum = 0;
+    for (int i = 0; i < NUM_BUFFERS; i++)
+        if (buffer_group((BufferId)i) == group) sum += plan->bytes[i];
+    return sum;
+}
+
+// (a) ZeRO-0 is the single-process plan: one FP32 copy each of master weights, gradients and both
+// moments (4 bytes a parameter each), one BF16 copy (2 bytes), no gradient shard, and nothing depends
+// on the world size, since every rank holds everything. Sharding changes only the weight state: the
+// activations, scratch and workspaces of a rank are those of its own micro-batch at any stage.
+static void test_zero0_is_single_process(const GPTConfig *cfg, const char *name) {
+    size_t P = param_count(cfg);
+    for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++) {
+        MemoryPlan one = plan_of(cfg, dtype, 2, 64, 1, 0, 0);
+        expect(one.bytes[BUF_PARAMS] == 4 * P && one.bytes[BUF_GRADS] == 4 * P &&
+                   one.bytes[BUF_ADAM_M] == 4 * P && one.bytes[BUF_ADAM_V] == 4 * P &&
+                   one.bytes[BUF_PARAMS_BF16] == 2 * P && one.bytes[BUF_GRAD_SHARD] == 0,
+               "%s %s ZeRO-0: 4P master, gradients, m, v; 2P bf16; no shard", name, dtype_name(dtype));
+        for (int world = 8; world <= 32; world *= 4) {
+            MemoryPlan many = plan_of(cfg, dtype, 2, 64, world, 0, 0);
+            expect(many.total == one.total && memcmp(many.bytes, one.bytes, sizeof(one.bytes)) == 0,
+                   "%s %s ZeRO-0 at W=%d equals the single-process plan", name, dtype_name(dtype), world);
+            for (int zero = 1; zero <= 3; zero += 2) {
+                MemoryPlan sharded = plan_of(cfg, dtype, 2, 64, world, zero, 0);
+                int same = 1;
+                for (int i = 0; i < NUM_BUFFERS; i++)
+                    if (!is_weight_state(i)) same &= sharded.bytes[i] == one.bytes[i];
+                expect(same, "%s %s ZeRO-%d W=%d: every buffer but the weight state as at ZeRO-0", name,
+                       dtype_name(dtype), zero, world);
+            }
+        }
+    }
+}
+
+// (b) A unit of n elements is split into W chunks of ceil(n/W) < n/W + 1, so the shards of all ranks
+// cover the parameters and overshoot by less than one element per rank and unit; and the elements the
+// ranks really own add up to each unit exactly.
+static void test_shards_cover_parameters(const GPTConfig *cfg, const char *name) {
+    static const int worlds[] = {1, 3, 8, 32, 1000};
+    size_t P = param_count(cfg);
+    for (int zero = 1; zero <= 3; zero += 2) {
+        size_t units = (size_t)shard_num_units(cfg, zero);
+        for (int k = 0; k < 5; k++) {
+            size_t W = (size_t)worlds[k], covered = shard_size(cfg, zero, (int)W) * W, owned = 0;
+            for (size_t u = 0; u < units; u++) {
+                size_t start, n;
+                shard_unit_range(cfg, zero, (int)u, &start, &n);
+                for (size_t r = 0; r < W; r++) owned += shard_owned(n, (int)W, (int)r);
+            }
+            expect(covered >= P && covered - P < W * units && owned == P,
+                   "%s ZeRO-%d W=%zu: shards cover %zu parameters with %zu padding (< W x %zu units)", name,
+                   zero, W, P, covered - P, units);
+        }
+    }
+}
+
+// (c) ZeRO-1 and ZeRO-3 keep the FP32 master weights and both moments only for this rank's shard:
+// 3 x 4 bytes per parameter divided by W, plus the padding of (b) (< one element per unit, 12 bytes
+// each). ZeRO-3 adds the FP32 gradient shard: 16 bytes per parameter divided by W.
+static void test_sharded_optimizer_state(const GPTConfig *cfg, const char *name) {
+    double P = (double)param_count(cfg);
+    for (int world = 1; world <= 64; world *= 4) {
+        MemoryPlan z1 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 1, 0);
+        double state1 = (double)(z1.bytes[BUF_PARAMS] + z1.bytes[BUF_ADAM_M] + z1.bytes[BUF_ADAM_V]);
+        expect(state1 >= 12 * P / world && state1 < 12 * P / world + 12,
+               "%s ZeRO-1 W=%d: master + moments %.0f bytes = 12P/W = %.0f within one padded element", name,
+               world, state1, 12 * P / world);
+        MemoryPlan z3 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 3, 0);
+        double units = shard_num_units(cfg, 3);
+        double state3 = (double)(z3.bytes[BUF_PARAMS] + z3.bytes[BUF_ADAM_M] + z3.bytes[BUF_ADAM_V] +
+                                 z3.bytes[BUF_GRAD_SHARD]);
+        expect(state3 >= 16 * P / world && state3 < 16 * (P / world + units),
+               "%s ZeRO-3 W=%d: master + moments + gradient shard %.0f bytes = 16P/W = %.0f within padding",
+               name, world, state3, 16 * P / world);
+    }
+}
+
+// What each stage must still hold in full. ZeRO-1 shards only the optimizer state: every rank computes
+// with all P weights in BF16 and accumulates all P gradients in FP32 (padded to W chunks: < W elements
+// more). ZeRO-3 holds the global tensors (G elements: wte, wpe, lnf) and two layer slots of Lp elements
+// each (the layer in use and the next, prefetched; one gradient slot reduce-scattered while the next is
+// computed): BF16 weights and FP32 gradients of G + 2 Lp, padded by < W elements per unit; in float8 the
+// FP8 copies of two layers and the FP8 transposes of their 12 C^2 linear weights.
+static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
+    double P = (double)param_count(cfg), C = cfg->channels;
+    double G = (double)param_global_size(cfg), Lp = (double)param_layer_size(cfg);
+    for (int world = 1; world <= 64; world *= 4) {
+        MemoryPlan z1 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 1, 0);
+        double bf1 = (double)z1.bytes[BUF_PARAMS_BF16], g1 = (double)z1.bytes[BUF_GRADS];
+        expect(bf1 >= 2 * P && bf1 < 2 * (P + world) && g1 >= 4 * P && g1 < 4 * (P + world),
+               "%s ZeRO-1 W=%d: BF16 weights and FP32 gradients of all P parameters", name, world);
+        MemoryPlan z3 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 3, 0);
+        double bf3 = (double)z3.bytes[BUF_PARAMS_BF16], g3 = (double)z3.bytes[BUF_GRADS];
+        double gathered = G + 2 * Lp, pad = 3.0 * world;
+        expect(bf3 >= 2 * gathered && bf3 < 2 * (gathered + pad) && g3 >= 4 * gathered &&
+                   g3 < 4 * (gathered + pad),
+               "%s ZeRO-3 W=%d: BF16 weights and FP32 gradients of the global tensors + 2 layer slots", name,
+               world);
+        double f8 = (double)(z3.bytes[BUF_WEIGHTS_FP8] + z3.bytes[BUF_WEIGHTS_FP8_T]);
+        expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + world) + 2 * 12 * C * C,
+               "%s ZeRO-3 W=%d float8: FP8 weights and transposes of 2 layers", name, world);
+    }
+}
+
+// (d) 70B in float8 on 32 H200s, B=1, T=2048. P = 80 layers x (12 C^2 + 13 C) + wte (50304 x 8192)
+// + wpe (2048 x 8192) + 2C = 64.86e9 parameters (C = 8192).
+// ZeRO-1 keeps the FP32 gradients of all P parameters on every rank: 4 x 64.86e9 = 259 GB alone,
+// more than a 141 GB card. ZeRO-3, per rank:
+//   master + gradient shard + m + v: 16 bytes x P / 32                     = 32.43e9
+//   gathered global tensors (wte, wpe, lnf: 428.9e6): FP32 grad + BF16 = 6 B = 2.57e9
+//   two layer slots of 805.4e6 parameters: FP32 grad 4 + BF16 2 + FP8 1 bytes, and the FP8 transposes
+//   of the 12 C^2 linear weights: 2 x (7 x 805.4e6 + 805.3e6)             = 12.89e9
+//   activations kept for the backward (see (e)): 80 x 2048 x (25 C + 16 + 4 x 64) = 33.60e9
+//   one layer of scratch, logits (2048 x 50304 x 2), GEMM workspace        ~  1e9
+// about 82.5e9 bytes, which with the runtime reserve (2 GiB = 2.15e9) is far below 141e9.
+static double estimate_70b_fp8_zero3(const GPTConfig *cfg, double W, double N) {
+    double C = cfg->channels, L = cfg->num_layers, P = (double)param_count(cfg);
+    double global = (double)cfg->padded_vocab_size * C + cfg->max_seq_len * C + 2 * C;
+    double layer = 12 * C * C + 13 * C;
+    double kept = L * N * (25 * C + 16 + 4 * cfg->num_heads);
+    return 16 * P / W + 6 * global + 2 * (7 * layer + 12 * C * C) + kept + 1e9;
+}
+
+static void test_70b_fits_32_gpus(void) {
+    GPTConfig cfg = preset_config("70B", GPT2_VOCAB_SIZE);
+    double gpu = 141e9, P = (double)param_count(&cfg);
+    expect(P > 64.8e9 && P < 64.9e9, "70B preset: %.4g parameters (80 x (12 C^2 + 13 C) + embeddings)", P);
+    MemoryPlan z3 = plan_of(&cfg, DTYPE_FLOAT8, 1, 2048, 32, 3, 0);
+    MemoryPlan z1 = plan_of(&cfg, DTYPE_FLOAT8, 1, 2048, 32, 1, 0);
+    expect((double)z3.total < gpu - (double)RUNTIME_RESERVE_BYTES,
+           "70B float8 W=32 ZeRO-3: %.1f GB + reserve fits 141 GB", z3.total / 1e9);
+    expect((double)z1.total > gpu, "70B float8 W=32 ZeRO-1: %.1f GB does not fit 141 GB", z1.total / 1e9);
+    expect((double)z1.bytes[BUF_GRADS] >= 4 * P, "ZeRO-1 keeps all FP32 gradients on each rank");
+    double estimate = estimate_70b_fp8_zero3(&cfg, 32, 2048);
+    expect(z3.total > 0.9 * estimate && z3.total < 1.1 * estimate,
+           "70B float8 W=32 ZeRO-3: plan %.2f GB within 10%% of the estimate %.2f GB", z3.total / 1e9,
+           estimate / 1e9);
+    // Every rank needs its 1/W of the 16 bytes a parameter, so no ZeRO-3 plan is below 16P/W.
+    MemoryPlan z3_64 = plan_of(&cfg, DTYPE_FLOAT8, 1, 2048, 64, 3, 1);
+    expect((double)z3_64.total > 16 * P / 64, "70B W=64 ZeRO-3 recompute: above 16P/W");
+}
+
+// (e) What the backward of one block needs, per token, in bytes (bf16 = 2, float = 4, E4M3 = 1):
+//   layer input (previous output, LayerNorm 1's input) 2C; LayerNorm 1 mean and 1/std 8; qkv 6C;
+//   attention log-sum-exp 4 NH; residual after attention (LayerNorm 2's input) 2C; LayerNorm 2 stats 8;
+//   fc output before GELU 8C; and the inputs of the four GEMMs for their weight gradients: in bfloat16
+//   ln1 2C + attention output 2C + ln2 2C + GELU output 8C = 14C, in float8 transposed E4M3 copies of
+//   the same C + C + C + 4C = 7C.
+//   bfloat16: 2C + 8 + 6C + 4NH + 2C + 8 + 8C + 14C = 32C + 16 + 4NH
+//   float8:   2C + 8 + 6C + 4NH + 2C + 8 + 8C + 7C  = 25C + 16 + 4NH
+// With recompute only the layer input (2C) is kept for every layer and the rest for one layer, so the
+// activations shrink by (L - 1) x N x (bytes - 2C); float8's one layer of BF16 GEMM inputs is scratch
+// either way. Nothing outside the activations changes.
+static void test_recompute_saves(const GPTConfig *cfg, const char *name, int B, int T) {
+    size_t C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, N = (size_t)B * T;
+    for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++) {
+        size_t per_token_layer = (dtype == DTYPE_FLOAT8 ? 25 : 32) * C + 16 + 4 * NH;
+        size_t expected = (L - 1) * N * (per_token_layer - 2 * C);
+        MemoryPlan keep = plan_of(cfg, dtype, B, T, 1, 0, 0), redo = plan_of(cfg, dtype, B, T, 1, 0, 1);
+        size_t saved = group_bytes(&keep, PLAN_ACTIVATIONS) - group_bytes(&redo, PLAN_ACTIVATIONS);
+        expect(saved == expected,
+               "%s %s: recompute saves %zu activation bytes, expected (L-1) N (%zuC + 16 + 4NH)", name,
+               dtype_name(dtype), saved, per_token_layer / C - 2);
+        int same = 1;
+        for (int g = 0; g < NUM_PLAN_GROUPS; g++)
+            if (g != PLAN_ACTIVATIONS)
+                same &= group_bytes(&keep, (PlanGroup)g) == group_bytes(&redo, (PlanGroup)g);
+        expect(same, "%s %s: recompute changes only the activations", name, dtype_name(dtype));
+        // The activations kept without recompute are at least the per-layer bytes above for all L layers.
+        expect(group_bytes(&keep, PLAN_ACTIVATIONS) >= L * N * per_token_layer,
+               "%s %s: activations hold L N (%zuC + 16 + 4NH) bytes", name, dtype_name(dtype),
+               per_token_layer / C);
+    }
+}
+
+// (f) float8 keeps 7C bytes of GEMM inputs per token and layer where bfloat16 keeps 14C (see (e)), but
+// adds one layer of BF16 GEMM inputs (14C) and two FP8 gradient casts (8C) of scratch per token, and
+// 2 bytes per linear weight (FP8 W and W^T; at ZeRO-1 the FP8 copy is gathered in parameter layout, so
+// 1 byte per parameter + 1 per linear weight). Break-even at 124M (L = 12, C = 768, P = 124.5e6):
+//   ZeRO-0: N (7 L - 22) C > 24 C^2 L           ->  N > 24 x 768 x 12 / 62      = 3567 tokens
+//   ZeRO-1: N (7 L - 22) C > P + 12 C^2 L       ->  N > 209.4e6 / (62 x 768)    = 4398 tokens
+// so at B=8, T=1024 (8192 tokens) float8 must plan less at every stage.
+static void test_float8_smaller(void) {
+    GPTConfig cfg = preset_config("124M", GPT2_VOCAB_SIZE);
+    for (int world = 1; world <= 8; world *= 8)
+        for (int zero = 0; zero <= 3; zero += zero ? 2 : 1) {
+            MemoryPlan bf = plan_of(&cfg, DTYPE_BFLOAT16, 8, 1024, world, zero, 0);
+            MemoryPlan f8 = plan_of(&cfg, DTYPE_FLOAT8, 8, 1024, world, zero, 0);
+            expect(f8.total < bf.total, "124M B=8 T=1024 W=%d ZeRO-%d: float8 %.3f GiB < bfloat16 %.3f GiB",
+                   world, zero, f8.total / 1073741824.0, bf.total / 1073741824.0);
+        }
+}
+
+// ----------------------------------------------------------------------------
+// dry_run.h
+
+// Runs dry_run_report in a child with stdout and stderr in `out` (NUL-terminated); returns its exit status.
+static int run_report(const TrainOptions *opts, const GPTConfig *cfg, int B, int T, int world, char *out,
+                      size_t n) {
+    FILE *f = tmpfile();
+    if (!f) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fileno(f), 1);
+        dup2(fileno(f), 2);
+        int status = dry_run_report(opts, cfg, B, T, world);
+        fflush(stdout);
+        _exit(status);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    rewind(f);
+    size_t got = fread(out, 1, n - 1, f);
+    out[got] = '\0';
+    fclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static TrainOptions default_options(const char *model, int dtype, int zero, int recompute) {
+    TrainOptions opts;
+    char *argv[] = {(char *)"test_memory_plan", NULL};
+    parse_options(&opts, 1, argv);
+    snprintf(opts.model_size, sizeof(opts.model_size), "%s", model);
+    opts.dtype = dtype;
+    opts.zero_stage = zero;
+    opts.recompute = recompute;
+    opts.dry_run = 1;
+    return opts;
+}
+
+// The total the report prints for this configuration, also printed here as a reference line.
+static size_t reference_total(const char *model, int dtype, int B, int T, int world, int zero) {
+    GPTConfig cfg = preset_config(model, GPT2_VOCAB_SIZE);
+    MemoryPlan plan = plan_of(&cfg, dtype, B, T, world, zero, 0);
+    printf("reference %s %s B=%d T=%d W=%d ZeRO-%d recompute 0: plan_total_bytes %zu\n", model,
+           dtype_name(dtype), B, T, world, zero, plan.total);
+    return plan.total;
+}
+
+// The suggestions after "to fit": how many, each parsed from "needs X GiB"; -1 if one exceeds gpu_bytes.
+static int suggestions_that_fit(const char *out, double gpu_bytes) {
+    const char *p = strstr(out, "to fit");
+    int count = 0;
+    while (p && (p = strstr(p, "needs ")) != NULL) {
+        p += 6;
+        if (atof(p) * 1073741824.0 > gpu_bytes) return -1;
+        count++;
+    }
+    return count;
+}
+
+static void test_report_verdicts(void) {
+    static char out[1 << 16];
+    char line[128];
+    GPTConfig g70 = preset_config("70B", GPT2_VOCAB_SIZE), g124 = preset_config("124M", GPT2_VOCAB_SIZE);
+    TrainOptions f8 = default_options("70B", DTYPE_FLOAT8, 3, 0);
+    int status = run_report(&f8, &g70, 1, 2048, 32, out, sizeof(out));
+    snprintf(line, sizeof(line), "plan_total_bytes %zu ",
+             reference_total("70B", DTYPE_FLOAT8, 1, 2048, 32, 3));
+    expect(status == 0 && strstr(out, "\nfits: ") && strstr(out, line),
+           "dry run 70B float8 W=32 ZeRO-3 B=1 T=2048: exit 0, 'fits', the plan's total");
+    expect(strstr(out, "dry run | model L=80 C=8192 NH=64") && strstr(out, "ZeRO-3") &&
+               strstr(out, "with --recompute 1") && strstr(out, "reduce-scattered") && strstr(out, "reserve"),
+           "dry run prints the header, the recompute comparison, the collectives and the reserve");
+    TrainOptions bf = default_options("124M", DTYPE_BFLOAT16, 0, 0);
+    status = run_report(&bf, &g124, 4, 1024, 1, out, sizeof(out));
+    snprintf(line, sizeof(line), "plan_total_bytes %zu ",
+             reference_total("124M", DTYPE_BFLOAT16, 4, 1024, 1, 0));
+    expect(status == 0 && strstr(out, "\nfits: ") && strstr(out, line), "dry run 124M bfloat16 W=1: fits");
+    f8.zero_stage = 0;
+    status = run_report(&f8, &g70, 1, 2048, 1, out, sizeof(out));
+    expect(status == 1 && strstr(out, "does not fit: needs") && strstr(out, "--world_size"),
+           "dry run 70B float8 W=1: exit 1, a larger world size suggested");
+    int n = suggestions_that_fit(out, 141e9);
+    expect(n >= 1, "dry run 70B float8 W=1: %d suggestions, each needing at most 141 GB", n);
+}
+
+// The searches behind the suggestions: the largest batch fits and one more does not; the smallest world
+// size fits and half of it does not.
+static void test_suggestion_searches(void) {
+    GPTConfig g7 = preset_config("7B", GPT2_VOCAB_SIZE), g70 = preset_config("70B", GPT2_VOCAB_SIZE);
+    double gpu = 141e9;
+    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0};
+    int b = dry_run_largest_batch(&g7, s, gpu);
+    PlanSettings fit = s, over = s;
+    fit.B = b;
+    over.B = b + 1;
+    expect(b >= 1 && b < 8 && dry_run_fits(&g7, &fit, gpu) && !dry_run_fits(&g7, &over, gpu),
+           "7B bfloat16 B=8: largest batch that fits is %d", b);
+    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0};
+    int w = dry_run_smallest_world(&g70, t, 1, gpu);
+    PlanSettings at = t, half = t;
+    at.world_size = w;
+    half.world_size = w / 2;
+    expect(w > 1 && w <= 32 && (w & (w - 1)) == 0 && dry_run_fits(&g70, &at, gpu) &&
+               !dry_run_fits(&g70, &half, gpu),
+           "70B float8 B=1 T=2048 ZeRO-3: smallest power-of-two world size that fits is %d", w);
+    expect(dry_run_needed_bytes(&g70, &at) ==
+               plan_of(&g70, DTYPE_FLOAT8, 1, 2048, w, 3, 0).total + RUNTIME_RESERVE_BYTES,
+           "needed bytes = plan + runtime reserve");
+}
+
+// Bad settings end the process with one error line naming the flag, as a real run's would.
+static void test_report_validation(void) {
+    static char out[1 << 12];
+    GPTConfig g124 = preset_config("124M", GPT2_VOCAB_SIZE);
+    TrainOptions opts = default_options("124M", DTYPE_FLOAT8, 0, 0);
+    expect(run_report(&opts, &g124, 4, 1024, 0, out, sizeof(out)) == 1 && strstr(out, "error: --world_size"),
+           "world size 0 is refused");
+    opts.zero_stage = 2;
+    expect(run_report(&opts, &g124, 4, 1024, 8, out, sizeof(out)) == 1 && strstr(out, "error: --zero_stage"),
+           "ZeRO-2 is refused");
+    opts.zero_stage = 0;
+    expect(run_report(&opts, &g124, 3, 5, 1, out, sizeof(out)) == 1 && strstr(out, "multiple of 16"),
+           "float8 with B*T = 15 is refused as a float8 run would");
+    expect(run_report(&opts, &g124, 4, 2048, 1, out, sizeof(out)) == 1 && strstr(out, "error: --seq_len"),
+           "T above maxT is refused");
+    opts.dtype = DTYPE_FLOAT32;
+    expect(run_report(&opts, &g124, 4, 1024, 1, out, sizeof(out)) == 1 && strstr(out, "error: --dtype"),
+           "float32 (no GPU plan) is refused");
+    opts.dtype = DTYPE_FLOAT8;
+    GPTConfig huge = g124;
+    huge.num_layers = 1024;
+    huge.channels = 65536;
+    huge.num_heads = 1024;
+    expect(run_report(&opts, &huge, 1 << 20, 1024, 1, out, sizeof(out)) == 1 && strstr(out, "exceeds 4e18"),
+           "a plan too large for size_t is refused");
+}
+
 int main(void) {
     GPTConfig small = preset_config("d2", 256), gpt124 = preset_config("124M", 50257);
     MemoryPlan bf, f8;
@@ -83,5 +440,26 @@ int main(void) {
     odd.num_heads = 2;
     check(fp8_shapes_status(&odd, B, T) == 1, "C = 72 is refused");
     check(fp8_shapes_status(&small, 3, 5) == 1, "B*T = 15 is refused");
+    // ZeRO, recompute and the dry run
+    GPTConfig gpt70 = preset_config("70B", GPT2_VOCAB_SIZE);
+    test_zero0_is_single_process(&small, "d2");
+    test_zero0_is_single_process(&gpt124, "124M");
+    test_shards_cover_parameters(&small, "d2");
+    test_shards_cover_parameters(&gpt124, "124M");
+    test_shards_cover_parameters(&gpt70, "70B");
+    test_sharded_optimizer_state(&small, "d2");
+    test_sharded_optimizer_state(&gpt124, "124M");
+    test_sharded_optimizer_state(&gpt70, "70B");
+    test_unsharded_buffers(&small, "d2");
+    test_unsharded_buffers(&gpt124, "124M");
+    test_unsharded_buffers(&gpt70, "70B");
+    test_70b_fits_32_gpus();
+    test_recompute_saves(&small, "d2", 4, 64);
+    test_recompute_saves(&gpt124, "124M", 4, 1024);
+    test_recompute_saves(&gpt70, "70B", 1, 2048);
+    test_float8_smaller();
+    test_suggestion_searches();
+    test_report_verdicts();
+    test_report_validation();
     return test_summary();
 }

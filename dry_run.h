@@ -1,0 +1,401 @@
+// dry_run.h: --dry_run, the per-process memory plan of the CUDA trainer, printed without allocating
+// anything and without a GPU. The sizes are memory_plan.h's (the trainer allocates exactly plan.total
+// in one cudaMalloc); this file groups and explains them, adds what the plan cannot hold (the CUDA
+// runtime's own memory), says whether one process fits a GPU of --gpu_memory_gb, and when it does not,
+// which single change (or combination) would, each checked by planning it again.
+#ifndef DRY_RUN_H
+#define DRY_RUN_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "dist.h"
+#include "gpt_model.h"
+#include "memory_plan.h"
+
+// Memory a process uses outside the plan's single allocation, reserved on top of it. Why 2 GiB:
+// the CUDA context takes about 0.5 GiB on Hopper (the runtime plus the loaded kernel images of this
+// program and of cuBLASLt); NCCL allocates its own communication buffers, per channel and peer
+// (NCCL_BUFFSIZE, 4 MiB by default, times up to 32 channels and the ring and tree peers), a few hundred
+// MiB at 32 ranks; cuBLASLt's handle and heuristics cache are small (its workspace is in the plan).
+// 2 GiB covers these with headroom; the plan itself is one cudaMalloc, so there is no fragmentation.
+#define RUNTIME_RESERVE_BYTES ((size_t)2 << 30)
+
+#define DRY_RUN_GIB 1073741824.0
+#define DRY_RUN_MAX_WORLD (1 << 20) // the largest --world_size cli.h accepts
+
+static inline double dry_run_gib(size_t bytes) {
+    return (double)bytes / DRY_RUN_GIB;
+}
+
+// Bytes one process needs: the plan's allocation plus the runtime reserve.
+static inline size_t dry_run_needed_bytes(const GPTConfig *cfg, const PlanSettings *s) {
+    MemoryPlan plan;
+    memory_plan_compute(&plan, cfg, s);
+    return plan.total + RUNTIME_RESERVE_BYTES;
+}
+
+static inline int dry_run_fits(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+    return (double)dry_run_needed_bytes(cfg, s) <= gpu_bytes;
+}
+
+// check_fp8_shapes' rules (memory_plan.h) as a predicate: a suggestion must not propose a shape that a
+// float8 run would refuse.
+static inline int dry_run_fp8_shapes_ok(const GPTConfig *cfg, int B, int T) {
+    return cfg->channels % 16 == 0 && (long)B * T % 16 == 0;
+}
+
+// A buffer's share of the allocation: its size rounded up to the next buffer's aligned offset, so that
+// the groups add up to plan.total exactly.
+static inline size_t dry_run_aligned_bytes(const MemoryPlan *plan, int i) {
+    size_t end = i + 1 < NUM_BUFFERS ? plan->offset[i + 1] : plan->total;
+    return end - plan->offset[i];
+}
+
+// ----------------------------------------------------------------------------
+// Validation: what a real run would refuse, and shapes whose plan would not fit in size_t.
+
+// A generous over-estimate of the plan (every buffer bounded from above), in double so that it cannot
+// wrap: memory_plan_compute counts in size_t and only absurd overrides of --layers, --channels,
+// --batch_size and --seq_len come near 2^64 bytes.
+static inline double dry_run_plan_bound(const GPTConfig *cfg, int B, int T, int world_size, int history) {
+    double N = (double)B * T, L = cfg->num_layers, C = cfg->channels;
+    double per_token = (L + 2) * (64.0 * C + 4.0 * cfg->num_heads + 64.0) + 2.0 * cfg->padded_vocab_size;
+    double weights = 24.0 * (double)param_count(cfg) + 64.0 * world_size * (L + 1);
+    return weights + N * per_token + 64.0 * L * NUM_BLOCK_LINEARS * (history + 16) + 1e9;
+}
+
+static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *cfg, int B, int T,
+                                    int world_size) {
+    if (world_size < 1) fail("--world_size: %d: a plan needs at least one process", world_size);
+    if (opts->zero_stage != 0 && opts->zero_stage != 1 && opts->zero_stage != 3)
+        fail("--zero_stage: %d is not supported (0, 1 or 3)", opts->zero_stage);
+    if (B < 1) fail("--batch_size: %d: needs at least one sequence", B);
+    if (T < 1 || T > cfg->max_seq_len)
+        fail("--seq_len: %d is outside [1, %d], the model's maximum sequence length", T, cfg->max_seq_len);
+    if (!(opts->gpu_memory_gb > 0)) fail("--gpu_memory_gb: %g: must be positive", opts->gpu_memory_gb);
+    if (opts->dtype == DTYPE_FLOAT32)
+        fail("--dtype: float32 runs only in train_cpu; the GPU trainer, whose memory --dry_run plans, runs "
+             "bfloat16 or float8");
+    if (dry_run_plan_bound(cfg, B, T, world_size, opts->amax_history) > 4e18)
+        fail("--batch_size x --seq_len: with this model (--layers, --channels) the plan exceeds 4e18 bytes; "
+             "nothing that large can be planned or run");
+    if (opts->dtype == DTYPE_FLOAT8) check_fp8_shapes(cfg, B, T); // exits as a real float8 run would
+}
+
+// ----------------------------------------------------------------------------
+// The plan, group by group and buffer by buffer.
+
+// What a buffer holds, where the name alone does not say it; some depend on the ZeRO stage.
+static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
+    int z = s->zero_stage;
+    switch (id) {
+    case BUF_PARAMS:
+        return z ? "FP32 master weights, this rank's shard" : "FP32 master weights, all parameters";
+    case BUF_GRADS:
+        return z == 3   ? "global tensors + 2 layer slots, reduce-scattered layer by layer"
+               : z == 1 ? "all parameters (padded), reduce-scattered after the last micro-step"
+                        : "all parameters, accumulated over the micro-steps";
+    case BUF_GRAD_SHARD:
+        return "this rank's shard of the reduced gradients";
+    case BUF_ADAM_M:
+        return z ? "AdamW first moment, this rank's shard" : "AdamW first moment";
+    case BUF_ADAM_V:
+        return z ? "AdamW second moment, this rank's shard" : "AdamW second moment";
+    case BUF_PARAMS_BF16:
+        return z == 3 ? "BF16 global tensors + 2 gathered layer slots" : "BF16 copy of all parameters";
+    case BUF_WEIGHTS_FP8:
+        return z == 3 ? "E4M3 linear weights, 2 gathered layer slots"
+                      : "E4M3 linear weights, cast once a step";
+    case BUF_WEIGHTS_FP8_T:
+        return "E4M3 W^T for the data-gradient GEMMs";
+    case BUF_ENCODED:
+        return "token + position embedding";
+    case BUF_RESIDUAL2:
+        return "residual stream after attention";
+    case BUF_RESIDUAL3:
+        return "every layer's output = the next layer's input (kept even with recompute)";
+    case BUF_LN1_STATS:
+    case BUF_LN2_STATS:
+    case BUF_LNF_STATS:
+        return "LayerNorm mean and 1/std per token";
+    case BUF_LN1:
+    case BUF_LN2:
+    case BUF_ATTY:
+    case BUF_FCH_GELU:
+        return s->dtype == DTYPE_FLOAT8 ? "BF16 GEMM input, one layer of scratch" : "BF16 GEMM input";
+    case BUF_QKV:
+        return "attention q, k, v";
+    case BUF_ATT_LSE:
+        return "attention log-sum-exp per head";
+    case BUF_FCH:
+        return "MLP before GELU";
+    case BUF_INPUT_FP8_T:
+        return "every linear's input, transposed, E4M3";
+    case BUF_LNF:
+        return "final LayerNorm output";
+    case BUF_LOGITS:
+        return "B*T x padded vocabulary, bf16";
+    case BUF_LOSSES:
+        return "per-token loss";
+    case BUF_DRESIDUAL:
+        return "gradient of the residual stream";
+    case BUF_DC:
+    case BUF_DQKV:
+    case BUF_DFCH:
+        return "gradients of one layer's activations";
+    case BUF_ATT_DELTA:
+        return "attention backward row sums";
+    case BUF_CAST_FP8:
+    case BUF_CAST_FP8_T:
+        return "FP8 cast of a gradient for the backward GEMMs";
+    case BUF_REDUCE_SCRATCH:
+        return "partial sums of the deterministic reductions";
+    case BUF_FP8_STATE:
+        return "amax histories, scales, saturation counters";
+    case BUF_STEP:
+        return "step parameters and results";
+    case BUF_TOKENS:
+        return "inputs, targets, embedding-gradient buckets";
+    case BUF_GEMM_WORKSPACE:
+        return "cuBLASLt";
+    default:
+        return "";
+    }
+}
+
+static inline size_t dry_run_group_bytes(const MemoryPlan *plan, int group) {
+    size_t sum = 0;
+    for (int i = 0; i < NUM_BUFFERS; i++)
+        if ((int)buffer_group((BufferId)i) == group) sum += dry_run_aligned_bytes(plan, i);
+    return sum;
+}
+
+static inline void dry_run_print_groups(const MemoryPlan *plan) {
+    printf("per-process device memory (GiB = 2^30 bytes), one allocation of %zu buffers:\n",
+           (size_t)NUM_BUFFERS);
+    for (int g = 0; g < NUM_PLAN_GROUPS; g++) {
+        printf("  %-28s %10.3f GiB\n", PLAN_GROUP_NAMES[g], dry_run_gib(dry_run_group_bytes(plan, g)));
+        for (int i = 0; i < NUM_BUFFERS; i++) {
+            if ((int)buffer_group((BufferId)i) != g || !plan->bytes[i]) continue;
+            const char *note = dry_run_buffer_note(i, &plan->settings);
+            printf("      %-24s %10.3f GiB%s%s\n", BUFFER_NAMES[i], dry_run_gib(plan->bytes[i]),
+                   *note ? "  " : "", note);
+        }
+    }
+}
+
+// The activations of this plan next to those of the same run with --recompute flipped.
+static inline void dry_run_print_recompute(const GPTConfig *cfg, const MemoryPlan *plan) {
+    PlanSettings other = plan->settings;
+    other.recompute = !other.recompute;
+    MemoryPlan flipped;
+    memory_plan_compute(&flipped, cfg, &other);
+    const MemoryPlan *with = plan->settings.recompute ? plan : &flipped;
+    const MemoryPlan *without = plan->settings.recompute ? &flipped : plan;
+    printf("activations kept for the backward: %.3f GiB without recompute, %.3f GiB with --recompute 1 "
+           "(this run: %s)\n",
+           dry_run_gib(dry_run_group_bytes(without, PLAN_ACTIVATIONS)),
+           dry_run_gib(dry_run_group_bytes(with, PLAN_ACTIVATIONS)),
+           plan->settings.recompute ? "with" : "without");
+}
+
+// ZeRO's collectives work in place, in buffers of the plan: name them. What NCCL allocates for itself
+// is in the runtime reserve.
+static inline void dry_run_print_communication(const PlanSettings *s) {
+    int fp8 = s->dtype == DTYPE_FLOAT8;
+    printf("communication (in place, no extra buffers in the plan):\n");
+    if (s->world_size == 1) {
+        printf("  one process: no collectives\n");
+    } else if (s->zero_stage == 0) {
+        printf("  gradients: all-reduced in grads_fp32 once a step\n");
+    } else if (s->zero_stage == 1) {
+        printf("  gradients: grads_fp32 reduce-scattered into grad_shard after the last micro-step\n");
+        printf("  weights: the updated shards all-gathered into params_bf16%s\n",
+               fp8 ? " and weights_fp8 (1 byte a parameter)" : "");
+    } else {
+        printf("  weights: each layer all-gathered into the 2 layer slots of params_bf16%s, the next layer\n"
+               "    ahead on a second stream\n",
+               fp8 ? " and weights_fp8" : "");
+        printf("  gradients: each layer reduce-scattered from the 2 layer slots of grads_fp32 into "
+               "grad_shard\n");
+        printf(
+            "  wte, wpe, lnf: gathered and reduced through their own part of params_bf16 and grads_fp32\n");
+    }
+    if (fp8 && s->world_size > 1) printf("  FP8 amaxes max-reduced in fp8_state once a step\n");
+    printf("  not in the plan: CUDA context, NCCL's internal buffers, cuBLASLt handles: reserve %.3f GiB\n",
+           dry_run_gib(RUNTIME_RESERVE_BYTES));
+}
+
+// ----------------------------------------------------------------------------
+// Suggestions, each planned again: only what really fits is printed.
+
+// The flags that turn `from` into `to`, e.g. "--zero_stage 3 --world_size 16".
+static inline void dry_run_changes(char *out, size_t n, const PlanSettings *from, const PlanSettings *to) {
+    int len = 0;
+    out[0] = '\0';
+    if (to->dtype != from->dtype) len += snprintf(out + len, n - len, " --dtype %s", dtype_name(to->dtype));
+    if (to->recompute != from->recompute)
+        len += snprintf(out + len, n - len, " --recompute %d", to->recompute);
+    if (to->B != from->B) len += snprintf(out + len, n - len, " --batch_size %d", to->B);
+    if (to->zero_stage != from->zero_stage)
+        len += snprintf(out + len, n - len, " --zero_stage %d", to->zero_stage);
+    if (to->world_size != from->world_size) snprintf(out + len, n - len, " --world_size %d", to->world_size);
+}
+
+// Prints `to` as a suggestion when it fits; returns whether it did.
+static inline int dry_run_suggest(const GPTConfig *cfg, const PlanSettings *from, const PlanSettings *to,
+                                  double gpu_bytes) {
+    size_t needed = dry_run_needed_bytes(cfg, to);
+    if ((double)needed > gpu_bytes) return 0;
+    char flags[160];
+    dry_run_changes(flags, sizeof(flags), from, to);
+    printf("  %-48s needs %.2f GiB (%.0f%%)\n", flags[0] ? flags + 1 : "(no change)", dry_run_gib(needed),
+           100.0 * needed / gpu_bytes);
+    return 1;
+}
+
+// The largest micro-batch below s.B that fits (the plan grows with B), keeping float8's multiple-of-16
+// tokens; 0 when even one sequence does not fit.
+static inline int dry_run_largest_batch(const GPTConfig *cfg, PlanSettings s, double gpu_bytes) {
+    int lo = 0, hi = s.B - 1; // the answer is in [lo, hi]; lo = 0 stands for "none"
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        s.B = mid;
+        if (dry_run_fits(cfg, &s, gpu_bytes))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    while (lo > 0 && s.dtype == DTYPE_FLOAT8 && !dry_run_fp8_shapes_ok(cfg, lo, s.T)) lo--;
+    return lo;
+}
+
+// The smallest world size from `first` on (then the powers of two above it) at which s fits with
+// ZeRO-3; 0 when none up to the CLI's limit does (ZeRO does not shard the activations).
+static inline int dry_run_smallest_world(const GPTConfig *cfg, PlanSettings s, int first, double gpu_bytes) {
+    s.zero_stage = 3;
+    s.world_size = first;
+    if (dry_run_fits(cfg, &s, gpu_bytes)) return first;
+    int w = 1;
+    while (w <= first) w *= 2;
+    for (; w <= DRY_RUN_MAX_WORLD; w *= 2) {
+        s.world_size = w;
+        if (dry_run_fits(cfg, &s, gpu_bytes)) return w;
+    }
+    return 0;
+}
+
+// ZeRO-1, else ZeRO-3, at this world size: the first above the current stage that fits.
+static inline int dry_run_suggest_zero(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+    if (s->world_size == 1) return 0; // one process: ZeRO shards nothing
+    PlanSettings t = *s;
+    for (t.zero_stage = 1; t.zero_stage <= 3; t.zero_stage += 2)
+        if (t.zero_stage > s->zero_stage && dry_run_suggest(cfg, s, &t, gpu_bytes)) return 1;
+    return 0;
+}
+
+// More processes with ZeRO-3: the smallest power of two above the current world size that fits.
+static inline int dry_run_suggest_world(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+    int w = 1;
+    while (w <= s->world_size) w *= 2;
+    PlanSettings t = *s;
+    t.world_size = w <= DRY_RUN_MAX_WORLD ? dry_run_smallest_world(cfg, *s, w, gpu_bytes) : 0;
+    t.zero_stage = 3;
+    return t.world_size ? dry_run_suggest(cfg, s, &t, gpu_bytes) : 0;
+}
+
+// Each change alone; returns how many fit. More processes are suggested only when sharding over the
+// current ones does not already suffice.
+static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+    int zero = dry_run_suggest_zero(cfg, s, gpu_bytes), found = zero;
+    PlanSettings t = *s;
+    if (!s->recompute) {
+        t.recompute = 1;
+        found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+        t = *s;
+    }
+    if (s->dtype == DTYPE_BFLOAT16 && dry_run_fp8_shapes_ok(cfg, s->B, s->T)) {
+        t.dtype = DTYPE_FLOAT8;
+        found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+        t = *s;
+    }
+    t.B = dry_run_largest_batch(cfg, *s, gpu_bytes);
+    if (t.B) found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+    if (!zero) found += dry_run_suggest_world(cfg, s, gpu_bytes);
+    return found;
+}
+
+// The smallest micro-batch a run of this dtype takes: float8 needs B*T to be a multiple of 16.
+static inline int dry_run_min_batch(int dtype, int T) {
+    if (dtype != DTYPE_FLOAT8) return 1;
+    int b = 1;
+    while ((long)b * T % 16) b *= 2;
+    return b;
+}
+
+// When no single change fits: recompute, then float8, then the smallest micro-batch, taken one after
+// another until, with ZeRO-3, some world size fits; the fewest changes that do are printed.
+static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+    PlanSettings t = *s;
+    for (int step = 0; step < 3; step++) {
+        if (step == 0) t.recompute = 1;
+        if (step == 1 && t.dtype == DTYPE_BFLOAT16 && dry_run_fp8_shapes_ok(cfg, t.B, t.T))
+            t.dtype = DTYPE_FLOAT8;
+        int min_batch = dry_run_min_batch(t.dtype, t.T);
+        if (step == 2 && min_batch < t.B) t.B = min_batch;
+        int w = dry_run_smallest_world(cfg, t, s->world_size, gpu_bytes);
+        if (w) {
+            t.zero_stage = 3;
+            t.world_size = w;
+            return dry_run_suggest(cfg, s, &t, gpu_bytes);
+        }
+    }
+    return 0;
+}
+
+static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+    printf("to fit, change one of (each planned again):\n");
+    if (dry_run_single_changes(cfg, s, gpu_bytes)) return;
+    printf("  no single change fits; together:\n");
+    if (dry_run_combined_changes(cfg, s, gpu_bytes)) return;
+    printf("  nothing tried fits (ZeRO-3 up to --world_size %d, --recompute 1, float8, --batch_size 1): "
+           "lower --seq_len or use a GPU with more memory\n",
+           DRY_RUN_MAX_WORLD);
+}
+
+// ----------------------------------------------------------------------------
+
+// Prints the plan; returns the process exit status: 0 when it fits, 1 when it does not.
+static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg, int B, int T,
+                                 int world_size) {
+    dry_run_validate(opts, cfg, B, T, world_size);
+    PlanSettings s = plan_settings_from_options(opts, B, T, world_size);
+    MemoryPlan plan;
+    memory_plan_compute(&plan, cfg, &s);
+    double gpu_bytes = (double)opts->gpu_memory_gb * 1e9;
+    size_t needed = plan.total + RUNTIME_RESERVE_BYTES;
+    printf("dry run | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d | "
+           "world size %d | ZeRO-%d | recompute %d | amax history %d\n",
+           cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len,
+           param_count(cfg), dtype_name(s.dtype), B, T, world_size, s.zero_stage, s.recompute, s.history_len);
+    dry_run_print_groups(&plan);
+    dry_run_print_recompute(cfg, &plan);
+    dry_run_print_communication(&s);
+    printf("total per process: %.3f GiB = plan %.3f GiB + runtime reserve %.3f GiB\n", dry_run_gib(needed),
+           dry_run_gib(plan.total), dry_run_gib(RUNTIME_RESERVE_BYTES));
+    printf("plan_total_bytes %zu reserve_bytes %zu needed_bytes %zu gpu_bytes %.0f\n", plan.total,
+           (size_t)RUNTIME_RESERVE_BYTES, needed, gpu_bytes);
+    if ((double)needed <= gpu_bytes) {
+        printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), opts->gpu_memory_gb,
+               100.0 * needed / gpu_bytes);
+        return 0;
+    }
+    printf("does not fit: needs %.2f GiB, the GPU has %g GB (%.2f GiB)\n", dry_run_gib(needed),
+           opts->gpu_memory_gb, gpu_bytes / DRY_RUN_GIB);
+    dry_run_print_suggestions(cfg, &s, gpu_bytes);
+    return 1;
+}
+
+#endif // DRY_RUN_H

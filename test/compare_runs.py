@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Compares a data-parallel run with the one-process run it must equal: N processes with micro-batch B
+against one process with batch N*B. Reads each run's JSON-lines log (per-step loss and gradient norm) and
+final model file (llm.c format, version 3: 256 int32 header, then float32 values) and exits 1 when a
+difference exceeds the bound below.
+
+Why the bounds. Both runs compute the same per-row values; what differs is the order of float32 sums
+over rows: each rank sums its rows of every weight gradient, then the ranks' sums are added (and the
+loss mean likewise). Two orders of a K-term float32 sum differ by at most about 2*K*u of the sum of
+the terms' magnitudes, u = 2^-24, with K = the rows of a global batch (B*T*N). So:
+  float32: every step's loss and gradient norm agree within 2*K*u relative; AdamW moves a weight by at
+    most lr per step and a relative change of the gradient changes the update by at most as much, so
+    the RMS weight difference is within 2*K*u * lr * steps; single weights whose gradient is at the
+    noise floor can differ by up to 2*lr per step (AdamW divides by sqrt(v)), which bounds the maximum.
+  float8, step 1: the weights are still identical, so every FP8 operand is bit-identical and step 1
+    obeys the float32 bounds.
+  float8, later steps: a value that the summation order moves across an FP8 rounding boundary rounds to
+    the neighbouring FP8 value, 2^-3 (E4M3) of itself away. That happens with probability about
+    2*K*u / 2^-3, so the expected change per step is again about 2*K*u, but it is concentrated in a few
+    values and fluctuates far above its mean in a small batch. We allow 1e-3 relative in loss and norm
+    (about 30 * 2*K*u per step for the few steps compared) and an RMS weight difference of 2% of
+    lr * steps (as if one weight in 10^4 took the full 2*lr update difference every step). The
+    negative control in test_dist.sh (a different batch) exceeds these bounds by 10x or more.
+"""
+import argparse
+import json
+import sys
+
+import numpy as np
+
+U = 2.0**-24
+
+
+def steps_of(log_path):
+    steps = {}
+    with open(log_path) as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("type") == "step":
+                steps[record["step"]] = (record["loss"], record["grad_norm"])
+    return steps
+
+
+def weights_of(model_path):
+    values = np.fromfile(model_path, dtype=np.float32)
+    header = values[:256].view(np.int32)
+    if header[0] != 20240326 or header[1] != 3:
+        sys.exit(f"error: {model_path}: not a version 3 llm.c model file")
+    return values[256:].astype(np.float64)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ref", nargs=2, metavar=("LOG", "MODEL"), required=True, help="the one-process run")
+    parser.add_argument("--run", nargs=2, metavar=("LOG", "MODEL"), required=True, help="the N-process run")
+    parser.add_argument("--dtype", choices=["float32", "float8"], required=True)
+    parser.add_argument("--rows", type=int, required=True, help="rows of a global batch: B*T*N")
+    parser.add_argument("--lr", type=float, required=True)
+    args = parser.parse_args()
+
+    bound32 = 2 * args.rows * U
+    ref_steps, run_steps = steps_of(args.ref[0]), steps_of(args.run[0])
+    if sorted(ref_steps) != sorted(run_steps) or not ref_steps:
+        sys.exit(f"error: the logs hold different steps: {sorted(ref_steps)} vs {sorted(run_steps)}")
+    failures = []
+    worst = 0.0
+    for step in sorted(ref_steps):
+        bound = bound32 if args.dtype == "float32" or step == 1 else 1e-3
+        for name, ref, run in zip(("loss", "grad_norm"), ref_steps[step], run_steps[step]):
+            rel = abs(run - ref) / abs(ref)
+            worst = max(worst, rel / bound)
+            if rel > bound:
+                failures.append(f"step {step} {name}: {run} vs {ref} (relative {rel:.3g} > {bound:.3g})")
+
+    steps = len(ref_steps)
+    ref_w, run_w = weights_of(args.ref[1]), weights_of(args.run[1])
+    if ref_w.shape != run_w.shape:
+        sys.exit("error: the model files hold different shapes")
+    diff = np.abs(run_w - ref_w)
+    rms, largest = float(np.sqrt(np.mean(diff**2))), float(diff.max())
+    rms_bound = (bound32 if args.dtype == "float32" else 0.02) * args.lr * steps
+    max_bound = 2 * args.lr * steps
+    if rms > rms_bound:
+        failures.append(f"weights: RMS difference {rms:.3g} > {rms_bound:.3g}")
+    if largest > max_bound:
+        failures.append(f"weights: largest difference {largest:.3g} > {max_bound:.3g}")
+    print(
+        f"{args.dtype}: {steps} steps, worst loss/norm difference {worst:.3g} of its bound; "
+        f"weights RMS {rms:.3g} (bound {rms_bound:.3g}), max {largest:.3g} (bound {max_bound:.3g})"
+    )
+    for failure in failures:
+        print("  " + failure)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

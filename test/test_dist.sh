@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# test_dist.sh: the CPU trainer as several MPI processes (mpirun, --oversubscribe on this small machine).
+#
+# A d2 model (byte vocabulary), T=64, 6 steps, lr 1e-3; each case is N processes with micro-batch B
+# against one process with batch N*B, compared by test/compare_runs.py (its header argues the bounds from
+# float32 summation order):
+#   2 processes, ZeRO 0, 1 and 3, in float32 and float8;
+#   4 processes (float32 ZeRO-1, float8 ZeRO-3) and 3 processes (float8 ZeRO-3: 3 does not divide the
+#   units, so the shards are padded);
+#   gradient accumulation: 2 processes x 2 micro-steps of B=1 (float32 ZeRO-3, which reduce-scatters
+#   every micro-step) against one process with B=4;
+#   negative control: one process with batch B only (half the global batch) must fail the comparison.
+# With 2 processes every cross-rank sum is x0 + x1, which IEEE addition makes order-independent, so
+# ZeRO 0, 1 and 3 must give bit-identical model files.
+# Also: the amax histories (hence the scales) in every rank's state file are bit-identical; only rank 0
+# prints and writes the model file; a run resumed from a checkpoint is bit-identical to the straight run
+# (ZeRO-1 and ZeRO-3, float8); resuming with another process count or ZeRO stage is refused with one
+# error line; RANK/WORLD_SIZE without an MPI launcher is refused (the CPU collectives need MPI).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir TMP test_dist
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 # several processes share 2 cores
+
+if ! command -v mpirun >/dev/null; then
+    echo "SKIPPED test_dist: mpirun not found (apt-get install libopenmpi-dev openmpi-bin, then make clean train_cpu)"
+    exit 0
+fi
+[ -x ./train_cpu ] || make train_cpu >/dev/null
+MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+
+test_data_dir "$TMP/data" text
+LR=1e-3
+STEPS=6
+COMMON=(--model_size d2 --vocab 256 --train_data "$TMP/data/text_train_*.bin" --val_data "$TMP/data/text_val_*.bin"
+    --seq_len 64 --steps $STEPS --val_every 3 --val_batches 2 --lr $LR)
+
+if ! "${MPIRUN[@]}" -np 2 ./train_cpu "${COMMON[@]}" --steps 1 --batch_size 1 --output_dir "$TMP/probe" 2>&1 |
+    grep -q "| 2 processes"; then
+    echo "SKIPPED test_dist: ./train_cpu was built without MPI (install libopenmpi-dev, then make clean train_cpu)"
+    exit 0
+fi
+
+# run NAME PROCESSES [FLAGS...]: out dir, log and stdout under $TMP/NAME
+run() {
+    local name=$1 np=$2
+    shift 2
+    local cmd=(./train_cpu "${COMMON[@]}" --output_dir "$TMP/$name" --log_file "$TMP/$name.jsonl" "$@")
+    if [ "$np" = 1 ]; then
+        "${cmd[@]}" >"$TMP/$name.out" 2>&1
+    else
+        "${MPIRUN[@]}" -np "$np" "${cmd[@]}" >"$TMP/$name.out" 2>&1
+    fi
+}
+
+model() { echo "$TMP/$1/model_$(printf %08d "${2:-$STEPS}").bin"; }
+
+# same NAME REF DTYPE ROWS WHAT: compare_runs.py's verdict as a test result
+same() {
+    local out status=0
+    out=$("$PY" test/compare_runs.py --ref "$TMP/$2.jsonl" "$(model "$2")" --run "$TMP/$1.jsonl" "$(model "$1")" \
+        --dtype "$3" --rows "$4" --lr $LR) || status=$?
+    echo "     $out" | head -3
+    result $status "$5"
+}
+
+# ---------------------------------------------------------------------------------------------------
+for dtype in float32 float8; do
+    run "one_${dtype}_b4" 1 --batch_size 4 --dtype "$dtype"
+    for zero in 0 1 3; do
+        run "two_${dtype}_z$zero" 2 --batch_size 2 --dtype "$dtype" --zero_stage "$zero"
+        same "two_${dtype}_z$zero" "one_${dtype}_b4" "$dtype" 256 "2 processes x B=2 = 1 x B=4 ($dtype, ZeRO-$zero)"
+    done
+    status=0
+    cmp -s "$(model "two_${dtype}_z0")" "$(model "two_${dtype}_z1")" &&
+        cmp -s "$(model "two_${dtype}_z0")" "$(model "two_${dtype}_z3")" || status=1
+    result $status "2 processes: ZeRO 0, 1 and 3 bit-identical ($dtype)"
+done
+
+run four_float32_z1 4 --batch_size 1 --dtype float32 --zero_stage 1
+same four_float32_z1 one_float32_b4 float32 256 "4 processes x B=1 = 1 x B=4 (float32, ZeRO-1)"
+run four_float8_z3 4 --batch_size 1 --dtype float8 --zero_stage 3
+same four_float8_z3 one_float8_b4 float8 256 "4 processes x B=1 = 1 x B=4 (float8, ZeRO-3)"
+run one_float8_b3 1 --batch_size 3 --dtype float8
+run three_float8_z3 3 --batch_size 1 --dtype float8 --zero_stage 3
+same three_float8_z3 one_float8_b3 float8 192 "3 processes x B=1 = 1 x B=3 (float8, ZeRO-3, padded shards)"
+run accum_float32_z3 2 --batch_size 1 --total_batch_size 256 --dtype float32 --zero_stage 3
+status=0
+grep -q "accum=2" "$TMP/accum_float32_z3.out" || status=1
+result $status "2 processes x B=1 with --total_batch_size 256 accumulate 2 micro-steps"
+same accum_float32_z3 one_float32_b4 float32 256 "2 processes x 2 micro-steps of B=1 = 1 x B=4 (float32, ZeRO-3)"
+
+run one_float8_b2 1 --batch_size 2 --dtype float8
+status=0
+"$PY" test/compare_runs.py --ref "$TMP/one_float8_b2.jsonl" "$(model one_float8_b2)" \
+    --run "$TMP/two_float8_z1.jsonl" "$(model two_float8_z1)" --dtype float8 --rows 256 --lr $LR >/dev/null || status=$?
+verdict=0
+[ $status = 1 ] || verdict=1
+result $verdict "negative control: half the global batch fails the comparison"
+
+# ---------------------------------------------------------------------------------------------------
+# amax histories (and so the scales) identical on every rank; one printer, one model file
+amax_block() { # STATE_FILE: the amax history floats, after the 64-int64 header and the two moment blocks
+    "$PY" - "$1" <<'EOF'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+header = struct.unpack("<64q", data[:512])
+moments, history = header[10], header[11]
+start = 512 + 8 * moments
+sys.stdout.buffer.write(data[start:start + 4 * history])
+EOF
+}
+for name in two_float8_z3 four_float8_z3; do
+    ranks=$(grep -c . <<<"$(ls "$TMP/$name"/state_00000006_*.bin)")
+    amax_block "$TMP/$name/state_00000006_00000.bin" >"$TMP/amax0"
+    same_amax=0
+    for state in "$TMP/$name"/state_00000006_*.bin; do
+        amax_block "$state" | cmp -s - "$TMP/amax0" || same_amax=1
+    done
+    status=0
+    [ "$ranks" -gt 1 ] && [ -s "$TMP/amax0" ] && [ $same_amax = 0 ] || status=1
+    result $status "$name: amax histories bit-identical in all $ranks state files"
+done
+status=0
+[ "$(grep -c '^step' "$TMP/four_float8_z3.out")" = $STEPS ] && [ "$(ls "$TMP/four_float8_z3"/model_*.bin | wc -l)" = 1 ] &&
+    [ "$(ls "$TMP/four_float8_z3"/state_*.bin | wc -l)" = 4 ] || status=1
+result $status "4 processes: one step line per step on stdout; one model file, a state file per rank"
+
+# ---------------------------------------------------------------------------------------------------
+# resume: a run killed after its step-3 checkpoint continues to the straight run's files, bit for bit
+for zero in 1 3; do
+    run "ckpt_z$zero" 2 --batch_size 2 --dtype float8 --zero_stage "$zero" --ckpt_every 3
+    cp -r "$TMP/ckpt_z$zero" "$TMP/resumed_z$zero"
+    rm "$TMP/resumed_z$zero"/*_00000006*.bin
+    echo 3 >"$TMP/resumed_z$zero/latest_checkpoint"
+    run "resumed_z$zero" 2 --batch_size 2 --dtype float8 --zero_stage "$zero" --ckpt_every 3 --resume 1
+    identical=0
+    for file in "$TMP/ckpt_z$zero"/*_00000006*.bin; do
+        cmp -s "$file" "$TMP/resumed_z$zero/$(basename "$file")" || identical=1
+    done
+    status=0
+    grep -q "resumed | step 3" "$TMP/resumed_z$zero.out" && [ $identical = 0 ] || status=1
+    result $status "ZeRO-$zero float8, 2 processes: resumed at step 3, model and both state files of step 6 identical"
+done
+
+# refused: another process count, another ZeRO stage, one process (each from its own copy of the checkpoint)
+for copy in np1 np4 zero1; do cp -r "$TMP/resumed_z3" "$TMP/$copy"; done
+refused_case() { # COPY WHAT NP FLAGS...
+    local copy=$1 what=$2 np=$3
+    shift 3
+    local status=0 cmd=(./train_cpu "${COMMON[@]}" --output_dir "$TMP/$copy" "$@" --resume 1)
+    if [ "$np" = 1 ]; then "${cmd[@]}" >"$TMP/$copy.out" 2>&1 || status=$?; else
+        "${MPIRUN[@]}" -np "$np" "${cmd[@]}" >"$TMP/$copy.out" 2>&1 || status=$?
+    fi
+    local verdict=0
+    [ $status != 0 ] && grep -q "^error: $TMP/$copy/state_00000006_0000[0-9].bin: .*same number" "$TMP/$copy.out" ||
+        verdict=1
+    result $verdict "resume $what: refused with one error line"
+}
+refused_case np1 "with 1 process instead of 2" 1 --batch_size 2 --dtype float8 --zero_stage 3
+refused_case np4 "with 4 processes instead of 2" 4 --batch_size 2 --dtype float8 --zero_stage 3
+refused_case zero1 "with ZeRO-1 instead of ZeRO-3" 2 --batch_size 2 --dtype float8 --zero_stage 1
+
+status=0
+RANK=0 WORLD_SIZE=2 ./train_cpu "${COMMON[@]}" --output_dir "$TMP/env" >"$TMP/env.out" 2>&1 || status=$?
+verdict=0
+[ $status = 1 ] && grep -q "^error: WORLD_SIZE=2: train_cpu exchanges data through MPI" "$TMP/env.out" || verdict=1
+result $verdict "RANK/WORLD_SIZE without mpirun: refused with one error line"
+
+finish

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# test_dry_run.sh: `train_cpu --dry_run 1`, the per-process memory plan (dry_run.h), end to end:
+#   - 124M bfloat16 on one process fits a 141 GB GPU (exit 0, "fits: ...");
+#   - 70B float8 on 32 processes with ZeRO-3, B=1, T=2048 fits 141 GB;
+#   - 70B float8 on one process does not (exit 1) and every suggestion it prints, run again with its
+#     flags, fits;
+#   - the printed groups add up to the printed plan total, the total is plan + reserve, and the plan
+#     total equals the one test/build/test_memory_plan computes for the same configuration;
+#   - the dry run allocates nothing large: 70B still plans under `ulimit -v 2000000` (2 GB of address
+#     space, against the 1.4 TB the plan describes);
+#   - bad values end with one error naming the flag (--gpu_memory_gb 0, --zero_stage 2, float32,
+#     float8 with B*T not a multiple of 16).
+# Skipped (exit 0, "SKIPPED") while the trainer does not call dry_run_report yet.
+# Environment: TRAIN_CPU (default ./train_cpu), TEST_MEMORY_PLAN (default ./test/build/test_memory_plan).
+# shellcheck source=test/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+tmp=
+test_tmpdir tmp test_dry_run || exit 1
+BIN=${TRAIN_CPU:-./train_cpu}
+REF=${TEST_MEMORY_PLAN:-./test/build/test_memory_plan}
+
+# Data flags that cannot be read: a binary that ignored --dry_run would stop at once instead of training.
+dry() {
+    "$BIN" --dry_run 1 --train_data "$tmp/none_*.bin" --val_data '' --output_dir "$tmp/out" "$@"
+}
+
+if ! dry --model_size d2 2>/dev/null | grep -q '^dry run | model '; then
+    echo "SKIPPED test_dry_run: '$BIN --dry_run 1' does not print the memory plan (the trainer does not call" \
+        "dry_run_report yet)"
+    exit 0
+fi
+
+# The value after KEY on the machine-readable line "plan_total_bytes N reserve_bytes N needed_bytes N gpu_bytes N".
+field() { # OUTPUT KEY
+    printf '%s\n' "$1" | awk -v key="$2" '$1 == "plan_total_bytes" { for (i = 1; i < NF; i++) if ($i == key) print $(i + 1) }'
+}
+
+# --- verdicts
+verdict() { # OUTPUT STATUS WANT-STATUS PATTERN WHAT: the exit status and a line matching PATTERN
+    [ "$2" = "$3" ] && printf '%s\n' "$1" | grep -q -- "$4"
+    result $? "$5"
+}
+out124=$(dry --model_size 124M --dtype bfloat16)
+verdict "$out124" $? 0 '^fits: .* GiB of 141 GB' "124M bfloat16, one process: exit 0 and 'fits ... of 141 GB'"
+verdict "$out124" 0 0 '| world size 1 | ZeRO-0 | recompute 0' "--world_size 0 (default) plans for this run's one process"
+out70=$(dry --model_size 70B --dtype float8 --world_size 32 --zero_stage 3 --batch_size 1 --seq_len 2048 \
+    --gpu_memory_gb 141)
+verdict "$out70" $? 0 '^fits: ' "70B float8, 32 processes, ZeRO-3, B=1 T=2048: fits 141 GB"
+printf '%s\n' "$out70" | sed -n '/^fits: /p'
+out=$(dry --model_size 70B --dtype float8 --batch_size 1 --seq_len 2048)
+verdict "$out" $? 1 '^does not fit: needs .* GiB, the GPU has 141 GB' "70B float8, one process: exit 1, 'does not fit'"
+mapfile -t suggestions < <(printf '%s\n' "$out" | sed -n '/^to fit/,$p' | grep ' needs ' | sed 's/^ *//; s/ *needs .*//')
+if [ "${#suggestions[@]}" -ge 1 ]; then ok "70B float8, one process: ${#suggestions[@]} suggestion(s)"; else
+    bad "70B float8, one process: no suggestion"
+fi
+for flags in "${suggestions[@]}"; do
+    # shellcheck disable=SC2086 # the suggestion is a list of flags
+    dry --model_size 70B --dtype float8 --batch_size 1 --seq_len 2048 $flags | grep -q '^fits: '
+    result $? "suggestion '$flags', planned again, fits"
+done
+
+# --- the numbers add up
+consistent() { # OUTPUT WHAT: groups sum to the plan (each printed to 0.0005 GiB), total = plan + reserve
+    local plan reserve needed
+    plan=$(field "$1" plan_total_bytes)
+    reserve=$(field "$1" reserve_bytes)
+    needed=$(field "$1" needed_bytes)
+    [ -n "$plan" ] && [ $((plan + reserve)) = "$needed" ]
+    result $? "$2: needed_bytes = plan_total_bytes + reserve_bytes"
+    printf '%s\n' "$1" | awk -v plan="$plan" '
+        /^per-process device memory/ { on = 1; next }
+        /^[^ ]/ { on = 0 }
+        on && /^  [^ ]/ && $NF == "GiB" { sum += $(NF - 1); groups++ }
+        END { exit !(groups == 8 && (sum - plan / 2^30) ^ 2 < (groups * 0.0005) ^ 2) }'
+    result $? "$2: the 8 groups add up to the plan total"
+}
+consistent "$out124" "124M bfloat16"
+consistent "$out70" "70B float8 W=32 ZeRO-3"
+
+reference=$("$REF" | grep '^reference ')
+expect_total() { # OUTPUT REFERENCE-PREFIX WHAT
+    local want
+    want=$(printf '%s\n' "$reference" | grep -F "reference $2:" | awk '{ print $NF }')
+    [ -n "$want" ] && [ "$(field "$1" plan_total_bytes)" = "$want" ]
+    result $? "$3: plan total equals test_memory_plan's ($want bytes)"
+}
+expect_total "$out124" "124M bfloat16 B=4 T=1024 W=1 ZeRO-0 recompute 0" "124M bfloat16"
+expect_total "$out70" "70B float8 B=1 T=2048 W=32 ZeRO-3 recompute 0" "70B float8 W=32 ZeRO-3"
+
+# --- nothing large is allocated: 2 GB of address space for a plan of 1.4 TB
+(
+    ulimit -v 2000000
+    dry --model_size 70B --dtype float8 --batch_size 1 --seq_len 2048 >"$tmp/limited.txt" 2>&1
+)
+[ $? = 1 ] && grep -q '^does not fit' "$tmp/limited.txt"
+result $? "70B dry run under ulimit -v 2000000 (it allocates nothing large)"
+
+# --- bad values: one error line naming the flag, exit 1
+refused() { # NEEDLE WHAT FLAGS...
+    local needle=$1 what=$2 err
+    shift 2
+    err=$(dry "$@" 2>&1 >/dev/null)
+    local rc=$?
+    [ "$rc" = 1 ] && printf '%s\n' "$err" | grep -q -- "$needle"
+    result $? "$what is refused ($needle)"
+}
+refused "--gpu_memory_gb" "--gpu_memory_gb 0" --model_size 124M --gpu_memory_gb 0
+refused "--zero_stage" "--zero_stage 2" --model_size 124M --world_size 8 --zero_stage 2
+refused "--dtype" "--dtype float32 (no GPU plan)" --model_size 124M --dtype float32
+refused "multiple of 16" "float8 with B*T = 15" --model_size 124M --dtype float8 --batch_size 3 --seq_len 5
+
+finish
