@@ -10,7 +10,6 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "dist.h"
 #include "gpt_model.h"
 #include "memory_plan.h"
 
@@ -287,9 +286,9 @@ static inline int dry_run_smallest_world(const GPTConfig *cfg, PlanSettings s, i
     return 0;
 }
 
-// ZeRO-1, else ZeRO-3, at this world size: the first above the current stage that fits.
+// ZeRO-1, else ZeRO-3, at this world size: the first above the current stage that fits. Even one process
+// can gain from ZeRO-3, which keeps no full BF16 copy of the weights, only the layers in use.
 static inline int dry_run_suggest_zero(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
-    if (s->world_size == 1) return 0; // one process: ZeRO shards nothing
     PlanSettings t = *s;
     for (t.zero_stage = 1; t.zero_stage <= 3; t.zero_stage += 2)
         if (t.zero_stage > s->zero_stage && dry_run_suggest(cfg, s, &t, gpu_bytes)) return 1;

@@ -206,6 +206,13 @@ static inline size_t padded_unit(const GPTConfig *cfg, int zero_stage, int world
     return (size_t)ways * shard_chunk(size, ways);
 }
 
+// Elements of one unit's slot in ZeRO-3's gathered buffers (the BF16 copy, the FP8 weights, the FP32
+// gradients): the padded unit rounded up to 256 elements, so that every slot starts 256-byte aligned
+// whatever its element type (ways * chunk need not be a multiple of anything, and cuBLASLt needs 16 bytes).
+static inline size_t unit_slot_elements(const GPTConfig *cfg, int world_size, int unit) {
+    return (padded_unit(cfg, 3, world_size, unit) + 255) / 256 * 256;
+}
+
 // Where the weights and their gradients live, per ZeRO stage (P parameters, S = this rank's shard,
 // G = the global tensors padded, Lu = one layer padded, both to world_size * chunk):
 //   stage 0: FP32 master, gradients, moments and the BF16 copy of all P; gradients all-reduced.
@@ -215,12 +222,14 @@ static inline size_t padded_unit(const GPTConfig *cfg, int zero_stage, int world
 //   stage 3: master, moments and gradient shard S; the BF16 copy holds the global tensors and two layer
 //            slots (the layer in use and the next, gathered ahead on a second stream), the FP32
 //            gradients G + two layer slots (one reduce-scattered while the next is computed), the FP8
-//            W and W^T two layers of slots.
+//            W and W^T two layers of slots. G and Lu are unit_slot_elements here: the second and third
+//            slots start after the first, so their lengths are rounded for alignment.
 static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const PlanSettings *s) {
     size_t P = param_count(cfg), L = cfg->num_layers, f32 = 4, bf = 2;
     size_t S = shard_size(cfg, s->zero_stage, s->world_size);
-    size_t all = padded_unit(cfg, s->zero_stage, s->world_size, 0);
-    size_t layer = s->zero_stage == 3 ? padded_unit(cfg, 3, s->world_size, 1) : 0;
+    size_t all = s->zero_stage == 3 ? unit_slot_elements(cfg, s->world_size, 0)
+                                    : padded_unit(cfg, s->zero_stage, s->world_size, 0);
+    size_t layer = s->zero_stage == 3 ? unit_slot_elements(cfg, s->world_size, 1) : 0;
     int fp8 = s->dtype == DTYPE_FLOAT8;
     size_t fp8_weights = linear_weights_per_layer(cfg);
     switch (s->zero_stage) {

@@ -100,6 +100,8 @@ static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, con
 // ----------------------------------------------------------------------------
 // The model
 
+// Per-layer activations are kept for L layers, or with --recompute for one (slot 0): the backward then
+// recomputes each layer's forward from its input (residual3 of the layer before, kept for every layer).
 typedef struct {
     float *encoded;             // (B,T,C)
     float *ln1;                 // (L,B,T,C)
@@ -149,7 +151,8 @@ typedef struct {
 typedef struct {
     GPTConfig config;
     int dtype;
-    int B, T; // the micro-batch the buffers are sized for
+    int B, T;      // the micro-batch the buffers are sized for
+    int recompute; // 1: per-layer activations for one layer, recomputed in the backward
     size_t num_params;
     float *memory;         // the one allocation every buffer below is carved from
     float *params;         // FP32 master weights
@@ -288,19 +291,20 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->v = arena_take(arena, S);
     model->unit_reduced = model->ways == 1 ? NULL : arena_take(arena, largest_chunk(model));
     Activations *a = &model->acts;
+    size_t K = model->recompute ? 1 : L; // layers of per-layer activations kept
     a->encoded = arena_take(arena, BT * C);
-    a->ln1 = arena_take(arena, L * BT * C);
-    a->ln1_mean = arena_take(arena, L * BT);
-    a->ln1_rstd = arena_take(arena, L * BT);
-    a->qkv = arena_take(arena, L * BT * 3 * C);
-    a->atty = arena_take(arena, L * BT * C);
-    a->att = arena_take(arena, L * B * NH * T * T);
-    a->residual2 = arena_take(arena, L * BT * C);
-    a->ln2 = arena_take(arena, L * BT * C);
-    a->ln2_mean = arena_take(arena, L * BT);
-    a->ln2_rstd = arena_take(arena, L * BT);
-    a->fch = arena_take(arena, L * BT * 4 * C);
-    a->fch_gelu = arena_take(arena, L * BT * 4 * C);
+    a->ln1 = arena_take(arena, K * BT * C);
+    a->ln1_mean = arena_take(arena, K * BT);
+    a->ln1_rstd = arena_take(arena, K * BT);
+    a->qkv = arena_take(arena, K * BT * 3 * C);
+    a->atty = arena_take(arena, K * BT * C);
+    a->att = arena_take(arena, K * B * NH * T * T);
+    a->residual2 = arena_take(arena, K * BT * C);
+    a->ln2 = arena_take(arena, K * BT * C);
+    a->ln2_mean = arena_take(arena, K * BT);
+    a->ln2_rstd = arena_take(arena, K * BT);
+    a->fch = arena_take(arena, K * BT * 4 * C);
+    a->fch_gelu = arena_take(arena, K * BT * 4 * C);
     a->residual3 = arena_take(arena, L * BT * C);
     a->lnf = arena_take(arena, BT * C);
     a->lnf_mean = arena_take(arena, BT);
@@ -311,7 +315,7 @@ static void carve_buffers(GPT *model, Arena *arena) {
     a->proj_out = arena_take(arena, BT * C);
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
         a->input_q[lin] =
-            dtype == DTYPE_FLOAT8 ? arena_take(arena, L * BT * linear_in_features(cfg, lin)) : NULL;
+            dtype == DTYPE_FLOAT8 ? arena_take(arena, K * BT * linear_in_features(cfg, lin)) : NULL;
     Gradients *g = &model->dacts;
     g->dresidual = arena_take(arena, BT * C);
     g->dc = arena_take(arena, BT * C);
@@ -328,6 +332,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->B = B;
     model->T = T;
     model->num_params = param_count(cfg);
+    model->recompute = opts->recompute;
     model->dist = dist;
     model->zero_stage = opts->zero_stage;
     model->ways = shard_ways(opts->zero_stage, dist->world_size);
@@ -690,43 +695,79 @@ static float *param_ptr(float *params, const GPTConfig *cfg, int tensor, int lay
     return params + param_offset(cfg, tensor, layer);
 }
 
+// The activations of layer l: its slot of the per-layer buffers (slot 0 with --recompute), its input
+// and output on the residual stream.
+typedef struct {
+    const float *residual; // (N,C) the layer's input: encoded or residual3 of the layer before
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fch_gelu;
+    float *residual3;                  // (N,C) the layer's output
+    float *input_q[NUM_BLOCK_LINEARS]; // float8: the quantized inputs of its linears
+} LayerActs;
+
+static LayerActs layer_acts(GPT *model, int l) {
+    const GPTConfig *cfg = &model->config;
+    Activations *a = &model->acts;
+    size_t N = (size_t)model->B * model->T, NC = N * cfg->channels, k = model->recompute ? 0 : (size_t)l;
+    LayerActs la;
+    la.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
+    la.ln1 = a->ln1 + k * NC;
+    la.ln1_mean = a->ln1_mean + k * N;
+    la.ln1_rstd = a->ln1_rstd + k * N;
+    la.qkv = a->qkv + k * NC * 3;
+    la.atty = a->atty + k * NC;
+    la.att = a->att + k * (size_t)model->B * cfg->num_heads * model->T * model->T;
+    la.residual2 = a->residual2 + k * NC;
+    la.ln2 = a->ln2 + k * NC;
+    la.ln2_mean = a->ln2_mean + k * N;
+    la.ln2_rstd = a->ln2_rstd + k * N;
+    la.fch = a->fch + k * NC * 4;
+    la.fch_gelu = a->fch_gelu + k * NC * 4;
+    la.residual3 = a->residual3 + l * NC;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        la.input_q[lin] =
+            model->dtype == DTYPE_FLOAT8 ? a->input_q[lin] + k * N * linear_in_features(cfg, lin) : NULL;
+    return la;
+}
+
+// Block l: residual2 = residual + attproj(attention(qkv(ln1(residual)))), residual3 = residual2 +
+// fcproj(gelu(fc(ln2(residual2)))), all (B,T,C). record_amax: as gpt_forward.
+static void block_forward(GPT *model, int l, int record_amax) {
+    const GPTConfig *cfg = &model->config;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T, dtype = model->dtype;
+    size_t NC = (size_t)N * C;
+    float *w = model->params_compute, *proj_out = model->acts.proj_out;
+    LayerActs la = layer_acts(model, l);
+    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, param_ptr(w, cfg, PT_LN1W, l),
+                      param_ptr(w, cfg, PT_LN1B, l), N, C);
+    round_to_storage(la.ln1, NC, dtype);
+    linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax);
+    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
+    round_to_storage(la.atty, NC, dtype);
+    linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax);
+    residual_forward(la.residual2, la.residual, proj_out, NC, dtype);
+    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, param_ptr(w, cfg, PT_LN2W, l),
+                      param_ptr(w, cfg, PT_LN2B, l), N, C);
+    round_to_storage(la.ln2, NC, dtype);
+    linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax);
+    gelu_forward(la.fch_gelu, la.fch, NC * 4);
+    round_to_storage(la.fch_gelu, NC * 4, dtype);
+    linear_forward(model, l, LIN_FCPROJ, proj_out, la.fch_gelu, la.input_q[LIN_FCPROJ], N, record_amax);
+    residual_forward(la.residual3, la.residual2, proj_out, NC, dtype);
+}
+
 // Forward over inputs (B,T); with targets, the mean loss. record_amax: whether the FP8 casts of
 // this forward feed the delayed-scaling histories (training yes, evaluation no).
 static void gpt_forward(GPT *model, const int *inputs, const int *targets, int record_amax) {
     const GPTConfig *cfg = &model->config;
-    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
+    int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers;
     int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T, dtype = model->dtype;
     size_t NC = (size_t)N * C;
     Activations *a = &model->acts;
     float *w = model->params_compute;
     encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0), param_ptr(w, cfg, PT_WPE, 0), B, T, C);
     round_to_storage(a->encoded, NC, dtype);
-    for (int l = 0; l < L; l++) {
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
-        float *ln1 = a->ln1 + l * NC, *qkv = a->qkv + l * NC * 3, *atty = a->atty + l * NC;
-        float *residual2 = a->residual2 + l * NC, *ln2 = a->ln2 + l * NC;
-        float *fch = a->fch + l * NC * 4, *fch_gelu = a->fch_gelu + l * NC * 4;
-        float *q_in[NUM_BLOCK_LINEARS] = {NULL, NULL, NULL, NULL};
-        if (dtype == DTYPE_FLOAT8)
-            for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
-                q_in[lin] = a->input_q[lin] + (size_t)l * N * linear_in_features(cfg, lin);
-        layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, residual,
-                          param_ptr(w, cfg, PT_LN1W, l), param_ptr(w, cfg, PT_LN1B, l), N, C);
-        round_to_storage(ln1, NC, dtype);
-        linear_forward(model, l, LIN_QKV, qkv, ln1, q_in[LIN_QKV], N, record_amax);
-        attention_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, B, T, C, NH);
-        round_to_storage(atty, NC, dtype);
-        linear_forward(model, l, LIN_ATTPROJ, a->proj_out, atty, q_in[LIN_ATTPROJ], N, record_amax);
-        residual_forward(residual2, residual, a->proj_out, NC, dtype);
-        layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, residual2,
-                          param_ptr(w, cfg, PT_LN2W, l), param_ptr(w, cfg, PT_LN2B, l), N, C);
-        round_to_storage(ln2, NC, dtype);
-        linear_forward(model, l, LIN_FC, fch, ln2, q_in[LIN_FC], N, record_amax);
-        gelu_forward(fch_gelu, fch, NC * 4);
-        round_to_storage(fch_gelu, NC * 4, dtype);
-        linear_forward(model, l, LIN_FCPROJ, a->proj_out, fch_gelu, q_in[LIN_FCPROJ], N, record_amax);
-        residual_forward(a->residual3 + l * NC, residual2, a->proj_out, NC, dtype);
-    }
+    for (int l = 0; l < L; l++) block_forward(model, l, record_amax);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC,
                       param_ptr(w, cfg, PT_LNFW, 0), param_ptr(w, cfg, PT_LNFB, 0), N, C);
     round_to_storage(a->lnf, NC, dtype);
@@ -740,11 +781,38 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
     model->mean_loss = (float)(sum / N);
 }
 
+// Backward of block l, given the gradient of its output in dresidual (replaced by that of its input).
+// With --recompute the block's forward runs again first, with this step's scales and no amax recording,
+// so it reproduces the saved activations exactly.
+static void block_backward(GPT *model, int l) {
+    const GPTConfig *cfg = &model->config;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T, dtype = model->dtype;
+    size_t NC = (size_t)N * C;
+    Gradients *g = &model->dacts;
+    float *w = model->params_compute, *dw = model->grads;
+    if (model->recompute) block_forward(model, l, 0);
+    LayerActs la = layer_acts(model, l);
+    linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N);
+    gelu_backward(g->dfch, la.fch, NC * 4);
+    round_to_storage(g->dfch, NC * 4, dtype);
+    linear_backward(model, l, LIN_FC, g->dc, g->dfch, la.ln2, la.input_q[LIN_FC], N);
+    layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN2W, l), param_ptr(dw, cfg, PT_LN2B, l), g->dc,
+                       la.residual2, param_ptr(w, cfg, PT_LN2W, l), la.ln2_mean, la.ln2_rstd, N, C);
+    round_to_storage(g->dresidual, NC, dtype);
+    linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N);
+    attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH);
+    round_to_storage(g->dqkv, NC * 3, dtype);
+    linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N);
+    layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN1W, l), param_ptr(dw, cfg, PT_LN1B, l), g->dc,
+                       la.residual, param_ptr(w, cfg, PT_LN1W, l), la.ln1_mean, la.ln1_rstd, N, C);
+    round_to_storage(g->dresidual, NC, dtype);
+}
+
 // Backward of the last forward; gradients accumulate into model->grads, the loss gradient scaled by
-// dloss (1 / (B*T*micro-steps) for the mean over an optimizer step).
+// dloss (1 / (B*T*micro-steps*processes) for the mean over an optimizer step).
 static void gpt_backward(GPT *model, const int *inputs, const int *targets, float dloss) {
     const GPTConfig *cfg = &model->config;
-    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers;
+    int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers;
     int Vp = cfg->padded_vocab_size, N = B * T, dtype = model->dtype;
     size_t NC = (size_t)N * C;
     Activations *a = &model->acts;
@@ -761,31 +829,7 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
                        N, C);
     round_to_storage(g->dresidual, NC, dtype);
     for (int l = L - 1; l >= 0; l--) {
-        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
-        const float *q_in[NUM_BLOCK_LINEARS] = {NULL, NULL, NULL, NULL};
-        if (dtype == DTYPE_FLOAT8)
-            for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
-                q_in[lin] = a->input_q[lin] + (size_t)l * N * linear_in_features(cfg, lin);
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, a->fch_gelu + l * NC * 4,
-                        q_in[LIN_FCPROJ], N);
-        gelu_backward(g->dfch, a->fch + l * NC * 4, NC * 4);
-        round_to_storage(g->dfch, NC * 4, dtype);
-        linear_backward(model, l, LIN_FC, g->dc, g->dfch, a->ln2 + l * NC, q_in[LIN_FC], N);
-        layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN2W, l), param_ptr(dw, cfg, PT_LN2B, l),
-                           g->dc, a->residual2 + l * NC, param_ptr(w, cfg, PT_LN2W, l), a->ln2_mean + l * N,
-                           a->ln2_rstd + l * N, N, C);
-        round_to_storage(g->dresidual, NC, dtype);
-        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, a->atty + l * NC, q_in[LIN_ATTPROJ], N);
-        attention_backward(g->dqkv, g->att_row, g->dc, a->qkv + l * NC * 3,
-                           a->att + (size_t)l * B * NH * T * T, B, T, C, NH);
-        round_to_storage(g->dqkv, NC * 3, dtype);
-        linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, a->ln1 + l * NC, q_in[LIN_QKV], N);
-        layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN1W, l), param_ptr(dw, cfg, PT_LN1B, l),
-                           g->dc, residual, param_ptr(w, cfg, PT_LN1W, l), a->ln1_mean + l * N,
-                           a->ln1_rstd + l * N, N, C);
-        round_to_storage(g->dresidual, NC, dtype);
+        block_backward(model, l);
         unit_gradients_done(model, 1 + l);
     }
     encoder_backward(param_ptr(dw, cfg, PT_WTE, 0), param_ptr(dw, cfg, PT_WPE, 0), g->dresidual, inputs, B, T,

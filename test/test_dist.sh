@@ -9,6 +9,7 @@
 #   units, so the shards are padded);
 #   gradient accumulation: 2 processes x 2 micro-steps of B=1 (float32 ZeRO-3, which reduce-scatters
 #   every micro-step) against one process with B=4;
+#   --recompute 1 with ZeRO-3 bit-identical to the same run without it;
 #   negative control: one process with batch B only (half the global batch) must fail the comparison.
 # With 2 processes every cross-rank sum is x0 + x1, which IEEE addition makes order-independent, so
 # ZeRO 0, 1 and 3 must give bit-identical model files.
@@ -77,6 +78,11 @@ for dtype in float32 float8; do
         cmp -s "$(model "two_${dtype}_z0")" "$(model "two_${dtype}_z3")" || status=1
     result $status "2 processes: ZeRO 0, 1 and 3 bit-identical ($dtype)"
 done
+
+run two_float8_z3_recompute 2 --batch_size 2 --dtype float8 --zero_stage 3 --recompute 1
+status=0
+cmp -s "$(model two_float8_z3)" "$(model two_float8_z3_recompute)" || status=1
+result $status "2 processes, ZeRO-3, float8: --recompute 1 bit-identical"
 
 run four_float32_z1 4 --batch_size 1 --dtype float32 --zero_stage 1
 same four_float32_z1 one_float32_b4 float32 256 "4 processes x B=1 = 1 x B=4 (float32, ZeRO-1)"

@@ -5,6 +5,7 @@
 #   make test_cli          schedule, parameter layout, flags, presets, model and state files (no training)
 #   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
+#   make test_recompute    --recompute 1 is bit-identical to --recompute 0 in every dtype
 #   make test_bad_inputs   every bad input of test/bad_inputs.tsv gives one clean error line (also under ASan)
 # This fragment leaves the including Makefile's default goal as it was.
 _train_test_saved_goal := $(.DEFAULT_GOAL)
@@ -17,7 +18,7 @@ test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
 
-.PHONY: test_gradcheck test_cli test_train test_resume test_bad_inputs test_trainer
+.PHONY: test_gradcheck test_cli test_train test_resume test_recompute test_bad_inputs test_trainer
 test_gradcheck: test/build/test_gradcheck
 	./test/build/test_gradcheck
 
@@ -30,11 +31,14 @@ test_train: train_cpu test/test_train.sh
 test_resume: train_cpu test/test_resume.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_resume.sh
 
+test_recompute: train_cpu test/test_recompute.sh
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_recompute.sh
+
 test_bad_inputs: train_cpu test/build/train_cpu_asan test/test_bad_inputs.sh test/bad_inputs.tsv
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_bad_inputs.sh
 
 # all of the above
-test_trainer: test_gradcheck test_cli test_train test_resume test_bad_inputs
+test_trainer: test_gradcheck test_cli test_train test_resume test_recompute test_bad_inputs
 
 test_cpu: test_trainer
 
