@@ -31,7 +31,7 @@ ifneq ($(MPI_LINK),)
 endif
 
 HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h \
-           sampling.h health.h dist.h
+           sampling.h health.h dist.h memory_plan.h dry_run.h
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas
 all: train_cpu
@@ -57,6 +57,8 @@ include test/train_test.mk
 include test/export_test.mk
 include test/compare_test.mk
 include test/dist_test.mk
+include test/dry_run_test.mk
+include test/launch_test.mk
 
 test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 	mkdir -p test/build
@@ -98,7 +100,7 @@ test_fp8_stats: test/build/test_fp8_stats
 test_health: train_cpu
 	DATA="$(DATA)" bash test/test_health.sh
 
-test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_compare_debug_state test_fp8_stats \
+test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
           test_health test_export test_compare
 
 test: test_cpu
@@ -115,7 +117,7 @@ NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werr
 # nvcc takes MPI's -I, -L and -l flags as they are.
 CUDA_LIBS := -lcublasLt -lnccl -ldl $(MPI_LIBS)
 NVCC_FLAGS += $(MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX # the C API only: its C++ bindings do not build warning-free
-GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh memory_plan.h
+GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh gpu/nccl.cuh gpu/zero.cuh
 
 .PHONY: train test_gpu compile_gpu
 train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS)

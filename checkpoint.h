@@ -383,7 +383,7 @@ static inline void check_state_field(const char *path, const int64_t *h, int fie
 static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg,
                                    const StateBlock blocks[NUM_STATE_BLOCKS]) {
     FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOENT)
+    if (!f && errno == ENOENT && st->rank > 0) // rank 0 always writes one: then the file is just missing
         fail("%s: no state file for rank %d: the checkpoint was written by fewer processes (resume with the "
              "same number)",
              path, st->rank);

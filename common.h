@@ -11,14 +11,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+// The line is written with one call, so that the errors of several processes sharing a terminal or log
+// (mpirun) do not interleave mid-line.
 __attribute__((noreturn, format(printf, 1, 2))) static inline void fail(const char *fmt, ...) {
     fflush(stdout);
+    char line[2048] = "error: ";
+    size_t prefix = strlen(line);
     va_list args;
     va_start(args, fmt);
-    fputs("error: ", stderr);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
+    vsnprintf(line + prefix, sizeof(line) - prefix - 1, fmt, args);
     va_end(args);
+    strcat(line, "\n");
+    fputs(line, stderr);
+    fflush(stderr);
     exit(1);
 }
 

@@ -74,6 +74,14 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
              "rebuild)");
 #endif
     dist_from_env(d);
+    // srun without an MPI plugin starts every task as a lone process: each would train alone and all would
+    // write one output directory.
+    int slurm_tasks = dist_env_int("SLURM_STEP_NUM_TASKS");
+    if (d->world_size == 1 && slurm_tasks > 1)
+        fail(
+            "srun started %d tasks without MPI ranks: use srun --mpi=pmix (or pmi2), or set RANK, WORLD_SIZE "
+            "and LOCAL_RANK",
+            slurm_tasks);
 }
 
 // Non-zero ranks print nothing to stdout: one log for the whole run. Errors (stderr) still name their rank.

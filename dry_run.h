@@ -39,12 +39,6 @@ static inline int dry_run_fits(const GPTConfig *cfg, const PlanSettings *s, doub
     return (double)dry_run_needed_bytes(cfg, s) <= gpu_bytes;
 }
 
-// check_fp8_shapes' rules (memory_plan.h) as a predicate: a suggestion must not propose a shape that a
-// float8 run would refuse.
-static inline int dry_run_fp8_shapes_ok(const GPTConfig *cfg, int B, int T) {
-    return cfg->channels % 16 == 0 && (long)B * T % 16 == 0;
-}
-
 // A buffer's share of the allocation: its size rounded up to the next buffer's aligned offset, so that
 // the groups add up to plan.total exactly.
 static inline size_t dry_run_aligned_bytes(const MemoryPlan *plan, int i) {
@@ -267,7 +261,7 @@ static inline int dry_run_largest_batch(const GPTConfig *cfg, PlanSettings s, do
         else
             hi = mid - 1;
     }
-    while (lo > 0 && s.dtype == DTYPE_FLOAT8 && !dry_run_fp8_shapes_ok(cfg, lo, s.T)) lo--;
+    while (lo > 0 && s.dtype == DTYPE_FLOAT8 && !fp8_shapes_ok(cfg, lo, s.T)) lo--;
     return lo;
 }
 
@@ -315,7 +309,7 @@ static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSetting
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
     }
-    if (s->dtype == DTYPE_BFLOAT16 && dry_run_fp8_shapes_ok(cfg, s->B, s->T)) {
+    if (s->dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, s->B, s->T)) {
         t.dtype = DTYPE_FLOAT8;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
@@ -340,8 +334,7 @@ static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSetti
     PlanSettings t = *s;
     for (int step = 0; step < 3; step++) {
         if (step == 0) t.recompute = 1;
-        if (step == 1 && t.dtype == DTYPE_BFLOAT16 && dry_run_fp8_shapes_ok(cfg, t.B, t.T))
-            t.dtype = DTYPE_FLOAT8;
+        if (step == 1 && t.dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, t.B, t.T)) t.dtype = DTYPE_FLOAT8;
         int min_batch = dry_run_min_batch(t.dtype, t.T);
         if (step == 2 && min_batch < t.B) t.B = min_batch;
         int w = dry_run_smallest_world(cfg, t, s->world_size, gpu_bytes);

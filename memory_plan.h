@@ -308,11 +308,15 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
 // error names what to change. On Hopper and Ada, cuBLASLt's FP8 GEMMs need K-major operands whose
 // sizes and leading dimensions are multiples of 16 elements: every dimension here is a multiple of C
 // or of B*T.
+static inline int fp8_shapes_ok(const GPTConfig *cfg, int B, int T) {
+    return cfg->channels % 16 == 0 && (long)B * T % 16 == 0;
+}
+
 static inline void check_fp8_shapes(const GPTConfig *cfg, int B, int T) {
-    long N = (long)B * T, C = cfg->channels;
-    if (C % 16) fail("--channels: %ld is not a multiple of 16, which FP8 GEMMs need", C);
-    if (N % 16)
-        fail("--batch_size x --seq_len = %ld tokens is not a multiple of 16, which FP8 GEMMs need", N);
+    if (fp8_shapes_ok(cfg, B, T)) return;
+    if (cfg->channels % 16)
+        fail("--channels: %d is not a multiple of 16, which FP8 GEMMs need", cfg->channels);
+    fail("--batch_size x --seq_len = %ld tokens is not a multiple of 16, which FP8 GEMMs need", (long)B * T);
 }
 
 #endif // MEMORY_PLAN_H

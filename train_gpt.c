@@ -27,6 +27,7 @@
 #include "dataloader.h"
 #include "debug_state.h"
 #include "dist.h"
+#include "dry_run.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "health.h"
@@ -994,7 +995,6 @@ int main(int argc, char **argv) {
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
-    prepare_output_dir(opts.output_dir);
     GPTConfig cfg;
     float *init_params = NULL;
     if (*opts.init_from)
@@ -1002,6 +1002,12 @@ int main(int argc, char **argv) {
     else
         cfg = config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
+    if (opts.dry_run) { // the plan only: nothing is allocated, read or written
+        int status = dry_run_report(&opts, &cfg, B, T, opts.world_size ? opts.world_size : dist.world_size);
+        dist_finalize(&dist);
+        return status;
+    }
+    prepare_output_dir(opts.output_dir);
     int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
     if (*opts.debug_state && (accum_steps != 1 || opts.resume || world != 1))
         fail("--debug_state: needs a fresh run (no --resume) of one process without gradient accumulation");

@@ -8,7 +8,25 @@
 // for the weight gradient (half the bytes of the BF16 copy the bfloat16 path keeps), and the weight
 // casts keep W^T in FP8 for the data gradient. No host synchronisation inside a step: scales, the
 // NaN/Inf guard and the optimizer all run on the device; a micro-step and the update are each one
-// CUDA Graph launch when --cuda_graph 1.
+// CUDA Graph launch when --cuda_graph 1 (one process only).
+//
+// Several processes, one GPU each (dist.h: mpirun/srun, or torchrun-style RANK/WORLD_SIZE/LOCAL_RANK):
+// data parallel over NCCL (gpu/nccl.cuh), rank r reading rows r*B.. of the global batch, so N processes
+// with batch B train as one with batch N*B. Every rank takes the same decisions from the same numbers:
+// the loss and the gradient norm are reduced before the skip decision, and the FP8 amaxes measured in a
+// step (activations, gradients, weights) are max-reduced once per step in one all-reduce before the
+// scales are updated, so every rank scales alike (the current recipe's per-cast scale is each rank's own
+// exact amax of its own tensor: it is never reused, so it need not agree). --zero_stage (memory_plan.h
+// says where every buffer lives):
+//   0: all-reduce of the gradients after the last micro-step, AdamW on everything everywhere;
+//   1: reduce-scatter of the gradients into this rank's shard, AdamW on the shard, all-gather of the
+//      BF16 copy and, in float8, of the FP8 weights themselves (each rank casts its chunk with the exact
+//      scale of its weight, the max over ranks of the shard amaxes), then a local W^T;
+//   3: the parameters too: the global tensors are gathered after each update and kept, each layer is
+//      gathered (BF16 and FP8) just before use into one of two slots, the next one on a second stream
+//      while this one computes, and each layer's gradients are reduce-scattered into the shard while the
+//      backward goes on.
+// --recompute 1 keeps only each layer's input for the backward, which replays the layer's forward first.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -21,6 +39,8 @@
 #include "common.h"
 #include "dataloader.h"
 #include "debug_state.h"
+#include "dist.h"
+#include "dry_run.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "gpu/common.cuh"
@@ -28,6 +48,8 @@
 #include "gpu/fp8.cuh"
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
+#include "gpu/nccl.cuh"
+#include "gpu/zero.cuh"
 #include "memory_plan.h"
 #include "sampling.h"
 #include "train_log.h"
@@ -38,16 +60,27 @@
 typedef struct {
     GPTConfig config;
     int dtype, recipe, margin, B, T, accum_steps;
-    int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every layer are kept
+    int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every kept layer are kept
+    int fp8_weights;       // planned for float8: the FP8 copies of the weights exist
+    int zero_stage, recompute;
     size_t num_params;
+    // Several ranks (dist.h's ZeRO layout): this rank's chunks, and ZeRO-3's slots (memory_plan.h)
+    Comm comm;
+    ShardMap shards;
+    int num_units;
+    size_t shard_floats;            // master weights and moments: all P (ZeRO-0) or this rank's shard S
+    size_t global_slot, layer_slot; // ZeRO-3: elements of the global unit's region and of a layer slot
     MemoryPlan plan;
     char *memory; // the one allocation the plan carves
-    float *params, *grads, *m, *v;
+    float *params, *grads, *grad_shard, *m, *v;
     bf16 *params_bf16;
-    fp8 *weights_fp8, *weights_fp8_t; // (L, 12C^2) in linear order qkv, attproj, fc, fcproj; W and W^T
+    // ZeRO-0: (L, 12C^2) in linear order qkv, attproj, fc, fcproj; ZeRO-1: the parameter layout, padded;
+    // ZeRO-3: two slots of one layer's unit in parameter layout. W^T always in linear order (two layers
+    // with ZeRO-3).
+    fp8 *weights_fp8, *weights_fp8_t;
     bf16 *encoded, *residual2, *residual3, *qkv, *fch, *ln1, *atty, *ln2, *fch_gelu, *lnf, *logits;
     float *ln1_stats, *ln2_stats, *att_lse, *lnf_stats, *losses;
-    fp8 *inputs_fp8_t; // (L, 7C, N): each linear's input transposed, offsets as the weights' input widths
+    fp8 *inputs_fp8_t; // (kept layers, 7C, N): each linear's input transposed, offsets as its input width
     bf16 *dresidual, *dc, *dqkv, *dfch;
     float *att_delta, *reduce_scratch;
     fp8 *cast_fp8, *cast_fp8_t;
@@ -61,7 +94,12 @@ typedef struct {
     bf16 *sample_row_bf16;                         // (Vp) its device-format copy
     cudaEvent_t tokens_copied;
     GemmContext gemm;
-    cudaStream_t stream;
+    // Compute runs on `stream`; every NCCL call and ZeRO-3's gathers on `comm_stream`. Each wait below is
+    // on an event recorded earlier in the same function call, so no wait crosses the boundary of a CUDA
+    // Graph capture and none waits on an event last recorded inside one.
+    cudaStream_t stream, comm_stream;
+    cudaEvent_t forked, joined;
+    cudaEvent_t layer_gathered[2], layer_done[2], grads_free[2]; // ZeRO-3, per slot
     cudaGraphExec_t micro_graph, update_graph;
 } GPT;
 
@@ -81,30 +119,62 @@ static void copy_to_device(void *dst, const void *src, size_t bytes) {
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
+static void create_event(cudaEvent_t *event) {
+    cuda_check(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+}
+
+// This rank's place in dist.h's ZeRO layout, and ZeRO-3's slot sizes.
+static void gpt_shards(GPT *model, const GPTConfig *cfg, int zero_stage, const Comm *comm) {
+    model->comm = *comm;
+    model->zero_stage = zero_stage;
+    model->shards.cfg = *cfg;
+    model->shards.per_layer_units = zero_stage == 3;
+    model->shards.ways = shard_ways(zero_stage, comm->world_size);
+    model->shards.rank = zero_stage == 0 ? 0 : comm->rank;
+    shard_map_check(&model->shards, zero_stage, comm->world_size);
+    model->num_units = shard_num_units(cfg, zero_stage);
+    model->shard_floats = zero_stage == 0 ? model->num_params : shard_size(cfg, zero_stage, comm->world_size);
+    if (zero_stage == 3) {
+        model->global_slot = unit_slot_elements(cfg, comm->world_size, 0);
+        model->layer_slot = unit_slot_elements(cfg, comm->world_size, 1);
+    }
+}
+
+// Carves every buffer out of one allocation of the plan's size, and says how much device memory that
+// allocation really took (NCCL's and cuBLASLt's own buffers are outside the plan).
 static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
-                      int accum_steps) {
+                      int accum_steps, const Comm *comm) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->dtype = opts->dtype;
     model->recipe = opts->fp8_recipe;
     model->margin = opts->fp8_margin;
     model->keeps_gemm_inputs = opts->dtype == DTYPE_BFLOAT16;
+    model->fp8_weights = opts->dtype == DTYPE_FLOAT8;
+    model->recompute = opts->recompute;
     model->B = B;
     model->T = T;
     model->accum_steps = accum_steps;
     model->num_params = param_count(cfg);
-    PlanSettings settings = plan_settings_from_options(opts, B, T, 1);
+    gpt_shards(model, cfg, opts->zero_stage, comm);
+    PlanSettings settings = plan_settings_from_options(opts, B, T, comm->world_size);
     memory_plan_compute(&model->plan, cfg, &settings);
-    size_t free_bytes = 0, total_bytes = 0;
-    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (model->plan.total > free_bytes)
+    size_t free_before = 0, free_after = 0, total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
+    if (model->plan.total > free_before)
         fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
-             "--seq_len)",
-             model->plan.total / 1073741824.0, free_bytes / 1073741824.0);
+             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1)",
+             model->plan.total / 1073741824.0, free_before / 1073741824.0);
     cuda_check(cudaMalloc((void **)&model->memory, model->plan.total));
     cuda_check(cudaMemset(model->memory, 0, model->plan.total));
+    cuda_check(cudaMemGetInfo(&free_after, &total_bytes));
+    printf("memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
+           "minus after)\n",
+           model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
+           (free_before - free_after) / 1073741824.0);
     model->params = (float *)plan_ptr(model, BUF_PARAMS);
     model->grads = (float *)plan_ptr(model, BUF_GRADS);
+    model->grad_shard = (float *)plan_ptr(model, BUF_GRAD_SHARD);
     model->m = (float *)plan_ptr(model, BUF_ADAM_M);
     model->v = (float *)plan_ptr(model, BUF_ADAM_V);
     model->params_bf16 = (bf16 *)plan_ptr(model, BUF_PARAMS_BF16);
@@ -143,20 +213,52 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaMallocHost((void **)&model->step_params_host, sizeof(StepParams)));
     cuda_check(cudaMallocHost((void **)&model->step_results_host, sizeof(StepResults)));
     cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS]));
-    cuda_check(cudaEventCreateWithFlags(&model->tokens_copied, cudaEventDisableTiming));
+    create_event(&model->tokens_copied);
+    create_event(&model->forked);
+    create_event(&model->joined);
+    for (int slot = 0; slot < 2; slot++) {
+        create_event(&model->layer_gathered[slot]);
+        create_event(&model->layer_done[slot]);
+        create_event(&model->grads_free[slot]);
+    }
     model->sample_row = (float *)malloc_check(cfg->padded_vocab_size * sizeof(float), "sampling");
     model->sample_row_bf16 = (bf16 *)malloc_check(cfg->padded_vocab_size * sizeof(bf16), "sampling");
     cuda_check(cudaStreamCreate(&model->stream));
+    cuda_check(cudaStreamCreate(&model->comm_stream));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
     size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
     if (layernorm_backward_scratch_floats((int)N, cfg->channels) > scratch ||
         bias_backward_scratch_floats((int)N, 4 * cfg->channels) > scratch ||
-        global_norm_squared_scratch_floats(model->num_params) > scratch)
+        global_norm_squared_scratch_floats(model->shard_floats) > scratch)
         fail("memory_plan.h: reduce_scratch_floats is smaller than a kernel's scratch (a bug)");
 }
 
+// The communication stream continues after everything enqueued on the compute stream so far.
+static void comm_after_compute(GPT *model) {
+    cuda_check(cudaEventRecord(model->forked, model->stream));
+    cuda_check(cudaStreamWaitEvent(model->comm_stream, model->forked, 0));
+}
+
+// The compute stream continues after everything enqueued on the communication stream so far.
+static void compute_after_comm(GPT *model) {
+    cuda_check(cudaEventRecord(model->joined, model->comm_stream));
+    cuda_check(cudaStreamWaitEvent(model->stream, model->joined, 0));
+}
+
+// values (n <= 4 host doubles) = their sum over the ranks. Every rank calls it at the same point.
+static void sum_over_ranks(GPT *model, double *values, int n) {
+    if (!model->comm.comm) return;
+    double *device = model->step_results->host_values;
+    cuda_check(cudaMemcpyAsync(device, values, n * sizeof(double), cudaMemcpyHostToDevice, model->stream));
+    comm_after_compute(model);
+    comm_all_reduce(&model->comm, device, (size_t)n, ncclFloat64, ncclSum, model->comm_stream);
+    compute_after_comm(model);
+    cuda_check(cudaMemcpyAsync(values, device, n * sizeof(double), cudaMemcpyDeviceToHost, model->stream));
+    cuda_check(cudaStreamSynchronize(model->stream));
+}
+
 // ----------------------------------------------------------------------------
-// Weights: the BF16 copy and the FP8 casts follow every change of the master weights
+// Where the weights and their gradients are (memory_plan.h's plan_weight_buffers)
 
 static size_t linear_weight_offset_fp8(const GPTConfig *cfg, int layer, int linear) {
     size_t offset = (size_t)layer * linear_weights_per_layer(cfg);
@@ -165,7 +267,48 @@ static size_t linear_weight_offset_fp8(const GPTConfig *cfg, int layer, int line
     return offset;
 }
 
-// Exact amax of each FP32 master weight, its scale, and W, W^T in E4M3.
+// ZeRO-3 keeps layer l's unit in slot l % 2, after the global unit's region.
+static size_t layer_slot_offset(const GPT *model, int layer) {
+    return model->global_slot + (size_t)(layer % 2) * model->layer_slot;
+}
+
+// Offset of a tensor in the buffers laid out as the parameter vector (the BF16 copy, the FP32
+// gradients): the vector itself, or with ZeRO-3 the global region and the layer's slot.
+static size_t param_position(const GPT *model, int tensor, int layer) {
+    const GPTConfig *cfg = &model->config;
+    size_t offset = param_offset(cfg, tensor, layer);
+    if (model->zero_stage != 3 || !param_is_per_layer(tensor)) return offset;
+    return layer_slot_offset(model, layer) + offset - param_offset(cfg, PT_LN1W, layer);
+}
+
+static const bf16 *weight_bf16(GPT *model, int tensor, int layer) {
+    return model->params_bf16 + param_position(model, tensor, layer);
+}
+
+static float *grad_of(GPT *model, int tensor, int layer) {
+    return model->grads + param_position(model, tensor, layer);
+}
+
+// W (OC, IC) of a linear in E4M3: linear order (ZeRO-0), parameter layout (ZeRO-1), a layer slot (ZeRO-3).
+static fp8 *weight_fp8(GPT *model, int layer, int linear) {
+    const GPTConfig *cfg = &model->config;
+    int tensor = linear_weight_tensor(linear);
+    if (model->zero_stage == 0) return model->weights_fp8 + linear_weight_offset_fp8(cfg, layer, linear);
+    if (model->zero_stage == 1) return model->weights_fp8 + param_offset(cfg, tensor, layer);
+    return model->weights_fp8 + param_position(model, tensor, layer) - model->global_slot;
+}
+
+// W^T (IC, OC), linear order (ZeRO-3: of the layer's slot).
+static fp8 *weight_fp8_t(GPT *model, int layer, int linear) {
+    int stored = model->zero_stage == 3 ? layer % 2 : layer;
+    return model->weights_fp8_t + linear_weight_offset_fp8(&model->config, stored, linear);
+}
+
+// ----------------------------------------------------------------------------
+// Weights: the BF16 copy and the FP8 casts follow every change of the master weights
+
+// ZeRO-0: exact amax of each FP32 master weight, its scale, and W, W^T in E4M3. Every rank holds the same
+// weights, so rank 0 alone counts their saturated and flushed values (the counters are summed over ranks).
 static void cast_weights(GPT *model) {
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->fp8;
@@ -174,24 +317,153 @@ static void cast_weights(GPT *model) {
             int w = l * NUM_BLOCK_LINEARS + lin, OC = linear_out_features(cfg, lin),
                 IC = linear_in_features(cfg, lin);
             const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
-            size_t offset = linear_weight_offset_fp8(cfg, l, lin);
             measure_scale<float>(&s->weight_amax[w], &s->weight_scale[w], &s->weight_descale[w], master,
                                  (size_t)OC * IC, FP8_E4M3, model->margin, model->stream);
-            cast_transpose<float>(model->weights_fp8 + offset, model->weights_fp8_t + offset, NULL,
-                                  &s->counts[2 * (s->num_tensors + w)], master, OC, IC, &s->weight_scale[w],
-                                  FP8_E4M3, model->stream);
+            unsigned long long *counts = model->comm.rank == 0 ? &s->counts[2 * (s->num_tensors + w)] : NULL;
+            cast_transpose<float>(weight_fp8(model, l, lin), weight_fp8_t(model, l, lin), NULL, counts,
+                                  master, OC, IC, &s->weight_scale[w], FP8_E4M3, model->stream);
         }
     }
 }
 
-static void refresh_compute_weights(GPT *model) {
-    to_bf16_kernel<<<1024, 256, 0, model->stream>>>(model->params_bf16, model->params, model->num_params);
+// ZeRO-1/3: every linear weight's amax over this rank's shard, one kernel; reduce_fp8_amaxes then takes
+// the max over the ranks, the exact amax.
+static void measure_shard_weight_amaxes(GPT *model) {
+    Fp8DeviceState *s = &model->fp8;
+    cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->stream));
+    dim3 grid(shard_weight_amax_blocks(&model->config, model->shards.ways), s->num_weights);
+    shard_weight_amax_kernel<<<grid, 256, 0, model->stream>>>(s->weight_amax, model->params, model->shards);
     cuda_check_launch();
-    if (model->dtype == DTYPE_FLOAT8) cast_weights(model);
 }
 
-static const bf16 *weight_bf16(GPT *model, int tensor, int layer) {
-    return model->params_bf16 + param_offset(&model->config, tensor, layer);
+// The step's measured amaxes (amax_current and weight_amax, adjacent), max over the ranks: one all-reduce.
+static void reduce_fp8_amaxes(GPT *model) {
+    if (!model->comm.comm) return;
+    comm_after_compute(model);
+    comm_all_reduce(&model->comm, model->fp8.amax_current,
+                    (size_t)model->fp8.num_tensors + model->fp8.num_weights, ncclFloat32, ncclMax,
+                    model->comm_stream);
+    compute_after_comm(model);
+}
+
+// This rank's chunk of unit `unit` in E4M3 (linear weights; the rest 0) at out, on `stream`.
+static void cast_shard_chunk(GPT *model, int unit, fp8 *out, unsigned long long *counts,
+                             cudaStream_t stream) {
+    ShardUnit u = shard_map_unit(&model->shards, unit);
+    shard_weight_cast_kernel<<<elementwise_blocks(u.chunk), 256, 0, stream>>>(
+        out, counts, model->params, model->shards, unit, model->fp8.weight_scale, model->fp8.num_tensors);
+    cuda_check_launch();
+}
+
+// W^T of every linear of layer `layer` from its gathered W.
+static void transpose_layer_weights(GPT *model, int layer, cudaStream_t stream) {
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        transpose_bytes(weight_fp8_t(model, layer, lin), weight_fp8(model, layer, lin),
+                        linear_out_features(&model->config, lin), linear_in_features(&model->config, lin),
+                        stream);
+}
+
+// ZeRO-3, on the communication stream: the global unit's BF16 copy, gathered in place.
+static void gather_global(GPT *model) {
+    ShardUnit u = shard_map_unit(&model->shards, 0);
+    to_bf16_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
+        model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params + u.shard, u.chunk);
+    cuda_check_launch();
+    comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+                    model->comm_stream);
+}
+
+// ZeRO-3, on the communication stream: layer `layer` into slot layer % 2, its BF16 copy and (float8) its
+// FP8 weights with this update's scales, both gathered in place in one NCCL group, then W^T. The caller
+// orders it after the last use of the slot.
+static void gather_layer(GPT *model, int layer) {
+    ShardUnit u = shard_map_unit(&model->shards, 1 + layer);
+    size_t mine = (size_t)model->shards.rank * u.chunk;
+    bf16 *copy = model->params_bf16 + layer_slot_offset(model, layer);
+    fp8 *weights = model->fp8_weights ? model->weights_fp8 + (size_t)(layer % 2) * model->layer_slot : NULL;
+    to_bf16_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
+        copy + mine, model->params + u.shard, u.chunk);
+    cuda_check_launch();
+    if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->comm_stream);
+    comm_group_start(&model->comm);
+    comm_all_gather(&model->comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
+    if (weights) comm_all_gather(&model->comm, weights, u.chunk, ncclUint8, 1, model->comm_stream);
+    comm_group_end(&model->comm);
+    if (weights) transpose_layer_weights(model, layer, model->comm_stream);
+}
+
+// ZeRO-1: the BF16 copy (this rank's chunk already written) and the FP8 weights in parameter layout, each
+// rank casting its chunk, both all-gathered in place; then W^T locally.
+static void publish_zero1(GPT *model) {
+    ShardUnit u = shard_map_unit(&model->shards, 0);
+    if (model->fp8_weights)
+        cast_shard_chunk(model, 0, model->weights_fp8 + (size_t)model->shards.rank * u.chunk,
+                         model->fp8.counts, model->stream);
+    if (model->comm.comm) {
+        comm_after_compute(model);
+        comm_group_start(&model->comm);
+        comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+                        model->comm_stream);
+        if (model->fp8_weights)
+            comm_all_gather(&model->comm, model->weights_fp8, u.chunk, ncclUint8, 1, model->comm_stream);
+        comm_group_end(&model->comm);
+        compute_after_comm(model);
+    }
+    if (model->fp8_weights)
+        for (int l = 0; l < model->config.num_layers; l++) transpose_layer_weights(model, l, model->stream);
+}
+
+// ZeRO-3: between passes slot s holds layer s (s < 2): the update gathers the global unit and layers 0 and
+// 1; gpt_forward leaves layers L-2 and L-1, which gpt_backward starts with and ends with 0 and 1 again.
+// Weight telemetry: the casts happen at every gather, so the shard's saturated and flushed values are
+// counted here, once per update.
+static void publish_zero3(GPT *model) {
+    if (model->fp8_weights)
+        for (int l = 0; l < model->config.num_layers; l++)
+            cast_shard_chunk(model, 1 + l, NULL, model->fp8.counts, model->stream);
+    comm_after_compute(model);
+    gather_global(model);
+    gather_layer(model, 0);
+    if (model->config.num_layers > 1) gather_layer(model, 1);
+    compute_after_comm(model);
+}
+
+// The compute copies of the weights after the master changed (this rank's BF16 chunk already written):
+// the FP8 weights with each weight's exact amax, the BF16 copy everywhere it is needed. With end_step also
+// the step's end of FP8 scaling: the amaxes max-reduced over ranks, histories and scales updated.
+static void publish_weights(GPT *model, int end_step) {
+    Fp8DeviceState *s = &model->fp8;
+    cudaStream_t stream = model->stream;
+    if (model->fp8_weights) {
+        if (model->zero_stage == 0)
+            cast_weights(model);
+        else
+            measure_shard_weight_amaxes(model);
+        reduce_fp8_amaxes(model);
+        if (model->zero_stage != 0) {
+            scale_from_amax_kernel<<<ceil_div(s->num_weights, 128), 128, 0, stream>>>(
+                s->weight_scale, s->weight_descale, s->weight_amax, s->num_weights, FP8_E4M3, model->margin);
+            cuda_check_launch();
+        }
+        if (end_step) {
+            fp8_end_step_kernel<<<ceil_div(s->num_tensors, 128), 128, 0, stream>>>(
+                *s, model->recipe == FP8_RECIPE_DELAYED, model->step_params, model->step_results);
+            cuda_check_launch();
+        }
+    }
+    if (model->zero_stage == 1) publish_zero1(model);
+    if (model->zero_stage == 3) publish_zero3(model);
+}
+
+// At start-up: this rank's BF16 chunk from the master (AdamW writes it afterwards), then publish.
+static void refresh_compute_weights(GPT *model) {
+    if (model->zero_stage != 3) {
+        ShardUnit u = shard_map_unit(&model->shards, 0);
+        to_bf16_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->stream>>>(
+            model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params, u.chunk);
+        cuda_check_launch();
+    }
+    publish_weights(model, 0);
 }
 
 // ----------------------------------------------------------------------------
@@ -221,12 +493,17 @@ static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, f
                          model->stream);
 }
 
+// Layers whose activations are kept: all, or with --recompute only the one being recomputed (index 0).
+static int kept_layer(const GPT *model, int layer) {
+    return model->recompute ? 0 : layer;
+}
+
 static fp8 *saved_input_t(GPT *model, int layer, int linear) {
     const GPTConfig *cfg = &model->config;
     size_t N = (size_t)model->B * model->T, C = cfg->channels;
     // in units of C: qkv (C wide), attproj (C), fc (C), fcproj (4C)
     static const int column_offset[NUM_BLOCK_LINEARS] = {0, 1, 2, 3};
-    return model->inputs_fp8_t + ((size_t)layer * 7 + column_offset[linear]) * C * N;
+    return model->inputs_fp8_t + ((size_t)kept_layer(model, layer) * 7 + column_offset[linear]) * C * N;
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias
@@ -239,15 +516,23 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
         int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
         fp8_cast(model, index, inp, N, IC, model->cast_fp8, saved_input_t(model, layer, linear), record_amax,
                  FP8_E4M3);
-        const fp8 *weight = model->weights_fp8 + linear_weight_offset_fp8(cfg, layer, linear);
         gemm(&model->gemm, out, CUDA_R_16BF,
              fp8_operand(model->cast_fp8, FP8_E4M3, &model->fp8.descale[index]), 0,
-             fp8_operand(weight, FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, OC, IC, bias, 0, 1,
-             model->stream);
+             fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, OC,
+             IC, bias, 0, 1, model->stream);
     } else {
         gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
     }
+}
+
+// What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
+// transpose the forward's cast saves (same scale, same bits); bfloat16 keeps inp itself.
+static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp) {
+    if (model->dtype != DTYPE_FLOAT8) return;
+    int N = model->B * model->T, IC = linear_in_features(&model->config, linear);
+    fp8_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, NULL, saved_input_t(model, layer, linear),
+             0, FP8_E4M3);
 }
 
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias += column sums of dout
@@ -256,20 +541,19 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
-    float *dweight = model->grads + param_offset(cfg, weight_tensor, layer);
-    float *dbias = model->grads + param_offset(cfg, weight_tensor + 1, layer);
+    float *dweight = grad_of(model, weight_tensor, layer);
+    float *dbias = grad_of(model, weight_tensor + 1, layer);
     bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
     if (model->dtype == DTYPE_FLOAT8) {
         int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
         int input_index = fp8_tensor_index(layer, linear, 0);
         fp8_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_fp8_t, 1, FP8_E5M2);
-        const fp8 *weight_t = model->weights_fp8_t + linear_weight_offset_fp8(cfg, layer, linear);
         GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &model->fp8.descale[index]);
         GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &model->fp8.descale[index]);
         // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
         gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
-             fp8_operand(weight_t, FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, IC, OC, NULL, 0, 0,
-             model->stream);
+             fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &model->fp8.weight_descale[w]), 1, N,
+             IC, OC, NULL, 0, 0, model->stream);
         // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
         gemm(&model->gemm, dweight, CUDA_R_32F, dout_q_t, 0,
              fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &model->fp8.descale[input_index]), 1,
@@ -285,41 +569,95 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
 // ----------------------------------------------------------------------------
 // Forward and backward of the whole model, on the tokens in model->tokens
 
-// The per-layer buffers the bfloat16 path keeps; the float8 path reuses one layer's worth, its backward
-// reads the FP8 transposes instead.
-static bf16 *gemm_input(GPT *model, bf16 *base, int layer, size_t per_layer) {
-    return model->keeps_gemm_inputs ? base + layer * per_layer : base;
+// One layer's activations. Kept per layer (or, with --recompute, one layer's worth); the GEMM inputs
+// ln1, atty, ln2, fch_gelu only by the bfloat16 plan: float8 keeps their FP8 transposes instead and uses
+// one layer of them as scratch.
+typedef struct {
+    bf16 *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu;
+    float *ln1_stats, *ln2_stats, *att_lse;
+} LayerActs;
+
+static LayerActs layer_acts(GPT *model, int layer) {
+    size_t N = (size_t)model->B * model->T, NC = N * model->config.channels, NH = model->config.num_heads;
+    size_t k = (size_t)kept_layer(model, layer), g = model->keeps_gemm_inputs ? k : 0;
+    LayerActs a;
+    a.ln1 = model->ln1 + g * NC;
+    a.atty = model->atty + g * NC;
+    a.ln2 = model->ln2 + g * NC;
+    a.fch_gelu = model->fch_gelu + g * 4 * NC;
+    a.qkv = model->qkv + k * 3 * NC;
+    a.residual2 = model->residual2 + k * NC;
+    a.fch = model->fch + k * 4 * NC;
+    a.ln1_stats = model->ln1_stats + k * 2 * N;
+    a.ln2_stats = model->ln2_stats + k * 2 * N;
+    a.att_lse = model->att_lse + k * N * NH;
+    return a;
+}
+
+// The input of layer l: the embeddings, or the previous layer's output (kept for every layer).
+static const bf16 *layer_input(GPT *model, int layer) {
+    size_t NC = (size_t)model->B * model->T * model->config.channels;
+    return layer == 0 ? model->encoded : model->residual3 + (layer - 1) * NC;
+}
+
+// residual3[l] = layer l of the input. recomputing (the backward's replay, --recompute 1): the same
+// kernels on the same input, weights and scales, so the same bits, without recording amaxes; it stops
+// once the backward has what it needs (fcproj's input), leaving residual3[l], which is kept, alone.
+static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
+    const GPTConfig *cfg = &model->config;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
+    size_t NC = (size_t)N * C;
+    cudaStream_t stream = model->stream;
+    const bf16 *residual = layer_input(model, l);
+    LayerActs a = layer_acts(model, l);
+    layernorm_forward(a.ln1, a.ln1_stats, a.ln1_stats + N, residual, weight_bf16(model, PT_LN1W, l),
+                      weight_bf16(model, PT_LN1B, l), N, C, stream);
+    linear_forward(model, l, LIN_QKV, a.qkv, a.ln1, record_amax);
+    attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
+    linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, record_amax); // dc: scratch in the forward
+    residual_forward(a.residual2, residual, model->dc, NC, stream);
+    layernorm_forward(a.ln2, a.ln2_stats, a.ln2_stats + N, a.residual2, weight_bf16(model, PT_LN2W, l),
+                      weight_bf16(model, PT_LN2B, l), N, C, stream);
+    linear_forward(model, l, LIN_FC, a.fch, a.ln2, record_amax);
+    gelu_forward(a.fch_gelu, a.fch, 4 * NC, stream);
+    if (recomputing) {
+        save_linear_input(model, l, LIN_FCPROJ, a.fch_gelu);
+        return;
+    }
+    linear_forward(model, l, LIN_FCPROJ, model->dc, a.fch_gelu, record_amax);
+    residual_forward(model->residual3 + l * NC, a.residual2, model->dc, NC, stream);
+}
+
+// ZeRO-3: layer `layer` gathered into slot layer % 2 on the communication stream, once the compute stream
+// is done with the layer the slot held (its layer_done, recorded earlier in this pass).
+static void prefetch_layer(GPT *model, int layer) {
+    int slot = layer % 2;
+    cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[slot], 0));
+    gather_layer(model, layer);
+    cuda_check(cudaEventRecord(model->layer_gathered[slot], model->comm_stream));
+}
+
+static void wait_for_layer(GPT *model, int layer) {
+    cuda_check(cudaStreamWaitEvent(model->stream, model->layer_gathered[layer % 2], 0));
+}
+
+static void layer_finished(GPT *model, int layer) {
+    cuda_check(cudaEventRecord(model->layer_done[layer % 2], model->stream));
 }
 
 static void gpt_forward(GPT *model, int record_amax) {
     const GPTConfig *cfg = &model->config;
-    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, N = B * T;
+    int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers, N = B * T;
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
-    const int *inputs = model->tokens;
-    encoder_forward(model->encoded, inputs, weight_bf16(model, PT_WTE, 0), weight_bf16(model, PT_WPE, 0), B,
-                    T, C, stream);
+    int zero3 = model->zero_stage == 3;
+    encoder_forward(model->encoded, model->tokens, weight_bf16(model, PT_WTE, 0),
+                    weight_bf16(model, PT_WPE, 0), B, T, C, stream);
     for (int l = 0; l < L; l++) {
-        const bf16 *residual = l == 0 ? model->encoded : model->residual3 + (l - 1) * NC;
-        bf16 *ln1 = gemm_input(model, model->ln1, l, NC), *atty = gemm_input(model, model->atty, l, NC);
-        bf16 *ln2 = gemm_input(model, model->ln2, l, NC),
-             *fch_gelu = gemm_input(model, model->fch_gelu, l, 4 * NC);
-        bf16 *qkv = model->qkv + l * 3 * NC, *fch = model->fch + l * 4 * NC,
-             *residual2 = model->residual2 + l * NC;
-        float *ln1_stats = model->ln1_stats + (size_t)l * 2 * N,
-              *ln2_stats = model->ln2_stats + (size_t)l * 2 * N;
-        layernorm_forward(ln1, ln1_stats, ln1_stats + N, residual, weight_bf16(model, PT_LN1W, l),
-                          weight_bf16(model, PT_LN1B, l), N, C, stream);
-        linear_forward(model, l, LIN_QKV, qkv, ln1, record_amax);
-        attention_forward(atty, model->att_lse + (size_t)l * N * NH, qkv, B, T, C, NH, stream);
-        linear_forward(model, l, LIN_ATTPROJ, model->dc, atty, record_amax); // dc: scratch in the forward
-        residual_forward(residual2, residual, model->dc, NC, stream);
-        layernorm_forward(ln2, ln2_stats, ln2_stats + N, residual2, weight_bf16(model, PT_LN2W, l),
-                          weight_bf16(model, PT_LN2B, l), N, C, stream);
-        linear_forward(model, l, LIN_FC, fch, ln2, record_amax);
-        gelu_forward(fch_gelu, fch, 4 * NC, stream);
-        linear_forward(model, l, LIN_FCPROJ, model->dc, fch_gelu, record_amax);
-        residual_forward(model->residual3 + l * NC, residual2, model->dc, NC, stream);
+        if (zero3 && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
+        if (zero3 && l >= 2) wait_for_layer(model, l);
+        layer_forward(model, l, record_amax, 0);
+        if (zero3) layer_finished(model, l);
     }
     layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
                       weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
@@ -328,62 +666,119 @@ static void gpt_forward(GPT *model, int record_amax) {
          bf16_operand(weight_bf16(model, PT_WTE, 0)), 1, N, cfg->padded_vocab_size, C, NULL, 0, 0, stream);
 }
 
-// Losses of the last forward, and with write_dlogits the loss gradient in place of the logits.
+// A forward no backward follows (evaluation, sampling, the BF16 shadow check): with ZeRO-3 it puts
+// layers 0 and 1 back in their slots for the next pass.
+static void forward_only(GPT *model) {
+    gpt_forward(model, 0);
+    if (model->zero_stage != 3 || model->config.num_layers <= 2) return;
+    comm_after_compute(model);
+    gather_layer(model, 0);
+    gather_layer(model, 1);
+    compute_after_comm(model);
+}
+
+// Losses of the last forward, and with write_dlogits the loss gradient in place of the logits: the mean
+// over the tokens of all micro-batches of all ranks.
 static void gpt_loss(GPT *model, int write_dlogits, float *loss_sum) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T;
-    float dloss = 1.0f / ((float)N * model->accum_steps);
+    float dloss = 1.0f / ((float)N * model->accum_steps * model->comm.world_size);
     crossentropy_forward_backward(model->logits, model->losses, model->tokens + N, dloss, N, cfg->vocab_size,
                                   cfg->padded_vocab_size, write_dlogits, model->stream);
     accumulate_mean_kernel<<<1, 256, 0, model->stream>>>(loss_sum, model->losses, N);
     cuda_check_launch();
 }
 
-static void gpt_backward(GPT *model) {
+static void layer_backward(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
-    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, L = cfg->num_layers, N = B * T;
-    int Vp = cfg->padded_vocab_size;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
-    float *dw = model->grads;
+    LayerActs a = layer_acts(model, l);
+    linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu);
+    gelu_backward(model->dfch, a.fch, 4 * NC, stream);
+    linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2);
+    layernorm_backward(model->dresidual, grad_of(model, PT_LN2W, l), grad_of(model, PT_LN2B, l), model->dc,
+                       a.residual2, weight_bf16(model, PT_LN2W, l), a.ln2_stats, a.ln2_stats + N, N, C,
+                       model->reduce_scratch, stream);
+    linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty);
+    attention_backward(model->dqkv, model->att_delta, model->dc, a.qkv, a.att_lse, B, T, C, NH, stream);
+    linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1);
+    layernorm_backward(model->dresidual, grad_of(model, PT_LN1W, l), grad_of(model, PT_LN1B, l), model->dc,
+                       layer_input(model, l), weight_bf16(model, PT_LN1W, l), a.ln1_stats, a.ln1_stats + N, N,
+                       C, model->reduce_scratch, stream);
+}
+
+// ZeRO-3, before layer l's backward: gather layer l-1 ahead (layers L-1 and L-2 are still in their slots
+// from the forward), wait for layer l, and zero l's gradient slot once the reduce-scatter of the layer
+// that used it before (l+2) has read it.
+static void begin_layer_backward(GPT *model, int l) {
+    int L = model->config.num_layers;
+    if (l - 1 >= 0 && l - 1 <= L - 3) prefetch_layer(model, l - 1);
+    if (l <= L - 3) wait_for_layer(model, l);
+    if (l + 2 <= L - 1) cuda_check(cudaStreamWaitEvent(model->stream, model->grads_free[l % 2], 0));
+    ShardUnit u = shard_map_unit(&model->shards, 1 + l);
+    cuda_check(cudaMemsetAsync(model->grads + layer_slot_offset(model, l), 0,
+                               u.chunk * model->shards.ways * sizeof(float), model->stream));
+}
+
+// ZeRO-3, after layer l's backward: its gradient slot reduce-scattered in place and this rank's chunk added
+// into the gradient shard, on the communication stream while the next layer computes.
+static void end_layer_backward(GPT *model, int l) {
+    ShardUnit u = shard_map_unit(&model->shards, 1 + l);
+    float *slot = model->grads + layer_slot_offset(model, l);
+    layer_finished(model, l);
+    cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[l % 2], 0));
+    comm_reduce_scatter(&model->comm, slot, u.chunk, model->comm_stream);
+    add_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
+        model->grad_shard + u.shard, slot + (size_t)model->shards.rank * u.chunk, u.chunk);
+    cuda_check_launch();
+    cuda_check(cudaEventRecord(model->grads_free[l % 2], model->comm_stream));
+}
+
+// ZeRO-3, after the backward: the global unit's gradients (LM head, final LayerNorm, embeddings) likewise,
+// and the compute stream waits for every reduce-scatter of this micro-step.
+static void reduce_scatter_global(GPT *model) {
+    ShardUnit u = shard_map_unit(&model->shards, 0);
+    comm_after_compute(model);
+    comm_reduce_scatter(&model->comm, model->grads, u.chunk, model->comm_stream);
+    add_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
+        model->grad_shard + u.shard, model->grads + (size_t)model->shards.rank * u.chunk, u.chunk);
+    cuda_check_launch();
+    compute_after_comm(model);
+}
+
+static void gpt_backward(GPT *model) {
+    const GPTConfig *cfg = &model->config;
+    int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers, N = B * T;
+    int Vp = cfg->padded_vocab_size, zero3 = model->zero_stage == 3;
+    size_t NC = (size_t)N * C;
+    cudaStream_t stream = model->stream;
     const bf16 *dlogits = model->logits;
+    if (zero3) { // this micro-step's global gradients (the last ones were reduce-scattered and joined)
+        ShardUnit u = shard_map_unit(&model->shards, 0);
+        cuda_check(cudaMemsetAsync(model->grads, 0, u.chunk * model->shards.ways * sizeof(float), stream));
+    }
     gemm(&model->gemm, model->dc, CUDA_R_16BF, bf16_operand(dlogits), 0,
          bf16_operand(weight_bf16(model, PT_WTE, 0)), 0, N, C, Vp, NULL, 0, 0, stream);
-    gemm(&model->gemm, dw + param_offset(cfg, PT_WTE, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
+    gemm(&model->gemm, grad_of(model, PT_WTE, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
          bf16_operand(model->lnf), 0, Vp, C, N, NULL, 1, 0, stream);
     cuda_check(cudaMemsetAsync(model->dresidual, 0, NC * sizeof(bf16), stream));
-    layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LNFW, 0),
-                       dw + param_offset(cfg, PT_LNFB, 0), model->dc, model->residual3 + (L - 1) * NC,
-                       weight_bf16(model, PT_LNFW, 0), model->lnf_stats, model->lnf_stats + N, N, C,
-                       model->reduce_scratch, stream);
+    layernorm_backward(model->dresidual, grad_of(model, PT_LNFW, 0), grad_of(model, PT_LNFB, 0), model->dc,
+                       model->residual3 + (L - 1) * NC, weight_bf16(model, PT_LNFW, 0), model->lnf_stats,
+                       model->lnf_stats + N, N, C, model->reduce_scratch, stream);
     for (int l = L - 1; l >= 0; l--) {
-        const bf16 *residual = l == 0 ? model->encoded : model->residual3 + (l - 1) * NC;
-        const bf16 *ln1 = gemm_input(model, model->ln1, l, NC), *atty = gemm_input(model, model->atty, l, NC);
-        const bf16 *ln2 = gemm_input(model, model->ln2, l, NC);
-        const bf16 *fch_gelu = gemm_input(model, model->fch_gelu, l, 4 * NC);
-        const float *ln1_stats = model->ln1_stats + (size_t)l * 2 * N,
-                    *ln2_stats = model->ln2_stats + (size_t)l * 2 * N;
-        linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, fch_gelu);
-        gelu_backward(model->dfch, model->fch + l * 4 * NC, 4 * NC, stream);
-        linear_backward(model, l, LIN_FC, model->dc, model->dfch, ln2);
-        layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LN2W, l),
-                           dw + param_offset(cfg, PT_LN2B, l), model->dc, model->residual2 + l * NC,
-                           weight_bf16(model, PT_LN2W, l), ln2_stats, ln2_stats + N, N, C,
-                           model->reduce_scratch, stream);
-        linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, atty);
-        attention_backward(model->dqkv, model->att_delta, model->dc, model->qkv + l * 3 * NC,
-                           model->att_lse + (size_t)l * N * NH, B, T, C, NH, stream);
-        linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, ln1);
-        layernorm_backward(model->dresidual, dw + param_offset(cfg, PT_LN1W, l),
-                           dw + param_offset(cfg, PT_LN1B, l), model->dc, residual,
-                           weight_bf16(model, PT_LN1W, l), ln1_stats, ln1_stats + N, N, C,
-                           model->reduce_scratch, stream);
+        if (zero3) begin_layer_backward(model, l);
+        if (model->recompute && l < L - 1) layer_forward(model, l, 0, 1); // the forward left layer L-1's
+        layer_backward(model, l);
+        if (zero3) end_layer_backward(model, l);
     }
     const int *buckets = model->tokens + 2 * N;
     encoder_backward(
-        dw + param_offset(cfg, PT_WTE, 0), dw + param_offset(cfg, PT_WPE, 0), model->dresidual, model->tokens,
-        buckets, buckets + 2 * N, buckets + N, N, B, T, C, model->reduce_scratch,
+        grad_of(model, PT_WTE, 0), grad_of(model, PT_WPE, 0), model->dresidual, model->tokens, buckets,
+        buckets + 2 * N, buckets + N, N, B, T, C, model->reduce_scratch,
         stream); // N buckets: the unused ones are empty, so the launch does not depend on the batch
+    if (zero3) reduce_scatter_global(model);
 }
 
 // ----------------------------------------------------------------------------
@@ -410,27 +805,74 @@ static void micro_step(GPT *model) {
     gpt_backward(model);
 }
 
-// After the micro-steps: gradient norm, the skip decision, AdamW, the new weight casts and scales, and
-// zeroed gradients for the next step.
-static void update_step(GPT *model) {
-    cudaStream_t stream = model->stream;
-    inject_nan_kernel<<<1, 1, 0, stream>>>(model->grads, model->step_params);
-    cuda_check_launch();
-    global_norm_squared(&model->step_results->norm_squared, model->grads, model->num_params,
-                        model->reduce_scratch, stream);
-    step_decide_kernel<<<1, 1, 0, stream>>>(model->step_results, model->step_params);
-    cuda_check_launch();
-    adamw_kernel<<<1024, 256, 0, stream>>>(model->params, model->params_bf16, model->grads, model->m,
-                                           model->v, model->num_params, model->config, model->step_params,
-                                           model->step_results);
-    cuda_check_launch();
-    if (model->dtype == DTYPE_FLOAT8) {
-        cast_weights(model);
-        fp8_end_step_kernel<<<ceil_div(model->fp8.num_tensors, 128), 128, 0, stream>>>(
-            model->fp8, model->recipe == FP8_RECIPE_DELAYED, model->step_params, model->step_results);
+// The gradients summed over the ranks where the optimizer reads them: ZeRO-0 all of them on every rank,
+// ZeRO-1 this rank's chunk into the gradient shard (ZeRO-3 reduce-scattered them in the backward).
+static void reduce_gradients(GPT *model) {
+    if (model->zero_stage == 0 && model->comm.comm) {
+        comm_after_compute(model);
+        comm_all_reduce(&model->comm, model->grads, model->num_params, ncclFloat32, ncclSum,
+                        model->comm_stream);
+        compute_after_comm(model);
+    }
+    if (model->zero_stage == 1) {
+        ShardUnit u = shard_map_unit(&model->shards, 0);
+        if (model->comm.comm) {
+            comm_after_compute(model);
+            comm_reduce_scatter(&model->comm, model->grads, u.chunk, model->comm_stream);
+            compute_after_comm(model);
+        }
+        cuda_check(cudaMemcpyAsync(model->grad_shard, model->grads + (size_t)model->shards.rank * u.chunk,
+                                   u.chunk * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+    }
+}
+
+// AdamW over this rank's chunk of every unit, each launch told where its chunk starts in the parameter
+// vector (weight decay depends on the tensor). The BF16 copy is written here for ZeRO-0 and ZeRO-1 (into
+// this rank's chunk of the gathered buffer); ZeRO-3 converts at each gather.
+static void adamw_step(GPT *model, const float *grads) {
+    for (int unit = 0; unit < model->num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->shards, unit);
+        if (!u.owned) continue;
+        bf16 *copy = model->zero_stage == 0   ? model->params_bf16
+                     : model->zero_stage == 1 ? model->params_bf16 + (size_t)model->shards.rank * u.chunk
+                                              : NULL;
+        adamw_kernel<<<elementwise_blocks(u.owned), 256, 0, model->stream>>>(
+            model->params + u.shard, copy, grads + u.shard, model->m + u.shard, model->v + u.shard, u.owned,
+            shard_unit_begin(&model->shards, &u), model->config, model->step_params, model->step_results);
         cuda_check_launch();
     }
-    cuda_check(cudaMemsetAsync(model->grads, 0, model->num_params * sizeof(float), stream));
+}
+
+// After the micro-steps: gradients reduced, their norm, the skip decision (the same on every rank: the
+// loss and the squared norm are sums over the ranks), AdamW, the new weight casts and scales, and zeroed
+// gradients for the next step.
+static void update_step(GPT *model) {
+    cudaStream_t stream = model->stream;
+    float *grads = model->zero_stage == 0 ? model->grads : model->grad_shard;
+    reduce_gradients(model);
+    inject_nan_kernel<<<1, 1, 0, stream>>>(grads, model->step_params);
+    cuda_check_launch();
+    global_norm_squared(&model->step_results->norm_squared, grads, model->shard_floats, model->reduce_scratch,
+                        stream);
+    if (model->comm.comm) {
+        comm_after_compute(model);
+        comm_group_start(&model->comm);
+        comm_all_reduce(&model->comm, &model->step_results->loss_sum, 1, ncclFloat32, ncclSum,
+                        model->comm_stream);
+        if (model->zero_stage != 0)
+            comm_all_reduce(&model->comm, &model->step_results->norm_squared, 1, ncclFloat64, ncclSum,
+                            model->comm_stream);
+        comm_group_end(&model->comm);
+        compute_after_comm(model);
+    }
+    step_decide_kernel<<<1, 1, 0, stream>>>(model->step_results, model->step_params);
+    cuda_check_launch();
+    adamw_step(model, grads);
+    if (model->zero_stage == 3)
+        cuda_check(cudaMemsetAsync(model->grad_shard, 0, model->plan.bytes[BUF_GRAD_SHARD], stream));
+    else
+        cuda_check(cudaMemsetAsync(model->grads, 0, model->plan.bytes[BUF_GRADS], stream));
+    publish_weights(model, 1);
 }
 
 typedef void (*StepFunction)(GPT *model);
@@ -468,7 +910,7 @@ static void set_step_params(GPT *model, const TrainOptions *opts, int step, long
     p->grad_clip = opts->grad_clip;
     p->beta1_correction = 1.0f - powf(opts->beta1, (float)(updates_applied + 1));
     p->beta2_correction = 1.0f - powf(opts->beta2, (float)(updates_applied + 1));
-    p->inv_accum_steps = 1.0f / model->accum_steps;
+    p->inv_micro_batches = 1.0f / (float)(model->accum_steps * model->comm.world_size);
     p->fp8_margin = opts->fp8_margin;
     p->history_len = opts->amax_history;
     p->step = step;
@@ -482,80 +924,170 @@ static void read_step_results(GPT *model) {
     cuda_check(cudaStreamSynchronize(model->stream));
 }
 
+// The mean validation loss over num_batches batches of every rank (each reads its own rows).
 static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     dataloader_reset(loader);
     cuda_check(cudaMemsetAsync(&model->step_results->val_loss_sum, 0, sizeof(float), model->stream));
     for (int i = 0; i < num_batches; i++) {
         dataloader_next_batch(loader);
         upload_batch(model, loader->inputs, loader->targets);
-        gpt_forward(model, 0);
+        forward_only(model);
         gpt_loss(model, 0, &model->step_results->val_loss_sum);
     }
     read_step_results(model);
-    return model->step_results_host->val_loss_sum / num_batches;
+    double sum = model->step_results_host->val_loss_sum;
+    sum_over_ranks(model, &sum, 1);
+    return (float)(sum / model->comm.world_size / num_batches);
 }
 
-// sampling.h's view of the model: a forward over tokens, then one position's logits on the host.
+// sampling.h's view of the model: a forward over tokens, then one position's logits on the host. Every
+// rank runs it (ZeRO-3's forward gathers); the ranks hold the same weights and draw the same tokens.
 static const float *gpu_position_logits(void *model_ptr, const int *tokens, int position) {
     GPT *model = (GPT *)model_ptr;
     int Vp = model->config.padded_vocab_size;
     upload_batch(model, tokens, tokens);
-    gpt_forward(model, 0);
+    forward_only(model);
     copy_to_host(model->sample_row_bf16, model->logits + (size_t)position * Vp, Vp * sizeof(bf16));
     for (int v = 0; v < Vp; v++) model->sample_row[v] = __bfloat162float(model->sample_row_bf16[v]);
     return model->sample_row;
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints: the same files as train_cpu
+// Checkpoints: the same files as train_cpu. The model file holds the FP32 master, written by rank 0 unit
+// by unit as the ranks gather it; every rank writes its own state file (its moments); rank 0 moves
+// latest_checkpoint only after every rank's files are on disk.
 
-// The state file's arrays, staged on the host: moments and amax histories copied from the device, the
-// step guard's window where it lives (host).
+#define CHECKPOINT_PIECE ((size_t)1 << 24) // floats per host copy while writing the model file
+
+// This rank's master weights (its chunk of every unit; all of them with ZeRO-0), unit by unit, from a
+// model file or from the counter-based initialisation, which gives each element the value a single
+// process draws. Never the whole vector on one host with ZeRO-1/3.
+static void load_master(GPT *model, const char *path, uint64_t seed) {
+    size_t most = 1;
+    for (int unit = 0; unit < model->num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->shards, unit);
+        if (u.owned > most) most = u.owned;
+    }
+    float *host = (float *)malloc_check(most * sizeof(float), "parameters");
+    for (int unit = 0; unit < model->num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->shards, unit);
+        if (!u.owned) continue;
+        size_t begin = shard_unit_begin(&model->shards, &u);
+        if (path)
+            load_model_range(path, &model->config, begin, u.owned, host);
+        else
+            gpt_init_range(host, &model->config, seed, begin, u.owned);
+        copy_to_device(model->params + u.shard, host, u.owned * sizeof(float));
+    }
+    free(host);
+}
+
+// The model shape of a model file, from its header (its values are read per shard later).
+static GPTConfig read_model_config(const char *path) {
+    FILE *f = fopen_check(path, "rb");
+    int version;
+    GPTConfig cfg = read_model_header(f, path, &version);
+    fclose(f);
+    return cfg;
+}
+
+// Unit `unit`'s FP32 master, whole, on the device: ZeRO-0 holds it; ZeRO-1/3 all-gather it through the
+// gradient buffer, free between steps (unit 0 at its start, a ZeRO-3 layer in the first layer slot).
+static const float *gather_master_unit(GPT *model, int unit) {
+    if (model->zero_stage == 0) return model->params;
+    ShardUnit u = shard_map_unit(&model->shards, unit);
+    float *staging = model->grads + (unit == 0 ? 0 : model->global_slot);
+    cuda_check(cudaMemcpyAsync(staging + (size_t)model->shards.rank * u.chunk, model->params + u.shard,
+                               u.chunk * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+    if (model->comm.comm) {
+        comm_after_compute(model);
+        comm_all_gather(&model->comm, staging, u.chunk, ncclFloat32, sizeof(float), model->comm_stream);
+        compute_after_comm(model);
+    }
+    return staging;
+}
+
+// Every rank takes part; rank 0 writes.
+static void save_model(GPT *model, const char *path) {
+    const GPTConfig *cfg = &model->config;
+    int writer = model->comm.rank == 0;
+    char tmp[CHECKPOINT_PATH_LEN];
+    FILE *f = writer ? model_file_create(path, tmp, sizeof(tmp), cfg) : NULL;
+    float *host =
+        writer ? (float *)malloc_check(CHECKPOINT_PIECE * sizeof(float), "checkpoint staging") : NULL;
+    for (int unit = 0; unit < model->num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->shards, unit);
+        const float *values = gather_master_unit(model, unit);
+        for (size_t done = 0; writer && done < u.size; done += CHECKPOINT_PIECE) {
+            size_t n = u.size - done < CHECKPOINT_PIECE ? u.size - done : CHECKPOINT_PIECE;
+            copy_to_host(host, values + done, n * sizeof(float));
+            model_file_write_range(f, tmp, cfg, u.start + done, n, host);
+        }
+    }
+    if (model->zero_stage != 0) // the next step accumulates gradients where the units were staged
+        cuda_check(cudaMemsetAsync(model->grads, 0, model->plan.bytes[BUF_GRADS], model->stream));
+    if (writer) {
+        atomic_commit(f, tmp, path);
+        free(host);
+    }
+}
+
+// Returns once every rank has reached it: MPI's barrier, or without MPI an all-reduce every rank joins.
+static void barrier_all_ranks(GPT *model, const Dist *dist) {
+    if (dist->mpi) {
+        dist_barrier(dist);
+        return;
+    }
+    double token = 0.0;
+    sum_over_ranks(model, &token, 1);
+}
+
+// The state file's arrays, staged on the host: this rank's moments and the amax histories copied from the
+// device, the step guard's window where it lives (host).
 static void state_blocks(GPT *model, float *host, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
-    size_t P = model->num_params, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
-    blocks[STATE_ADAM_M] = StateBlock{host, P};
-    blocks[STATE_ADAM_V] = StateBlock{host + P, P};
-    blocks[STATE_AMAX_HISTORY] = StateBlock{host + 2 * P, H};
+    size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
+    blocks[STATE_ADAM_M] = StateBlock{host, S};
+    blocks[STATE_ADAM_V] = StateBlock{host + S, S};
+    blocks[STATE_AMAX_HISTORY] = StateBlock{host + 2 * S, H};
     blocks[STATE_GUARD_HISTORY] = StateBlock{guard->history, 2 * (size_t)guard->window};
 }
 
-static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
-    size_t P = model->num_params, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
-    float *host = (float *)malloc_check((3 * P + H) * sizeof(float), "checkpoint staging");
-    StateBlock blocks[NUM_STATE_BLOCKS];
-    state_blocks(model, host + P, guard, blocks);
-    cuda_check(cudaStreamSynchronize(model->stream));
-    copy_to_host(host, model->params, P * sizeof(float));
-    copy_to_host(blocks[STATE_ADAM_M].data, model->m, P * sizeof(float));
-    copy_to_host(blocks[STATE_ADAM_V].data, model->v, P * sizeof(float));
-    copy_to_host(blocks[STATE_AMAX_HISTORY].data, model->fp8.amax_history, H * sizeof(float));
+static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *opts, TrainState *state,
+                            StepGuard *guard) {
+    size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
-    save_model_file(model_path, host, &model->config);
+    cuda_check(cudaStreamSynchronize(model->stream));
+    save_model(model, model_path);
+    float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
+    StateBlock blocks[NUM_STATE_BLOCKS];
+    state_blocks(model, host, guard, blocks);
+    copy_to_host(blocks[STATE_ADAM_M].data, model->m, S * sizeof(float));
+    copy_to_host(blocks[STATE_ADAM_V].data, model->v, S * sizeof(float));
+    copy_to_host(blocks[STATE_AMAX_HISTORY].data, model->fp8.amax_history, H * sizeof(float));
     save_state_file(state_path, state, &model->config, blocks);
-    write_latest_checkpoint(opts->output_dir, (long)state->step);
-    printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
     free(host);
+    barrier_all_ranks(model, dist);
+    if (model->comm.rank == 0) write_latest_checkpoint(opts->output_dir, (long)state->step);
+    printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
 }
 
 static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     long step = read_latest_checkpoint(opts->output_dir);
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
-    float *params = load_checkpoint_model(model_path, &model->config);
-    size_t P = model->num_params, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
-    float *host = (float *)malloc_check((2 * P + H) * sizeof(float), "checkpoint staging");
+    load_master(model, model_path, 0);
+    size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
+    float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
     load_state_file(state_path, state, &model->config, blocks);
     guard->count = state->guard_count;
-    copy_to_device(model->params, params, P * sizeof(float));
-    copy_to_device(model->m, blocks[STATE_ADAM_M].data, P * sizeof(float));
-    copy_to_device(model->v, blocks[STATE_ADAM_V].data, P * sizeof(float));
+    copy_to_device(model->m, blocks[STATE_ADAM_M].data, S * sizeof(float));
+    copy_to_device(model->v, blocks[STATE_ADAM_V].data, S * sizeof(float));
     copy_to_device(model->fp8.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
     free(host);
-    free(params);
     printf("resumed | step %ld | %s\n", step, model_path);
 }
 
@@ -564,31 +1096,39 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
 
 // The loss of the batch in model->tokens through the bfloat16 path on the same weights (the BF16 copy);
 // runs op by op and leaves the FP8 state untouched. Reads back, so it synchronises: only on check steps.
+// This rank's batch only: the caller averages over ranks.
 static float bf16_shadow_loss(GPT *model) {
     int dtype = model->dtype;
     model->dtype = DTYPE_BFLOAT16;
     cuda_check(cudaMemsetAsync(&model->step_results->val_loss_sum, 0, sizeof(float), model->stream));
-    gpt_forward(model, 0);
+    forward_only(model);
     gpt_loss(model, 0, &model->step_results->val_loss_sum);
     model->dtype = dtype;
     read_step_results(model);
     return model->step_results_host->val_loss_sum;
 }
 
-// The step's telemetry from the device (amaxes, scales, counters), then fresh counters.
+// The step's telemetry from the device (amaxes, scales, counters), then fresh counters. The counters are
+// summed over the ranks (each counts its own batch's activations and gradients and its share of the
+// weights); the amaxes are already the max over ranks (reduce_fp8_amaxes), the scales the same on all.
 static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->fp8;
     int n = s->num_tensors, w = s->num_weights;
-    unsigned long long *counts = (unsigned long long *)malloc_check(2 * (size_t)(n + w) * 8, "fp8 stats");
+    size_t num_counts = 2 * (size_t)(n + w);
+    if (model->comm.comm) {
+        comm_after_compute(model);
+        comm_all_reduce(&model->comm, s->counts, num_counts, ncclUint64, ncclSum, model->comm_stream);
+        compute_after_comm(model);
+    }
+    unsigned long long *counts = (unsigned long long *)malloc_check(num_counts * 8, "fp8 stats");
     copy_to_host(stats->amax, s->amax_last, n * sizeof(float));
     copy_to_host(stats->scale, s->scale, n * sizeof(float));
     copy_to_host(stats->amax + n, s->weight_amax, w * sizeof(float));
     copy_to_host(stats->scale + n, s->weight_scale, w * sizeof(float));
-    copy_to_host(counts, s->counts, 2 * (size_t)(n + w) * sizeof(unsigned long long));
-    cuda_check(
-        cudaMemsetAsync(s->counts, 0, 2 * (size_t)(n + w) * sizeof(unsigned long long), model->stream));
-    size_t N = (size_t)model->B * model->T * model->accum_steps;
+    copy_to_host(counts, s->counts, num_counts * sizeof(unsigned long long));
+    cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->stream));
+    size_t N = (size_t)model->B * model->T * model->accum_steps * model->comm.world_size;
     for (int t = 0; t < n + w; t++) {
         int linear = t < n ? (t / 2) % NUM_BLOCK_LINEARS : (t - n) % NUM_BLOCK_LINEARS;
         size_t OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
@@ -637,8 +1177,17 @@ static double energy_meter_joules(EnergyMeter *meter) {
     return (now - meter->start_millijoules) / 1e3;
 }
 
+// Joules of every rank's GPU together, or -1 when some GPU's energy is not measured.
+static double energy_all_ranks(GPT *model, EnergyMeter *meter) {
+    double joules = energy_meter_joules(meter),
+           values[2] = {joules < 0 ? 0.0 : joules, joules < 0 ? 1.0 : 0.0};
+    sum_over_ranks(model, values, 2);
+    return values[1] > 0 ? -1.0 : values[0];
+}
+
 // ----------------------------------------------------------------------------
-// Debug state (debug_state.h): the first step read back op by op, for test/compare_debug_state
+// Debug state (debug_state.h): the first step read back op by op, for test/compare_debug_state (one
+// process, ZeRO-0 or ZeRO-1: the gradients lie in parameter layout in model->grads)
 
 static void logits_to_host(GPT *model, float *out) {
     size_t n = (size_t)model->B * model->T * model->config.padded_vocab_size;
@@ -676,66 +1225,87 @@ static double flops_per_token(const GPTConfig *cfg, size_t num_params, int T) {
     return 6.0 * num_params + 12.0 * cfg->num_layers * cfg->channels * T;
 }
 
+// The GPU of this process: local rank l takes device l of its node.
+static void select_device(const Dist *dist, cudaDeviceProp *props) {
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+        fail("no CUDA device found (the CPU reference trainer is train_cpu)");
+    if (dist->local_rank >= device_count)
+        fail("rank %d: local rank %d but this node has %d CUDA device(s): start one process per GPU",
+             dist->rank, dist->local_rank, device_count);
+    cuda_check(cudaSetDevice(dist->local_rank));
+    cuda_check(cudaGetDeviceProperties(props, dist->local_rank));
+}
+
 int main(int argc, char **argv) {
+    Dist dist;
+    dist_init(&dist, &argc, &argv);
+    dist_quiet_other_ranks(&dist);
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
-    prepare_output_dir(opts.output_dir);
     if (opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
-    if (opts.sample_every > 0)
-        fail("--sample_every: text sampling is done by train_cpu; the GPU trainer has none");
-    GPTConfig cfg;
-    float *init_params = NULL;
-    if (*opts.init_from)
-        init_params = load_model_file(opts.init_from, &cfg);
-    else
-        cfg = config_from_options(&opts);
+    GPTConfig cfg = *opts.init_from ? read_model_config(opts.init_from) : config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
+    if (opts.dry_run) { // the plan only: nothing is allocated, read or written
+        int status = dry_run_report(&opts, &cfg, B, T, opts.world_size ? opts.world_size : dist.world_size);
+        dist_finalize(&dist);
+        return status;
+    }
+    if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
     size_t N = (size_t)B * T;
-    int accum_steps = resolve_grad_accum_steps(&opts, T, 1);
+    int accum_steps = resolve_grad_accum_steps(&opts, T, dist.world_size);
+    comm_check_bootstrap(&dist, opts.output_dir);
+    if (*opts.debug_state && dist.world_size > 1)
+        fail("--debug_state: the CPU reference's check runs one process; this run has %d", dist.world_size);
+    if (*opts.debug_state && opts.zero_stage == 3)
+        fail("--debug_state: needs --zero_stage 0 or 1 (ZeRO-3 holds two layers of gradients at a time)");
     if (*opts.debug_state && (accum_steps != 1 || opts.resume))
         fail("--debug_state: needs a fresh run (no --resume) without gradient accumulation");
     check_attention_shape(cfg.channels, cfg.num_heads);
     if (opts.dtype == DTYPE_FLOAT8 || opts.eval_only) check_fp8_shapes(&cfg, B, T);
 
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opts.train_data, B, T, 0, 1, opts.shuffle, (uint64_t)opts.seed,
-                    cfg.vocab_size);
+    dataloader_init(&train_loader, opts.train_data, B, T, dist.rank, dist.world_size, opts.shuffle,
+                    (uint64_t)opts.seed, cfg.vocab_size);
     int have_val = *opts.val_data != '\0';
-    if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, 0, 1, 0, 0, cfg.vocab_size);
+    if (have_val)
+        dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, dist.world_size, 0, 0, cfg.vocab_size);
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
     int *sample_tokens = (int *)malloc_check(N * sizeof(int), "sample buffer");
 
-    int device_count = 0;
-    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
-        fail("no CUDA device found (the CPU reference trainer is train_cpu)");
     cudaDeviceProp props;
-    cuda_check(cudaGetDeviceProperties(&props, 0));
+    select_device(&dist, &props);
     if (opts.dtype == DTYPE_FLOAT8 && props.major * 10 + props.minor < 89)
         fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name,
              props.major, props.minor);
+    Comm comm;
+    comm_init(&comm, &dist, opts.output_dir);
+    struct stat output_stat;
+    if (dist.rank != 0 && *opts.output_dir &&
+        (stat(opts.output_dir, &output_stat) != 0 || !S_ISDIR(output_stat.st_mode)))
+        fail("--output_dir: rank %d does not see %s, which rank 0 created: it must be on a filesystem every "
+             "rank shares",
+             dist.rank, opts.output_dir);
 
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts.dtype = DTYPE_FLOAT8;
         opts.fp8_recipe = FP8_RECIPE_CURRENT;
     }
     GPT model;
-    gpt_alloc(&model, &cfg, &opts, B, T, accum_steps);
-    float *host_params = init_params;
-    if (!host_params) {
-        host_params = (float *)malloc_check(model.num_params * sizeof(float), "parameters");
-        gpt_init_params(host_params, &cfg, (uint64_t)opts.seed);
-    }
-    copy_to_device(model.params, host_params, model.num_params * sizeof(float));
-    free(host_params);
+    gpt_alloc(&model, &cfg, &opts, B, T, accum_steps, &comm);
     TrainState state = train_state_init(&opts, B, T);
+    state.rank = dist.rank;
+    state.world_size = dist.world_size;
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
         load_checkpoint(&model, &opts, &state, &guard);
         dataloader_set_position(&train_loader, state.train_position);
+    } else {
+        load_master(&model, *opts.init_from ? opts.init_from : NULL, (uint64_t)opts.seed);
     }
     scales_from_history_kernel<<<ceil_div(model.fp8.num_tensors, 128), 128, 0, model.stream>>>(
         model.fp8, opts.fp8_margin);
@@ -746,15 +1316,16 @@ int main(int argc, char **argv) {
     if (opts.dtype == DTYPE_FLOAT8)
         fetch_fp8_stats(&model, &stats); // the start-up weight casts belong to no step
     EnergyMeter energy;
-    energy_meter_start(&energy, 0);
+    energy_meter_start(&energy, dist.local_rank);
 
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%.2f GiB planned\n",
+        "%d process(es), zero_stage %d, recompute %d | %.2f GiB planned per GPU\n",
         props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
-        model.num_params, dtype_name(opts.dtype), B, T, accum_steps, model.plan.total / 1073741824.0);
+        model.num_params, dtype_name(opts.dtype), B, T, accum_steps, dist.world_size, opts.zero_stage,
+        opts.recompute, model.plan.total / 1073741824.0);
     RunLog log;
-    run_log_open(&log, opts.log_file, (long)state.step);
+    run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {
         model.dtype = DTYPE_BFLOAT16;
         float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
@@ -765,9 +1336,12 @@ int main(int argc, char **argv) {
     DebugState debug = {};
     int have_debug = *opts.debug_state != '\0';
     if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
-    double timed_ms = 0.0;
+    double timed_ms = 0.0, tokens_per_step = (double)N * accum_steps * dist.world_size;
     int timed_steps = 0, first_step = (int)state.step;
-    int micro_calls = 0, update_calls = 0, use_graph = opts.cuda_graph && !have_debug;
+    int micro_calls = 0, update_calls = 0, use_graph = opts.cuda_graph && !have_debug && dist.world_size == 1;
+    if (opts.cuda_graph && dist.world_size > 1 && opts.steps > first_step)
+        printf("note | CUDA Graphs are off with several processes: the steps and their NCCL calls run op by "
+               "op\n");
 
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
@@ -785,7 +1359,10 @@ int main(int argc, char **argv) {
             }
             if (bf16_check && micro == 0) {
                 read_step_results(&model); // loss_sum holds this first micro-batch's loss alone
-                log_bf16_check(&log, &opts, step + 1, model.step_results_host->loss_sum, bf16_loss);
+                double losses[2] = {model.step_results_host->loss_sum, bf16_loss};
+                sum_over_ranks(&model, losses, 2); // both means over the ranks: every rank decides alike
+                log_bf16_check(&log, &opts, step + 1, (float)(losses[0] / dist.world_size),
+                               (float)(losses[1] / dist.world_size));
             }
         }
         run_captured(&model, update_step, &model.update_graph, use_graph, &update_calls);
@@ -808,7 +1385,7 @@ int main(int argc, char **argv) {
                              model.step_params_host->lr,
                              r->grad_norm,
                              ms,
-                             (double)N * accum_steps / (ms / 1e3),
+                             tokens_per_step / (ms / 1e3),
                              r->skipped};
         log_step(&log, &record);
         if (opts.dtype == DTYPE_FLOAT8) {
@@ -823,15 +1400,15 @@ int main(int argc, char **argv) {
                         opts.sample_len, step);
         if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
             state.train_position = train_loader.pos;
-            save_checkpoint(&model, &opts, &state, &guard);
+            save_checkpoint(&model, &dist, &opts, &state, &guard);
         }
     }
     if (have_debug) debug_state_write(opts.debug_state, &debug);
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (timed_steps > 0) {
-        double ms = timed_ms / timed_steps, tokens_per_second = (double)N * accum_steps / (ms / 1e3);
-        double peak = bf16_peak_flops(&props);
+        double ms = timed_ms / timed_steps, tokens_per_second = tokens_per_step / (ms / 1e3);
+        double peak = bf16_peak_flops(&props) * dist.world_size;
         double mfu =
             peak > 0 ? 100.0 * flops_per_token(&cfg, model.num_params, T) * tokens_per_second / peak : 0.0;
         // every buffer is allocated up front from the plan, so the plan's total is this run's peak
@@ -841,10 +1418,13 @@ int main(int argc, char **argv) {
                (total_bytes - free_bytes) / 1073741824.0);
     }
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
-    log_energy(&log, energy_meter_joules(&energy), &opts, energy.unavailable);
+    log_energy(&log, energy_all_ranks(&model, &energy), &opts,
+               energy.unavailable ? energy.unavailable : "a GPU of another rank has no energy counter");
     run_log_close(&log);
     step_guard_free(&guard);
     fp8_stats_free(&stats);
     gemm_destroy(&model.gemm);
+    comm_destroy(&model.comm);
+    dist_finalize(&dist);
     return 0;
 }

@@ -19,7 +19,7 @@
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
     float beta1_correction, beta2_correction; // 1 - beta^t for the AdamW step t this update would be
-    float inv_accum_steps;
+    float inv_micro_batches; // 1 / (accumulation steps x ranks): the step's loss is the mean over all of them
     int fp8_margin, history_len;
     long long step;           // optimizer step index: the slot of the amax ring buffers
     float max_loss, max_norm; // the step guard's thresholds (health.h), +inf when off
@@ -27,23 +27,27 @@ typedef struct {
 } StepParams;
 
 typedef struct {
-    float loss_sum;      // sum of the micro-batch mean losses of this step
+    float loss_sum;      // sum of the micro-batch mean losses of this step (over all ranks once reduced)
     float val_loss_sum;  // sum of the mean losses of evaluated batches (validation, BF16 shadow check)
-    double norm_squared; // of the accumulated FP32 gradients
+    double norm_squared; // of the accumulated FP32 gradients (all of them, over all ranks)
     float loss, grad_norm;
-    int skipped; // SKIP_* (train_log.h): why the update was not applied, 0 when it was
+    int skipped;           // SKIP_* (train_log.h): why the update was not applied, 0 when it was
+    double host_values[4]; // host values on their way through a collective (NCCL reduces device memory)
 } StepResults;
 
-// Device views of the FP8 scaling state (one allocation, see memory_plan.h's fp8_state_floats).
+// Device views of the FP8 scaling state (one allocation, see memory_plan.h's fp8_state_floats). The step's
+// measured amaxes (amax_current, then weight_amax) are adjacent: with several ranks one max-all-reduce of
+// num_tensors + num_weights floats makes every rank's scales identical.
 typedef struct {
     int num_tensors, num_weights, history_len;
-    float *amax_history;                                // (num_tensors, history_len)
-    float *amax_current;                                // (num_tensors)
-    float *scale;                                       // (num_tensors)
-    float *descale;                                     // (num_tensors) 1/scale, what cuBLASLt multiplies by
-    float *weight_amax, *weight_scale, *weight_descale; // (num_weights)
-    float *amax_measure;        // (num_tensors) current recipe: the amax of the cast about to run
-    float *amax_last;           // (num_tensors) the last step's amax, for telemetry
+    float *amax_history;                  // (num_tensors, history_len)
+    float *amax_current;                  // (num_tensors) this step's, recorded by the casts
+    float *weight_amax;                   // (num_weights) follows amax_current
+    float *scale;                         // (num_tensors)
+    float *descale;                       // (num_tensors) 1/scale, what cuBLASLt multiplies by
+    float *weight_scale, *weight_descale; // (num_weights)
+    float *amax_measure;                  // (num_tensors) current recipe: the amax of the cast about to run
+    float *amax_last;                     // (num_tensors) the last step's amax, for telemetry
     unsigned long long *counts; // (num_tensors + num_weights, 2) saturated and flushed values this step
 } Fp8DeviceState;
 
@@ -53,10 +57,10 @@ static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layer
     s->history_len = history_len;
     s->amax_history = base;
     s->amax_current = s->amax_history + (size_t)s->num_tensors * history_len;
-    s->scale = s->amax_current + s->num_tensors;
+    s->weight_amax = s->amax_current + s->num_tensors;
+    s->scale = s->weight_amax + s->num_weights;
     s->descale = s->scale + s->num_tensors;
-    s->weight_amax = s->descale + s->num_tensors;
-    s->weight_scale = s->weight_amax + s->num_weights;
+    s->weight_scale = s->descale + s->num_tensors;
     s->weight_descale = s->weight_scale + s->num_weights;
     s->amax_measure = s->weight_descale + s->num_weights;
     s->amax_last = s->amax_measure + s->num_tensors;
@@ -230,7 +234,7 @@ __global__ void accumulate_mean_kernel(float *sum, const float *losses, int N) {
 
 // The step's loss and gradient norm, and whether to apply it: health.h's guard, as on the CPU.
 __global__ void step_decide_kernel(StepResults *results, const StepParams *params) {
-    results->loss = results->loss_sum * params->inv_accum_steps;
+    results->loss = results->loss_sum * params->inv_micro_batches;
     results->loss_sum = 0.0f;
     results->grad_norm = (float)sqrt(results->norm_squared);
     results->skipped =
@@ -242,19 +246,23 @@ __global__ void inject_nan_kernel(float *grads, const StepParams *params) {
     if (params->inject_nan) grads[0] = NAN;
 }
 
-// AdamW on every parameter (the formula of the CPU's adamw_update), writing the BF16 copy the ops read.
+// AdamW on n parameters (the formula of the CPU's adamw_update) that are elements full_offset .. of the
+// parameter vector (a ZeRO shard chunk, or all of it), writing their BF16 copy when params_bf16 is given.
+// The full offset names each element's tensor, hence its weight decay.
 // Spelled with the _rn intrinsics in the CPU's operation order: nvcc would otherwise fuse the products
 // and sums into FMAs, which the CPU (ISO C, no contraction) does not do, and every step would move the
 // weights by a last-bit different amount.
 __global__ void adamw_kernel(float *params, bf16 *params_bf16, const float *grads, float *m, float *v,
-                             size_t n, GPTConfig cfg, const StepParams *p, const StepResults *results) {
+                             size_t n, size_t full_offset, GPTConfig cfg, const StepParams *p,
+                             const StepResults *results) {
     if (results->skipped) return;
     float norm = results->grad_norm;
     float grad_scale = (p->grad_clip > 0.0f && norm > p->grad_clip) ? __fdiv_rn(p->grad_clip, norm) : 1.0f;
     float one_minus_beta1 = 1.0f - p->beta1, one_minus_beta2 = 1.0f - p->beta2;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float weight_decay = param_is_decayed(param_tensor_at(&cfg, i)) ? p->weight_decay : 0.0f;
+        float weight_decay =
+            param_is_decayed(param_tensor_at(&cfg, full_offset + i)) ? p->weight_decay : 0.0f;
         float grad = __fmul_rn(grads[i], grad_scale);
         float mi = __fadd_rn(__fmul_rn(p->beta1, m[i]), __fmul_rn(one_minus_beta1, grad));
         float vi = __fadd_rn(__fmul_rn(p->beta2, v[i]), __fmul_rn(__fmul_rn(one_minus_beta2, grad), grad));
@@ -265,7 +273,7 @@ __global__ void adamw_kernel(float *params, bf16 *params_bf16, const float *grad
                                __fmul_rn(weight_decay, params[i]));
         float param = __fsub_rn(params[i], __fmul_rn(p->lr, step));
         params[i] = param;
-        params_bf16[i] = __float2bfloat16_rn(param);
+        if (params_bf16) params_bf16[i] = __float2bfloat16_rn(param);
     }
 }
 

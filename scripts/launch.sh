@@ -60,25 +60,24 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-[[ $nnodes =~ ^[0-9]+$ ]] && [ "$((10#$nnodes))" -gt 0 ] || die "--nnodes: '$nnodes' is not a positive integer"
-[[ $nproc_per_node =~ ^[0-9]+$ ]] && [ "$((10#$nproc_per_node))" -gt 0 ] ||
-    die "--nproc_per_node: '$nproc_per_node' is not a positive integer"
-nnodes=$((10#$nnodes))
+[[ $nnodes =~ ^0*[1-9][0-9]*$ ]] || die "--nnodes: '$nnodes' is not a positive integer"
+[[ $nproc_per_node =~ ^0*[1-9][0-9]*$ ]] || die "--nproc_per_node: '$nproc_per_node' is not a positive integer"
+nnodes=$((10#$nnodes)) # 10#: a leading zero is not octal
 nproc_per_node=$((10#$nproc_per_node))
 [ $# -gt 0 ] || die "no program given (usage: scripts/launch.sh [launcher flags] [--] PROGRAM [ARGS...])"
 
 if [ -n "$hostfile" ]; then
-    [ -f "$hostfile" ] && [ -r "$hostfile" ] || die "--hostfile: cannot read '$hostfile'"
+    [[ -f $hostfile && -r $hostfile ]] || die "--hostfile: cannot read '$hostfile'"
     hosts=$(grep -cEv '^[[:space:]]*(#|$)' "$hostfile" || true)
-    [ "$hosts" -ge "$nnodes" ] || die "--hostfile: '$hostfile' lists $hosts host(s), --nnodes $nnodes needs $nnodes"
+    [ "$hosts" -ge "$nnodes" ] || die "--hostfile: '$hostfile' lists $hosts host(s), fewer than --nnodes $nnodes"
 elif [ "$nnodes" -gt 1 ]; then
     die "--nnodes $nnodes: needs --hostfile FILE naming the nodes (one per line, e.g. 'node1 slots=$nproc_per_node')"
 fi
 
-# Each process runs OpenMP threads (the CPU trainer's GEMMs, host-side loops). P processes with one thread
-# per core each would put P busy-waiting threads on every core and slow all of them down many times over,
-# so by default a node's cores are divided among its processes (assumes the nodes are alike; set
-# OMP_NUM_THREADS to choose, and OMP_WAIT_POLICY=passive on cores shared with other work).
+# Each process runs OpenMP threads (the CPU trainer's GEMMs, host-side loops), by default one per core: P
+# processes would put P busy-waiting threads on every core and slow each other down many times over. So a
+# node's cores are divided among its processes (counted here: the nodes are assumed alike). Set
+# OMP_NUM_THREADS to choose, and OMP_WAIT_POLICY=passive on cores shared with other work.
 if [ -z "${OMP_NUM_THREADS:-}" ]; then
     cores=$(nproc)
     OMP_NUM_THREADS=$((cores / nproc_per_node > 0 ? cores / nproc_per_node : 1))
@@ -87,7 +86,7 @@ fi
 cmd=("$mpirun" -np "$((nnodes * nproc_per_node))" --map-by "ppr:$nproc_per_node:node")
 # No binding: Open MPI's default binds each process to one core (or socket), which would squeeze all of a
 # process's OpenMP threads onto that core. NUMA binding would help a GPU process only when its cores sit
-# near its GPU, and that mapping differs from machine to machine; the OS scheduler does well enough.
+# near its GPU, and that mapping differs from machine to machine: placement is left to the OS scheduler.
 cmd+=(--bind-to none)
 [ -n "$hostfile" ] && cmd+=(--hostfile "$hostfile")
 [ "$oversubscribe" = 1 ] && cmd+=(--oversubscribe)

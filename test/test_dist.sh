@@ -16,7 +16,8 @@
 # Also: the amax histories (hence the scales) in every rank's state file are bit-identical; only rank 0
 # prints and writes the model file; a run resumed from a checkpoint is bit-identical to the straight run
 # (ZeRO-1 and ZeRO-3, float8); resuming with another process count or ZeRO stage is refused with one
-# error line; RANK/WORLD_SIZE without an MPI launcher is refused (the CPU collectives need MPI).
+# error line; RANK/WORLD_SIZE without an MPI launcher is refused (the CPU collectives need MPI), and so are
+# srun tasks that got no ranks (srun without --mpi=pmix would start lone runs sharing one output directory).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -162,6 +163,7 @@ refused_case() { # COPY WHAT NP FLAGS...
     local verdict=0
     [ $status != 0 ] && grep -q "^error: $TMP/$copy/state_00000006_0000[0-9].bin: .*same number" "$TMP/$copy.out" ||
         verdict=1
+    if [ $verdict != 0 ]; then sed 's/^/     | /' "$TMP/$copy.out" | head -8; fi
     result $verdict "resume $what: refused with one error line"
 }
 refused_case np1 "with 1 process instead of 2" 1 --batch_size 2 --dtype float8 --zero_stage 3
@@ -173,5 +175,10 @@ RANK=0 WORLD_SIZE=2 ./train_cpu "${COMMON[@]}" --output_dir "$TMP/env" >"$TMP/en
 verdict=0
 [ $status = 1 ] && grep -q "^error: WORLD_SIZE=2: train_cpu exchanges data through MPI" "$TMP/env.out" || verdict=1
 result $verdict "RANK/WORLD_SIZE without mpirun: refused with one error line"
+status=0
+SLURM_STEP_NUM_TASKS=4 ./train_cpu "${COMMON[@]}" --output_dir "$TMP/slurm" >"$TMP/slurm.out" 2>&1 || status=$?
+verdict=0
+[ $status = 1 ] && grep -q "^error: srun started 4 tasks without MPI ranks" "$TMP/slurm.out" || verdict=1
+result $verdict "srun tasks without MPI ranks: refused with one error line (no lone runs sharing an output_dir)"
 
 finish

@@ -6,7 +6,9 @@
 #  2. two GPU runs with the same seed are bitwise identical (with and without CUDA Graphs);
 #  3. resume: N steps straight equals N/2 steps + --resume 1 + N/2 steps, model and state files byte for byte;
 #  4. a GPU checkpoint continues on the CPU trainer (same file formats);
-#  5. run health on the GPU: an injected NaN is skipped and leaves the weights untouched; the BF16 shadow
+#  5. ZeRO-1, ZeRO-3 and --recompute 1 in one process compute what ZeRO-0 computes, in the same order:
+#     identical weights; a ZeRO-3 resume (checkpoint gathered unit by unit, shard read back) is bit-exact;
+#  6. run health on the GPU: an injected NaN is skipped and leaves the weights untouched; the BF16 shadow
 #     check is exactly zero in bfloat16; --eval_only equals the validation loss of learning-rate-0 runs;
 #     the cast kernels count saturations where the CPU does (a model with LayerNorm gains of 1000);
 #     sampling runs.
@@ -52,6 +54,19 @@ for dtype in bfloat16 float8; do
     ./train_cpu "${model[@]}" --steps 8 --output_dir "$tmp/graph_$dtype" --dtype $dtype --resume 1 >/dev/null
     result $? "a GPU checkpoint continues on train_cpu ($dtype)"
 done
+for run in 1:0:float8 3:0:float8 0:1:float8 3:1:bfloat16; do
+    IFS=: read -r zero recompute dtype <<<"$run"
+    ./train "${model[@]}" --steps 6 --output_dir "$tmp/zero_${run//:/_}" --dtype $dtype --zero_stage $zero \
+        --recompute $recompute >/dev/null
+    cmp -s "$tmp/graph_$dtype/model_00000006.bin" "$tmp/zero_${run//:/_}/model_00000006.bin"
+    result $? "--zero_stage $zero --recompute $recompute in one process gives ZeRO-0's weights ($dtype)"
+done
+./train "${model[@]}" --steps 6 --output_dir "$tmp/zero_half" --dtype float8 --zero_stage 3 --ckpt_every 3 \
+    >/dev/null && rm "$tmp/zero_half/model_00000006.bin" && echo 3 >"$tmp/zero_half/latest_checkpoint" &&
+    ./train "${model[@]}" --steps 6 --output_dir "$tmp/zero_half" --dtype float8 --zero_stage 3 --resume 1 >/dev/null
+cmp -s "$tmp/zero_3_0_float8/model_00000006.bin" "$tmp/zero_half/model_00000006.bin" &&
+    cmp -s "$tmp/zero_3_0_float8/state_00000006_00000.bin" "$tmp/zero_half/state_00000006_00000.bin"
+result $? "resume is bit-exact with --zero_stage 3 (float8)"
 health=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8 --val_batches 2
         --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin")
 ./train "${health[@]}" --steps 5 --dtype float8 --inject_nan_step 3 --ckpt_every 1 --output_dir "$tmp/nan" >"$tmp/nan.txt"

@@ -2,7 +2,8 @@
 # test_gpu_host.sh: the host side of the CUDA trainer, on a machine with or without a GPU. Both trainers
 # include the same CLI, config, data and file code, so for every bad flag or file ./train must fail
 # exactly as ./train_cpu does (same single error line, exit 1), before it touches a GPU; and the checks
-# only the GPU path has (FP8 GEMM shapes, attention head size, float32) give their own one-line errors.
+# only the GPU path has (FP8 GEMM shapes, attention head size, float32, what several processes or ZeRO-3
+# cannot do) give their own one-line errors.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -52,6 +53,12 @@ same_as_cpu "missing model file" --init_from "$tmp/none_model.bin"
 gpu_error "float32 is the CPU's" "--dtype: float32" --dtype float32
 gpu_error "FP8 needs B*T multiple of 16" "multiple of 16" --dtype float8 --batch_size 3 --seq_len 5
 gpu_error "unsupported attention head size" "head size" --channels 64 --heads 4
+gpu_error "ZeRO-3 has no whole gradient for the debug state" "--zero_stage 0 or 1" --zero_stage 3 \
+    --debug_state "$tmp/debug.bin"
+# several processes, torchrun-style (no MPI): refused before any CUDA call when the setup cannot work
+RANK=0 WORLD_SIZE=2 gpu_error "torchrun-style launch without --output_dir" "through a file in --output_dir"
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 gpu_error "--debug_state with several processes" "runs one process" \
+    --output_dir "$tmp/out2" --debug_state "$tmp/debug.bin"
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
     gpu_error "valid flags on a machine without a GPU" "no CUDA device"
 fi

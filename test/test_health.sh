@@ -63,7 +63,7 @@ for recipe in delayed current; do
     ./train_cpu "${base[@]}" --steps 2 --dtype float8 --fp8_recipe $recipe --init_from "$tmp/hot.bin" \
         --fp8_stats_every 1 --output_dir "" --log_file "$tmp/hot_$recipe.jsonl" >"$tmp/hot_$recipe.txt"
 done
-grep -q '^fp8       1 | [0-9]* values saturated in .*layer 0 qkv input' "$tmp/hot_delayed.txt"
+grep -qE '^fp8       1 \| [0-9]+ values saturated in .*layer [0-9]+ qkv input' "$tmp/hot_delayed.txt"
 result $? "delayed recipe, step 1 at scale 1: the summary line names the saturated qkv input"
 python3 - "$tmp/hot_delayed.jsonl" "$tmp/hot_current.jsonl" <<'PY'
 import json, sys

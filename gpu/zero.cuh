@@ -1,0 +1,179 @@
+// gpu/zero.cuh: ZeRO on the device. Where this rank's shard of the FP32 parameter vector lies (dist.h's
+// layout, restated so that kernels can evaluate it), and the kernels around the collectives:
+//  - the amax of every linear weight over the shard (the max over ranks is the exact amax);
+//  - the E4M3 cast of a shard chunk in parameter layout, ready for an in-place all-gather;
+//  - W^T of a gathered FP8 weight (the data-gradient GEMM's operand);
+//  - the accumulation of reduce-scattered gradients into the gradient shard.
+#ifndef GPU_ZERO_CUH
+#define GPU_ZERO_CUH
+
+#include "../dist.h"
+#include "../gpt_model.h"
+#include "common.cuh"
+#include "fp8.cuh"
+
+// dist.h's units as a value a kernel can take: ZeRO-0 and ZeRO-1 have one unit (ZeRO-0 over one way),
+// ZeRO-3 the global tensors and then one unit per layer.
+typedef struct {
+    GPTConfig cfg;
+    int per_layer_units; // ZeRO-3
+    int ways, rank;      // rank: this process's chunk of every unit (0 for ZeRO-0, where ways is 1)
+} ShardMap;
+
+typedef struct {
+    size_t start, size; // the unit in the parameter vector
+    size_t chunk;       // ceil(size / ways): the unit is padded to ways * chunk for the collectives
+    size_t owned;       // elements of this rank's chunk that are real (the rest is padding)
+    size_t shard;       // offset of this rank's chunk in its shard buffer
+} ShardUnit;
+
+GPT_HD static inline ShardUnit shard_map_unit(const ShardMap *m, int unit) {
+    size_t global = param_global_size(&m->cfg), layer = param_layer_size(&m->cfg), ways = (size_t)m->ways;
+    ShardUnit u;
+    u.start = m->per_layer_units && unit > 0 ? global + (size_t)(unit - 1) * layer : 0;
+    u.size = !m->per_layer_units ? global + (size_t)m->cfg.num_layers * layer : unit == 0 ? global : layer;
+    u.chunk = (u.size + ways - 1) / ways;
+    size_t begin = (size_t)m->rank * u.chunk;
+    u.owned = begin >= u.size ? 0 : u.size - begin < u.chunk ? u.size - begin : u.chunk;
+    u.shard = m->per_layer_units && unit > 0 ? (global + ways - 1) / ways + (size_t)(unit - 1) * u.chunk : 0;
+    return u;
+}
+
+// Where this rank's chunk of unit u begins in the parameter vector.
+GPT_HD static inline size_t shard_unit_begin(const ShardMap *m, const ShardUnit *u) {
+    return u->start + (size_t)m->rank * u->chunk;
+}
+
+// The map must describe exactly dist.h's layout (the host code and the checkpoints use dist.h's): checked
+// for every unit at start-up.
+static inline void shard_map_check(const ShardMap *m, int zero_stage, int world_size) {
+    int ways = shard_ways(zero_stage, world_size);
+    for (int unit = 0; unit < shard_num_units(&m->cfg, zero_stage); unit++) {
+        ShardUnit u = shard_map_unit(m, unit);
+        size_t start, size;
+        shard_unit_range(&m->cfg, zero_stage, unit, &start, &size);
+        if (u.start != start || u.size != size || u.chunk != shard_chunk(size, ways) ||
+            u.owned != shard_owned(size, ways, m->rank) ||
+            u.shard != shard_offset(&m->cfg, zero_stage, world_size, unit))
+            fail("gpu/zero.cuh: the shard map of unit %d differs from dist.h's layout (a bug)", unit);
+    }
+}
+
+GPT_HD static inline int linear_tensor(int linear) {
+    return linear == LIN_QKV       ? PT_QKVW
+           : linear == LIN_ATTPROJ ? PT_ATTPROJW
+           : linear == LIN_FC      ? PT_FCW
+                                   : PT_FCPROJW;
+}
+
+// Offset of linear `linear`'s weight within one layer's parameters.
+GPT_HD static inline size_t linear_weight_in_layer(const GPTConfig *cfg, int linear) {
+    size_t offset = 0;
+    for (int t = PT_LN1W; t < linear_tensor(linear); t++) offset += param_tensor_size(cfg, t);
+    return offset;
+}
+
+// Index layer * 4 + linear of the linear weight holding element `offset` of the parameter vector, or -1.
+GPT_HD static inline int linear_weight_at(const GPTConfig *cfg, size_t offset) {
+    size_t global = param_global_size(cfg), layer_size = param_layer_size(cfg);
+    if (offset < global) return -1;
+    int layer = (int)((offset - global) / layer_size);
+    size_t within = (offset - global) % layer_size;
+    int tensor = PT_LN1W;
+    while (within >= param_tensor_size(cfg, tensor)) within -= param_tensor_size(cfg, tensor++);
+    for (int linear = 0; linear < NUM_BLOCK_LINEARS; linear++)
+        if (linear_tensor(linear) == tensor) return layer * NUM_BLOCK_LINEARS + linear;
+    return -1;
+}
+
+// amax[w] = max(amax[w], max |x| over the elements of linear weight w that lie in this rank's shard).
+// Grid (any, L * 4): blockIdx.y is the weight. The caller zeroes amax; the max over ranks of the result
+// is the weight's exact amax, the value a single process measures.
+__global__ void shard_weight_amax_kernel(float *amax, const float *shard, ShardMap map) {
+    int w = blockIdx.y, layer = w / NUM_BLOCK_LINEARS, linear = w % NUM_BLOCK_LINEARS;
+    const GPTConfig *cfg = &map.cfg;
+    ShardUnit u = shard_map_unit(&map, map.per_layer_units ? 1 + layer : 0);
+    size_t first = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg) +
+                   linear_weight_in_layer(cfg, linear),
+           last = first + param_tensor_size(cfg, linear_tensor(linear));
+    size_t lo = shard_unit_begin(&map, &u), hi = lo + u.owned;
+    size_t a = first > lo ? first : lo, b = last < hi ? last : hi;
+    float local = 0.0f;
+    if (a < b) {
+        const float *x = shard + u.shard + (a - lo);
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < b - a;
+             i += (size_t)gridDim.x * blockDim.x)
+            local = fmaxf(local, fabsf(x[i]));
+    }
+    float block = block_max(local); // every thread takes part: block_max synchronises
+    if (threadIdx.x == 0) atomic_max_nonneg(&amax[w], block);
+}
+
+// Blocks per weight of shard_weight_amax_kernel: enough to stream the largest weight's share.
+static inline int shard_weight_amax_blocks(const GPTConfig *cfg, int ways) {
+    size_t largest = 4 * (size_t)cfg->channels * cfg->channels / (size_t)ways + 1;
+    size_t blocks = largest / (256 * 16) + 1;
+    return blocks > 128 ? 128 : (int)blocks;
+}
+
+// out[j], j < chunk of unit `unit`: the E4M3 code of element j of this rank's chunk when it belongs to a
+// linear weight w, scaled by weight_scale[w] (fp8_quantize, as the single-process cast), else 0 (biases,
+// LayerNorm, padding: never read as FP8). out may be NULL (counting only). counts (optional): the values
+// saturated and flushed, added at counts[2 * (num_tensors + w)] and the next (Fp8DeviceState's order).
+__global__ void shard_weight_cast_kernel(fp8 *out, unsigned long long *counts, const float *shard,
+                                         ShardMap map, int unit, const float *weight_scale, int num_tensors) {
+    ShardUnit u = shard_map_unit(&map, unit);
+    size_t begin = shard_unit_begin(&map, &u);
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < u.chunk;
+         j += (size_t)gridDim.x * blockDim.x) {
+        int w = j < u.owned ? linear_weight_at(&map.cfg, begin + j) : -1;
+        fp8 q = 0;
+        if (w >= 0) {
+            float x = shard[u.shard + j], s = weight_scale[w];
+            q = fp8_quantize(x, s, FP8_E4M3);
+            if (counts && fp8_is_saturated(__fmul_rn(x, s), FP8_E4M3))
+                atomicAdd(&counts[2 * (num_tensors + w)], 1ull);
+            if (counts && fp8_is_flushed(__fmul_rn(x, s), FP8_E4M3))
+                atomicAdd(&counts[2 * (num_tensors + w) + 1], 1ull);
+        }
+        if (out) out[j] = q;
+    }
+}
+
+// out_t (cols, rows) = in (rows, cols), bytes: one 32x32 tile per block through shared memory, so that
+// reads and writes are both coalesced.
+__global__ void transpose_bytes_kernel(fp8 *out_t, const fp8 *in, int rows, int cols) {
+    __shared__ fp8 tile[CAST_TILE][CAST_TILE + 4];
+    int tile_row = blockIdx.y * CAST_TILE, tile_col = blockIdx.x * CAST_TILE;
+    for (int r = threadIdx.y; r < CAST_TILE; r += blockDim.y) {
+        int row = tile_row + r, col = tile_col + threadIdx.x;
+        if (row < rows && col < cols) tile[r][threadIdx.x] = in[(size_t)row * cols + col];
+    }
+    __syncthreads();
+    for (int c = threadIdx.y; c < CAST_TILE; c += blockDim.y) {
+        int col = tile_col + c, row = tile_row + threadIdx.x;
+        if (row < rows && col < cols) out_t[(size_t)col * rows + row] = tile[threadIdx.x][c];
+    }
+}
+
+static inline void transpose_bytes(fp8 *out_t, const fp8 *in, int rows, int cols, cudaStream_t stream) {
+    if (ceil_div(rows, CAST_TILE) > 65535)
+        fail("transpose: %d rows exceed the grid limit (%d)", rows, 65535 * CAST_TILE);
+    dim3 grid(ceil_div(cols, CAST_TILE), ceil_div(rows, CAST_TILE)), block(CAST_TILE, 8);
+    transpose_bytes_kernel<<<grid, block, 0, stream>>>(out_t, in, rows, cols);
+    cuda_check_launch();
+}
+
+// dst += src: a reduce-scattered gradient chunk into the gradient shard.
+__global__ void add_kernel(float *dst, const float *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+// Blocks of a grid-stride elementwise kernel over n elements (256 threads each).
+static inline int elementwise_blocks(size_t n) {
+    size_t blocks = n / 256 + 1;
+    return blocks > 1024 ? 1024 : (int)blocks;
+}
+
+#endif // GPU_ZERO_CUH

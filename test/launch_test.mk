@@ -1,0 +1,14 @@
+# launch_test.mk: the test of scripts/launch.sh (the mpirun wrapper) and scripts/slurm_train.sbatch.
+# Included by the main Makefile, which defines DATA, PYTHON and the target train_cpu.
+#   make test_launch    the printed mpirun commands and the refusals; with mpirun, real 2-process runs (a shell
+#                       command, and train_cpu when it is built with MPI)
+# This fragment leaves the including Makefile's default goal as it was.
+_launch_test_saved_goal := $(.DEFAULT_GOAL)
+
+PYTHON ?= python3
+
+.PHONY: test_launch
+test_launch: train_cpu test/test_launch.sh scripts/launch.sh scripts/slurm_train.sbatch
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_launch.sh
+
+.DEFAULT_GOAL := $(_launch_test_saved_goal)
