@@ -1230,11 +1230,14 @@ static void select_device(const Dist *dist, cudaDeviceProp *props) {
     int device_count = 0;
     if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
         fail("no CUDA device found (the CPU reference trainer is train_cpu)");
-    if (dist->local_rank >= device_count)
-        fail("rank %d: local rank %d but this node has %d CUDA device(s): start one process per GPU",
+    // One GPU per process: the local rank's GPU of the node, or the only one a process sees when the
+    // launcher gives each its own (srun --gpus-per-task=1 sets CUDA_VISIBLE_DEVICES per task).
+    int device = device_count == 1 ? 0 : dist->local_rank;
+    if (device >= device_count)
+        fail("rank %d: local rank %d but this process sees %d CUDA devices: start one process per GPU",
              dist->rank, dist->local_rank, device_count);
-    cuda_check(cudaSetDevice(dist->local_rank));
-    cuda_check(cudaGetDeviceProperties(props, dist->local_rank));
+    cuda_check(cudaSetDevice(device));
+    cuda_check(cudaGetDeviceProperties(props, device));
 }
 
 int main(int argc, char **argv) {
