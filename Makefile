@@ -82,12 +82,12 @@ test_gpu_host: train train_cpu
 # The tests that compile CUDA code (on the CPU) need nvcc; without it they are reported as skipped.
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 ifeq ($(HAVE_NVCC),1)
-NVCC_TESTS := test_fp8_convert test_gpu_host
+NVCC_TESTS := test_fp8_convert test_gpu_host test_plan_bounds
 else
 NVCC_TESTS := skip_nvcc_tests
 endif
 skip_nvcc_tests:
-	@echo "SKIPPED test_fp8_convert and test_gpu_host: nvcc not found (install the CUDA toolkit to run them)"
+	@echo "SKIPPED test_fp8_convert, test_gpu_host and test_plan_bounds: nvcc not found (install the CUDA toolkit to run them)"
 
 test/build/test_fp8_stats: test/test_fp8_stats.c test/test_util.h train_gpt.c $(HEADERS)
 	mkdir -p test/build
@@ -128,6 +128,7 @@ build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
 	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ dev/bench_gemm.cu $(CUDA_LIBS)
 
 include dev/kernels.mk
+include test/plan_bounds_test.mk
 
 test/build/compare_debug_state: test/compare_debug_state.c debug_state.h checkpoint.h gpt_model.h
 	mkdir -p test/build

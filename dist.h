@@ -100,9 +100,9 @@ static inline void dist_finalize(Dist *d) {
 // ZeRO sharding of the FP32 parameter vector (and of its gradients and AdamW moments).
 // The vector is cut into units: ZeRO-1 one unit (the whole vector), ZeRO-3 the global tensors (wte, wpe,
 // lnf) and then one unit per layer, so that a layer can be gathered alone. A unit of n elements is
-// padded to ways * chunk, chunk = ceil(n / ways): rank r owns elements [r*chunk, min((r+1)*chunk, n)) of
-// every unit (possibly none), and its shard buffer holds its chunks of all units in unit order. Padding
-// elements stay zero. ZeRO-0 is one unit over one way: every rank owns everything.
+// padded to ways * chunk, chunk = ceil(n / ways) rounded up to SHARD_ALIGN: rank r owns elements [r*chunk,
+// min((r+1)*chunk, n)) of every unit (possibly none), and its shard buffer holds its chunks of all units in
+// unit order. Padding elements stay zero. ZeRO-0 is one unit over one way: every rank owns everything.
 
 static inline int shard_ways(int zero_stage, int world_size) {
     return zero_stage == 0 ? 1 : world_size;
@@ -127,8 +127,12 @@ static inline void shard_unit_range(const GPTConfig *cfg, int zero_stage, int un
     }
 }
 
-static inline size_t shard_chunk(size_t unit_size, int ways) {
-    return (unit_size + (size_t)ways - 1) / (size_t)ways;
+// A chunk is rounded up to SHARD_ALIGN elements (several ways only) so that every rank's chunk starts
+// 64-byte aligned even in FP8: NCCL's collectives run their fast path on aligned buffers.
+#define SHARD_ALIGN 64
+GPT_HD static inline size_t shard_chunk(size_t unit_size, int ways) {
+    size_t chunk = (unit_size + (size_t)ways - 1) / (size_t)ways;
+    return ways == 1 ? chunk : (chunk + SHARD_ALIGN - 1) / SHARD_ALIGN * SHARD_ALIGN;
 }
 
 // Elements of a unit that rank `rank` really owns (the rest of its chunk is padding).

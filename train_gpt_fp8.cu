@@ -140,10 +140,10 @@ static void gpt_shards(GPT *model, const GPTConfig *cfg, int zero_stage, const C
     }
 }
 
-// Carves every buffer out of one allocation of the plan's size, and says how much device memory that
-// allocation really took (NCCL's and cuBLASLt's own buffers are outside the plan).
-static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
-                      int accum_steps, const Comm *comm) {
+// The model's shape and settings, this rank's place in the ZeRO layout and the memory plan: all that
+// gpt_carve needs. Host-only, like gpt_carve, so that test/test_plan_bounds.cu runs both without a GPU.
+static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
+                     int accum_steps, const Comm *comm) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->dtype = opts->dtype;
@@ -159,19 +159,14 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     gpt_shards(model, cfg, opts->zero_stage, comm);
     PlanSettings settings = plan_settings_from_options(opts, B, T, comm->world_size);
     memory_plan_compute(&model->plan, cfg, &settings);
-    size_t free_before = 0, free_after = 0, total_bytes = 0;
-    cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
-    if (model->plan.total > free_before)
-        fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
-             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1)",
-             model->plan.total / 1073741824.0, free_before / 1073741824.0);
-    cuda_check(cudaMalloc((void **)&model->memory, model->plan.total));
-    cuda_check(cudaMemset(model->memory, 0, model->plan.total));
-    cuda_check(cudaMemGetInfo(&free_after, &total_bytes));
-    printf("memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
-           "minus after)\n",
-           model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
-           (free_before - free_after) / 1073741824.0);
+}
+
+// Every device pointer of the model, carved out of memory (the plan's total bytes) by the plan, and
+// nothing else: no CUDA call and no access to memory, so test/test_plan_bounds.cu checks the carving
+// against the plan's buffers with a fake base. Every other pointer is derived from these (weight_bf16,
+// layer_acts, the shard chunks...).
+static void gpt_carve(GPT *model, char *memory) {
+    model->memory = memory;
     model->params = (float *)plan_ptr(model, BUF_PARAMS);
     model->grads = (float *)plan_ptr(model, BUF_GRADS);
     model->grad_shard = (float *)plan_ptr(model, BUF_GRAD_SHARD);
@@ -206,10 +201,33 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     model->cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
     model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
     model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
-    fp8_state_views(&model->fp8, (float *)plan_ptr(model, BUF_FP8_STATE), cfg->num_layers,
-                    opts->amax_history);
+    fp8_state_views(&model->fp8, (float *)plan_ptr(model, BUF_FP8_STATE), model->config.num_layers,
+                    model->plan.settings.history_len);
     model->step_params = (StepParams *)plan_ptr(model, BUF_STEP);
     model->step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
+}
+
+// One allocation of the plan's size, carved by gpt_carve, and the model's host side (pinned staging,
+// events, streams, cuBLASLt); says how much device memory that allocation really took (NCCL's and
+// cuBLASLt's own buffers are outside the plan).
+static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
+                      int accum_steps, const Comm *comm) {
+    gpt_plan(model, cfg, opts, B, T, accum_steps, comm);
+    size_t free_before = 0, free_after = 0, total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
+    if (model->plan.total > free_before)
+        fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
+             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1)",
+             model->plan.total / 1073741824.0, free_before / 1073741824.0);
+    char *memory = NULL;
+    cuda_check(cudaMalloc((void **)&memory, model->plan.total));
+    cuda_check(cudaMemset(memory, 0, model->plan.total));
+    cuda_check(cudaMemGetInfo(&free_after, &total_bytes));
+    printf("memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
+           "minus after)\n",
+           model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
+           (free_before - free_after) / 1073741824.0);
+    gpt_carve(model, memory);
     cuda_check(cudaMallocHost((void **)&model->step_params_host, sizeof(StepParams)));
     cuda_check(cudaMallocHost((void **)&model->step_results_host, sizeof(StepResults)));
     cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS]));
@@ -1240,6 +1258,7 @@ static void select_device(const Dist *dist, cudaDeviceProp *props) {
     cuda_check(cudaGetDeviceProperties(props, device));
 }
 
+#ifndef TRAIN_GPT_FP8_NO_MAIN // test/test_plan_bounds.cu includes this file for its host functions
 int main(int argc, char **argv) {
     Dist dist;
     dist_init(&dist, &argc, &argv);
@@ -1431,3 +1450,4 @@ int main(int argc, char **argv) {
     dist_finalize(&dist);
     return 0;
 }
+#endif // TRAIN_GPT_FP8_NO_MAIN

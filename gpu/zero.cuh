@@ -22,20 +22,21 @@ typedef struct {
 
 typedef struct {
     size_t start, size; // the unit in the parameter vector
-    size_t chunk;       // ceil(size / ways): the unit is padded to ways * chunk for the collectives
+    size_t chunk;       // dist.h's shard_chunk: the unit is padded to ways * chunk for the collectives
     size_t owned;       // elements of this rank's chunk that are real (the rest is padding)
     size_t shard;       // offset of this rank's chunk in its shard buffer
 } ShardUnit;
 
 GPT_HD static inline ShardUnit shard_map_unit(const ShardMap *m, int unit) {
-    size_t global = param_global_size(&m->cfg), layer = param_layer_size(&m->cfg), ways = (size_t)m->ways;
+    size_t global = param_global_size(&m->cfg), layer = param_layer_size(&m->cfg);
     ShardUnit u;
     u.start = m->per_layer_units && unit > 0 ? global + (size_t)(unit - 1) * layer : 0;
     u.size = !m->per_layer_units ? global + (size_t)m->cfg.num_layers * layer : unit == 0 ? global : layer;
-    u.chunk = (u.size + ways - 1) / ways;
+    u.chunk = shard_chunk(u.size, m->ways);
     size_t begin = (size_t)m->rank * u.chunk;
     u.owned = begin >= u.size ? 0 : u.size - begin < u.chunk ? u.size - begin : u.chunk;
-    u.shard = m->per_layer_units && unit > 0 ? (global + ways - 1) / ways + (size_t)(unit - 1) * u.chunk : 0;
+    u.shard =
+        m->per_layer_units && unit > 0 ? shard_chunk(global, m->ways) + (size_t)(unit - 1) * u.chunk : 0;
     return u;
 }
 

@@ -106,9 +106,9 @@ static void test_zero0_is_single_process(const GPTConfig *cfg, const char *name)
     }
 }
 
-// (b) A unit of n elements is split into W chunks of ceil(n/W) < n/W + 1, so the shards of all ranks
-// cover the parameters and overshoot by less than one element per rank and unit; and the elements the
-// ranks really own add up to each unit exactly.
+// (b) A unit of n elements is split into W chunks of ceil(n/W) rounded up to SHARD_ALIGN (64) elements,
+// less than n/W + 64, so the shards of all ranks cover the parameters and overshoot by less than 64
+// elements per rank and unit; and the elements the ranks really own add up to each unit exactly.
 static void test_shards_cover_parameters(const GPTConfig *cfg, const char *name) {
     static const int worlds[] = {1, 3, 8, 32, 1000};
     size_t P = param_count(cfg);
@@ -121,9 +121,9 @@ static void test_shards_cover_parameters(const GPTConfig *cfg, const char *name)
                 shard_unit_range(cfg, zero, (int)u, &start, &n);
                 for (size_t r = 0; r < W; r++) owned += shard_owned(n, (int)W, (int)r);
             }
-            expect(covered >= P && covered - P < W * units && owned == P,
-                   "%s ZeRO-%d W=%zu: shards cover %zu parameters with %zu padding (< W x %zu units)", name,
-                   zero, W, P, covered - P, units);
+            expect(covered >= P && covered - P < SHARD_ALIGN * W * units && owned == P,
+                   "%s ZeRO-%d W=%zu: shards cover %zu parameters with %zu padding (< 64 W x %zu units)",
+                   name, zero, W, P, covered - P, units);
         }
     }
 }
@@ -136,24 +136,24 @@ static void test_sharded_optimizer_state(const GPTConfig *cfg, const char *name)
     for (int world = 1; world <= 64; world *= 4) {
         MemoryPlan z1 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 1, 0);
         double state1 = (double)(z1.bytes[BUF_PARAMS] + z1.bytes[BUF_ADAM_M] + z1.bytes[BUF_ADAM_V]);
-        expect(state1 >= 12 * P / world && state1 < 12 * P / world + 12,
+        expect(state1 >= 12 * P / world && state1 < 12 * (P / world + SHARD_ALIGN),
                "%s ZeRO-1 W=%d: master + moments %.0f bytes = 12P/W = %.0f within one padded element", name,
                world, state1, 12 * P / world);
         MemoryPlan z3 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 3, 0);
         double units = shard_num_units(cfg, 3);
         double state3 = (double)(z3.bytes[BUF_PARAMS] + z3.bytes[BUF_ADAM_M] + z3.bytes[BUF_ADAM_V] +
                                  z3.bytes[BUF_GRAD_SHARD]);
-        expect(state3 >= 16 * P / world && state3 < 16 * (P / world + units),
+        expect(state3 >= 16 * P / world && state3 < 16 * (P / world + SHARD_ALIGN * units),
                "%s ZeRO-3 W=%d: master + moments + gradient shard %.0f bytes = 16P/W = %.0f within padding",
                name, world, state3, 16 * P / world);
     }
 }
 
 // What each stage must still hold in full. ZeRO-1 shards only the optimizer state: every rank computes
-// with all P weights in BF16 and accumulates all P gradients in FP32 (padded to W chunks: < W elements
+// with all P weights in BF16 and accumulates all P gradients in FP32 (padded to W chunks: < 64 W elements
 // more). ZeRO-3 holds the global tensors (G elements: wte, wpe, lnf) and two layer slots of Lp elements
 // each (the layer in use and the next, prefetched; one gradient slot reduce-scattered while the next is
-// computed): BF16 weights and FP32 gradients of G + 2 Lp, padded by < W elements per unit for the
+// computed): BF16 weights and FP32 gradients of G + 2 Lp, padded by < 64 W elements per unit for the
 // collectives and then by < 256 more so that each slot starts 256-byte aligned; in float8 the FP8 copies of
 // two layers and the FP8 transposes of their 12 C^2 linear weights.
 static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
@@ -162,17 +162,18 @@ static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
     for (int world = 1; world <= 64; world *= 4) {
         MemoryPlan z1 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 1, 0);
         double bf1 = (double)z1.bytes[BUF_PARAMS_BF16], g1 = (double)z1.bytes[BUF_GRADS];
-        expect(bf1 >= 2 * P && bf1 < 2 * (P + world) && g1 >= 4 * P && g1 < 4 * (P + world),
+        expect(bf1 >= 2 * P && bf1 < 2 * (P + SHARD_ALIGN * world) && g1 >= 4 * P &&
+                   g1 < 4 * (P + SHARD_ALIGN * world),
                "%s ZeRO-1 W=%d: BF16 weights and FP32 gradients of all P parameters", name, world);
         MemoryPlan z3 = plan_of(cfg, DTYPE_FLOAT8, 2, 64, world, 3, 0);
         double bf3 = (double)z3.bytes[BUF_PARAMS_BF16], g3 = (double)z3.bytes[BUF_GRADS];
-        double gathered = G + 2 * Lp, pad = 3.0 * (world + 256);
+        double gathered = G + 2 * Lp, pad = 3.0 * (SHARD_ALIGN * world + 256);
         expect(bf3 >= 2 * gathered && bf3 < 2 * (gathered + pad) && g3 >= 4 * gathered &&
                    g3 < 4 * (gathered + pad),
                "%s ZeRO-3 W=%d: BF16 weights and FP32 gradients of the global tensors + 2 layer slots", name,
                world);
         double f8 = (double)(z3.bytes[BUF_WEIGHTS_FP8] + z3.bytes[BUF_WEIGHTS_FP8_T]);
-        expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + world + 256) + 2 * 12 * C * C,
+        expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + SHARD_ALIGN * world + 256) + 2 * 12 * C * C,
                "%s ZeRO-3 W=%d float8: FP8 weights and transposes of 2 layers", name, world);
     }
 }

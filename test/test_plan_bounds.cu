@@ -1,0 +1,499 @@
+// test/test_plan_bounds.cu: the CUDA trainer's buffers against its memory plan, on the CPU (no GPU, no CUDA
+// call). train_gpt_fp8.cu makes one allocation of memory_plan.h's plan and derives every device pointer from
+// it: gpt_carve, then weight_bf16, grad_of, weight_fp8(_t), saved_input_t, layer_acts, the shard chunks,
+// ZeRO-3's slots, the checkpoint staging. This test runs the trainer's own gpt_plan and gpt_carve on a fake
+// base address, which nothing dereferences, and checks that every region the trainer reads or writes
+// (pointer and extent, through the trainer's accessors where it has them) lies inside the buffer it must
+// come from, and where a gather writes it inside its unit or slot; 16-byte aligned where cuBLASLt takes it
+// (GEMM operands, outputs, biases, the workspace) and where the attention and cross-entropy kernels refuse
+// less (qkv, dc, logits), naturally aligned elsewhere; and that no planned buffer goes unchecked. Regions
+// that only the trainer's CUDA-calling functions compute (the gathers, the reduce-scatters, the tokens area)
+// are restated from those functions, next to their names below.
+//   small models: layers 1-4 x widths 32-128 x two batch shapes x bfloat16/float8 x ZeRO 0/1/3 x world sizes
+//                 1-8, every rank x recompute 0/1 (parameter units that the world size does not divide
+//                 included: their chunks carry padding);
+//   70B:          float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute 0/1: sizes only;
+//   self-test:    the checker flags a region one element past a buffer's end, before its start, misaligned,
+//                 from a buffer the plan leaves empty, and whole layouts carved for other settings than
+//                 the model's (a model planned with --recompute 1 but run without; a rank past the world).
+#define TRAIN_GPT_FP8_NO_MAIN
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function" // the trainer's loop, I/O and device-side functions
+#include "../train_gpt_fp8.cu"
+#pragma GCC diagnostic pop
+
+#include "test_util.h"
+
+// cudaMalloc's guarantee is 256 bytes: a base aligned to no more than that, so that an alignment the
+// plan does not give cannot pass by chance. Never dereferenced.
+static char *const FAKE_BASE = (char *)(uintptr_t)0x7f0000000100ull;
+
+#define GEMM_ALIGN 16 // cuBLASLt's FP8 GEMMs need 16-byte aligned operands
+#define MAX_REPORTED 20
+
+static char config_label[192]; // the layout being checked, for failure messages
+static char scope_label[64];   // the layer, linear or unit being checked
+static int buffer_used[NUM_BUFFERS];
+static long regions_checked;
+static int muted; // the self-test's layouts with a planted error: count failures, print nothing
+static long muted_failures;
+
+// [p, p + bytes) inside [lo, lo + lo_bytes), p a multiple of align. NULL (a buffer the plan leaves empty)
+// never fits.
+static int region_fits(const void *p, size_t bytes, size_t align, const void *lo, size_t lo_bytes) {
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)lo;
+    return p && lo && a >= b && a - b <= lo_bytes && bytes <= lo_bytes - (a - b) && a % align == 0;
+}
+
+// test_util.h's expect for the layouts: a failure prints only among the first MAX_REPORTED (one wrong offset
+// breaks thousands of regions), and the self-test's planted layouts count failures without printing.
+__attribute__((format(printf, 2, 3))) static void expect_layout(int ok, const char *fmt, ...) {
+    if (muted) {
+        muted_failures += !ok;
+        return;
+    }
+    if (ok || failed >= MAX_REPORTED) {
+        ok ? passed++ : failed++;
+        return;
+    }
+    failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: %s%s | ", config_label, scope_label);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+static void expect_region(const char *what, const void *p, size_t bytes, size_t align, const void *lo,
+                          size_t lo_bytes, const char *lo_name) {
+    regions_checked++;
+    expect_layout(region_fits(p, bytes, align, lo, lo_bytes),
+                  "%s: %zu bytes at %+lld of %s (%zu bytes), alignment %zu", what, bytes,
+                  (long long)((intptr_t)p - (intptr_t)lo), lo_name, lo_bytes, align);
+}
+
+static const char *buffer_start(const GPT *m, BufferId id) {
+    return m->memory + m->plan.offset[id];
+}
+
+static void expect_in_buffer(GPT *m, BufferId id, const char *what, const void *p, size_t bytes,
+                             size_t align) {
+    buffer_used[id] = 1;
+    expect_region(what, p, bytes, align, buffer_start(m, id), m->plan.bytes[id], BUFFER_NAMES[id]);
+}
+
+// count elements at ptr inside plan buffer id (or inside the region of lo_count elements at lo), naturally
+// aligned, or 16-byte aligned for what cuBLASLt reads or writes.
+#define ALIGN_OF(ptr) alignof(decltype(*(ptr)))
+#define IN_BUFFER(m, id, ptr, count)                                                                         \
+    expect_in_buffer(m, id, #ptr, ptr, (size_t)(count) * sizeof(*(ptr)), ALIGN_OF(ptr))
+#define GEMM_IN_BUFFER(m, id, ptr, count)                                                                    \
+    expect_in_buffer(m, id, #ptr, ptr, (size_t)(count) * sizeof(*(ptr)), GEMM_ALIGN)
+#define IN_REGION(ptr, count, lo, lo_count)                                                                  \
+    expect_region(#ptr, ptr, (size_t)(count) * sizeof(*(ptr)), ALIGN_OF(ptr), lo,                            \
+                  (size_t)(lo_count) * sizeof(*(lo)), #lo)
+
+static size_t max_size(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+// The tensors cuBLASLt takes: the linear weights and biases and wte (the LM head).
+static int is_gemm_tensor(int tensor) {
+    return tensor == PT_WTE || (param_is_per_layer(tensor) && tensor != PT_LN1W && tensor != PT_LN1B &&
+                                tensor != PT_LN2W && tensor != PT_LN2B);
+}
+
+// The unit holding tensor (layer) and where the trainer gathers it: ZeRO-3 its layer's slot or the global
+// region, ZeRO-1 the whole padded vector, both in parameter layout from the unit's start.
+static ShardUnit unit_of(GPT *m, int tensor, int layer, size_t *gathered_at) {
+    int unit = m->zero_stage == 3 && param_is_per_layer(tensor) ? 1 + layer : 0;
+    *gathered_at = unit ? layer_slot_offset(m, layer) : 0;
+    return shard_map_unit(&m->shards, unit);
+}
+
+// weight_bf16 and grad_of of every tensor of every layer, and with ZeRO-1/3 exactly where the gathers put
+// the tensor in its unit (a slot mixed up stays in bounds: this catches it).
+static void check_weights(GPT *m) {
+    const GPTConfig *cfg = &m->config;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        for (int l = 0; l < (param_is_per_layer(t) ? cfg->num_layers : 1); l++) {
+            snprintf(scope_label, sizeof(scope_label), " | tensor %d layer %d", t, l);
+            size_t n = param_tensor_size(cfg, t);
+            int gemm = is_gemm_tensor(t);
+            const bf16 *w = weight_bf16(m, t, l);
+            float *g = grad_of(m, t, l);
+            expect_in_buffer(m, BUF_PARAMS_BF16, "weight_bf16", w, n * sizeof(bf16),
+                             gemm ? GEMM_ALIGN : sizeof(bf16));
+            expect_in_buffer(m, BUF_GRADS, "grad_of", g, n * sizeof(float),
+                             gemm ? GEMM_ALIGN : sizeof(float));
+            if (m->zero_stage == 0) continue;
+            size_t at;
+            ShardUnit u = unit_of(m, t, l, &at);
+            size_t full = u.chunk * m->shards.ways, in_unit = param_offset(cfg, t, l) - u.start;
+            IN_REGION(w, n, m->params_bf16 + at, full);
+            IN_REGION(g, n, m->grads + at, full);
+            expect_layout(w == m->params_bf16 + at + in_unit && g == m->grads + at + in_unit,
+                          "weight_bf16 / grad_of: not where the gather puts the tensor");
+        }
+    }
+}
+
+// float8: W, W^T and the saved transposed inputs of every linear.
+static void check_fp8_weights(GPT *m) {
+    const GPTConfig *cfg = &m->config;
+    size_t N = (size_t)m->B * m->T, per_layer = linear_weights_per_layer(cfg);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+            snprintf(scope_label, sizeof(scope_label), " | layer %d linear %d", l, lin);
+            size_t OC = linear_out_features(cfg, lin), IC = linear_in_features(cfg, lin);
+            fp8 *w = weight_fp8(m, l, lin), *wt = weight_fp8_t(m, l, lin);
+            GEMM_IN_BUFFER(m, BUF_WEIGHTS_FP8, w, OC * IC);
+            GEMM_IN_BUFFER(m, BUF_WEIGHTS_FP8_T, wt, IC * OC);
+            GEMM_IN_BUFFER(m, BUF_INPUT_FP8_T, saved_input_t(m, l, lin), IC * N);
+            if (m->zero_stage == 3) // W^T: the layer's slot of two; W: where gather_layer gathers the layer
+                IN_REGION(wt, IC * OC, m->weights_fp8_t + (size_t)(l % 2) * per_layer, per_layer);
+            if (m->zero_stage != 0) {
+                size_t at;
+                int tensor = linear_weight_tensor(lin);
+                ShardUnit u = unit_of(m, tensor, l, &at);
+                fp8 *gathered =
+                    m->zero_stage == 3 ? m->weights_fp8 + (size_t)(l % 2) * m->layer_slot : m->weights_fp8;
+                IN_REGION(w, OC * IC, gathered, u.chunk * m->shards.ways);
+                expect_layout(w == gathered + param_offset(cfg, tensor, l) - u.start,
+                              "weight_fp8: not where the gather puts the weight");
+            }
+        }
+    }
+}
+
+// Every layer's activations (layer_acts: kept per layer, or one layer with --recompute), its input and
+// output.
+static void check_activations(GPT *m) {
+    const GPTConfig *cfg = &m->config;
+    size_t N = (size_t)m->B * m->T, NC = N * cfg->channels;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        snprintf(scope_label, sizeof(scope_label), " | layer %d", l);
+        LayerActs a = layer_acts(m, l);
+        GEMM_IN_BUFFER(m, BUF_LN1, a.ln1, NC);
+        GEMM_IN_BUFFER(m, BUF_QKV, a.qkv, 3 * NC);
+        GEMM_IN_BUFFER(m, BUF_ATTY, a.atty, NC);
+        IN_BUFFER(m, BUF_RESIDUAL2, a.residual2, NC);
+        GEMM_IN_BUFFER(m, BUF_LN2, a.ln2, NC);
+        GEMM_IN_BUFFER(m, BUF_FCH, a.fch, 4 * NC);
+        GEMM_IN_BUFFER(m, BUF_FCH_GELU, a.fch_gelu, 4 * NC);
+        IN_BUFFER(m, BUF_LN1_STATS, a.ln1_stats, 2 * N);
+        IN_BUFFER(m, BUF_LN2_STATS, a.ln2_stats, 2 * N);
+        IN_BUFFER(m, BUF_ATT_LSE, a.att_lse, N * cfg->num_heads);
+        IN_BUFFER(m, l == 0 ? BUF_ENCODED : BUF_RESIDUAL3, layer_input(m, l), NC);
+        IN_BUFFER(m, BUF_RESIDUAL3, m->residual3 + l * NC, NC); // layer_forward's output
+    }
+    scope_label[0] = '\0';
+}
+
+// The buffers of the whole model: head, backward scratch (each sized for the widest linear it serves),
+// reductions' scratch, tokens, step values, GEMM workspace.
+static void check_model_buffers(GPT *m) {
+    const GPTConfig *cfg = &m->config;
+    size_t N = (size_t)m->B * m->T, C = cfg->channels, NC = N * C, widest = 0;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+        widest = max_size(widest, max_size(linear_in_features(cfg, lin), linear_out_features(cfg, lin)));
+    }
+    IN_BUFFER(m, BUF_ENCODED, m->encoded, NC);
+    GEMM_IN_BUFFER(m, BUF_LNF, m->lnf, NC);
+    IN_BUFFER(m, BUF_LNF_STATS, m->lnf_stats, 2 * N);
+    GEMM_IN_BUFFER(m, BUF_LOGITS, m->logits, N * cfg->padded_vocab_size);
+    IN_BUFFER(m, BUF_LOSSES, m->losses, N);
+    GEMM_IN_BUFFER(m, BUF_DRESIDUAL, m->dresidual, NC);
+    GEMM_IN_BUFFER(m, BUF_DC, m->dc, NC);
+    GEMM_IN_BUFFER(m, BUF_DQKV, m->dqkv, 3 * NC);
+    GEMM_IN_BUFFER(m, BUF_DFCH, m->dfch, 4 * NC);
+    IN_BUFFER(m, BUF_ATT_DELTA, m->att_delta, N * cfg->num_heads);
+    if (m->dtype == DTYPE_FLOAT8) {
+        GEMM_IN_BUFFER(m, BUF_CAST_FP8, m->cast_fp8, N * widest);
+        GEMM_IN_BUFFER(m, BUF_CAST_FP8_T, m->cast_fp8_t, N * widest);
+    }
+    // the largest *_scratch_floats of a kernel the trainer gives it; global_norm_squared keeps doubles
+    size_t scratch = layernorm_backward_scratch_floats((int)N, (int)C);
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        scratch = max_size(scratch, bias_backward_scratch_floats((int)N, linear_out_features(cfg, lin)));
+    scratch = max_size(scratch, global_norm_squared_scratch_floats(m->shard_floats));
+    scratch = max_size(scratch, encoder_backward_scratch_floats(m->B, m->T, (int)C));
+    expect_in_buffer(m, BUF_REDUCE_SCRATCH, "reduce_scratch", m->reduce_scratch, scratch * sizeof(float),
+                     sizeof(double));
+    // upload_batch, gpt_loss, encoder_backward: inputs, targets, then the buckets' positions, tokens, starts
+    // (N + 1) and count
+    IN_BUFFER(m, BUF_TOKENS, m->tokens, N);
+    IN_BUFFER(m, BUF_TOKENS, m->tokens + N, N);
+    IN_BUFFER(m, BUF_TOKENS, m->tokens + 2 * N, N);
+    IN_BUFFER(m, BUF_TOKENS, m->tokens + 3 * N, N);
+    IN_BUFFER(m, BUF_TOKENS, m->tokens + 4 * N, N + 1);
+    IN_BUFFER(m, BUF_TOKENS, m->tokens + 5 * N + 1, 1);
+    IN_BUFFER(m, BUF_STEP, m->step_params, 1);
+    IN_BUFFER(m, BUF_STEP, m->step_results, 1);
+    GEMM_IN_BUFFER(m, BUF_GEMM_WORKSPACE, (char *)plan_ptr(m, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
+}
+
+// fp8_state_views: every array, the counters 8-byte aligned, and amax_current followed by weight_amax (one
+// all-reduce takes both).
+static void check_fp8_state(GPT *m) {
+    Fp8DeviceState *s = &m->fp8;
+    size_t n = s->num_tensors, w = s->num_weights;
+    IN_BUFFER(m, BUF_FP8_STATE, s->amax_history, n * s->history_len);
+    IN_BUFFER(m, BUF_FP8_STATE, s->amax_current, n + w);
+    IN_BUFFER(m, BUF_FP8_STATE, s->weight_amax, w);
+    IN_BUFFER(m, BUF_FP8_STATE, s->scale, n);
+    IN_BUFFER(m, BUF_FP8_STATE, s->descale, n);
+    IN_BUFFER(m, BUF_FP8_STATE, s->weight_scale, w);
+    IN_BUFFER(m, BUF_FP8_STATE, s->weight_descale, w);
+    IN_BUFFER(m, BUF_FP8_STATE, s->amax_measure, n);
+    IN_BUFFER(m, BUF_FP8_STATE, s->amax_last, n);
+    IN_BUFFER(m, BUF_FP8_STATE, s->counts, 2 * (n + w));
+    expect_layout(s->weight_amax == s->amax_current + n,
+                  "fp8 state: weight_amax does not follow amax_current");
+}
+
+// This rank's chunk of every unit in the shard buffers (AdamW, load_master, the gradient shard), and per
+// ZeRO stage the regions the collectives, the optimizer's BF16 writes and the checkpoint staging take.
+static void check_shards(GPT *m) {
+    int ways = m->shards.ways, zero = m->zero_stage;
+    size_t S = m->shard_floats;
+    for (int unit = 0; unit < m->num_units; unit++) {
+        snprintf(scope_label, sizeof(scope_label), " | unit %d", unit);
+        ShardUnit u = shard_map_unit(&m->shards, unit);
+        size_t full = u.chunk * ways, mine = (size_t)m->shards.rank * u.chunk;
+        IN_BUFFER(m, BUF_PARAMS, m->params + u.shard, u.chunk);
+        IN_BUFFER(m, BUF_ADAM_M, m->m + u.shard, u.chunk);
+        IN_BUFFER(m, BUF_ADAM_V, m->v + u.shard, u.chunk);
+        if (zero == 0) { // adamw_step reads the gradients and writes the whole BF16 copy
+            IN_BUFFER(m, BUF_GRADS, m->grads + u.shard, u.owned);
+            IN_BUFFER(m, BUF_PARAMS_BF16, m->params_bf16, u.owned);
+            IN_BUFFER(m, BUF_PARAMS, m->params, u.size); // save_model's unit, read in place
+            continue;
+        }
+        IN_BUFFER(m, BUF_GRAD_SHARD, m->grad_shard + u.shard, u.chunk);
+        // gather_master_unit: the unit staged whole in the gradients (a ZeRO-3 layer in the first slot)
+        float *staging = m->grads + (unit == 0 ? 0 : m->global_slot);
+        IN_BUFFER(m, BUF_GRADS, staging, full);
+        IN_BUFFER(m, BUF_GRADS, staging + mine, u.chunk);
+        if (zero == 1) { // reduce_gradients, adamw_step / refresh_compute_weights, publish_zero1
+            IN_BUFFER(m, BUF_GRADS, m->grads, full);
+            IN_BUFFER(m, BUF_GRADS, m->grads + mine, u.chunk);
+            IN_BUFFER(m, BUF_PARAMS_BF16, m->params_bf16, full);
+            IN_BUFFER(m, BUF_PARAMS_BF16, m->params_bf16 + mine, u.chunk);
+            if (m->fp8_weights) {
+                IN_BUFFER(m, BUF_WEIGHTS_FP8, m->weights_fp8, full);
+                IN_BUFFER(m, BUF_WEIGHTS_FP8, m->weights_fp8 + mine, u.chunk);
+            }
+            continue;
+        }
+        // ZeRO-3: gather_global / gather_layer, begin_ and end_layer_backward, reduce_scatter_global
+        int layer = unit - 1;
+        size_t at = unit == 0 ? 0 : layer_slot_offset(m, layer),
+               slot = unit == 0 ? m->global_slot : m->layer_slot;
+        IN_REGION(staging, full, m->grads + (unit == 0 ? 0 : m->global_slot), slot);
+        bf16 *copy = m->params_bf16 + at;
+        float *grads = m->grads + at;
+        IN_BUFFER(m, BUF_PARAMS_BF16, copy, full);
+        IN_REGION(copy, full, m->params_bf16 + at, slot);
+        IN_BUFFER(m, BUF_PARAMS_BF16, copy + mine, u.chunk);
+        IN_BUFFER(m, BUF_GRADS, grads, full);
+        IN_REGION(grads, full, m->grads + at, slot);
+        IN_BUFFER(m, BUF_GRADS, grads + mine, u.chunk);
+        if (unit > 0 && m->fp8_weights) {
+            fp8 *weights = m->weights_fp8 + (size_t)(layer % 2) * m->layer_slot;
+            IN_BUFFER(m, BUF_WEIGHTS_FP8, weights, full);
+            IN_BUFFER(m, BUF_WEIGHTS_FP8, weights + mine, u.chunk);
+        }
+    }
+    scope_label[0] = '\0';
+    // state_blocks, global_norm_squared, the update's gradients; debug_first_micro_step (ZeRO-0/1)
+    IN_BUFFER(m, BUF_PARAMS, m->params, S);
+    IN_BUFFER(m, BUF_ADAM_M, m->m, S);
+    IN_BUFFER(m, BUF_ADAM_V, m->v, S);
+    IN_BUFFER(m, zero == 0 ? BUF_GRADS : BUF_GRAD_SHARD, zero == 0 ? m->grads : m->grad_shard, S);
+    if (zero != 3) IN_BUFFER(m, BUF_GRADS, m->grads, m->num_params);
+}
+
+// ZeRO-3's regions themselves, both slot indices whatever the number of layers: the global region and
+// two layer slots of the BF16 copy and the gradients, two of the FP8 W and W^T, each 256-byte aligned
+// (memory_plan.h's unit_slot_elements).
+static void check_zero3_slots(GPT *m) {
+    size_t per_layer = linear_weights_per_layer(&m->config);
+    expect_in_buffer(m, BUF_PARAMS_BF16, "global region of params_bf16", m->params_bf16,
+                     m->global_slot * sizeof(bf16), PLAN_ALIGN);
+    expect_in_buffer(m, BUF_GRADS, "global region of grads", m->grads, m->global_slot * sizeof(float),
+                     PLAN_ALIGN);
+    for (int slot = 0; slot < 2; slot++) {
+        snprintf(scope_label, sizeof(scope_label), " | slot %d", slot);
+        expect_in_buffer(m, BUF_PARAMS_BF16, "params_bf16 slot", m->params_bf16 + layer_slot_offset(m, slot),
+                         m->layer_slot * sizeof(bf16), PLAN_ALIGN);
+        expect_in_buffer(m, BUF_GRADS, "grads slot", m->grads + layer_slot_offset(m, slot),
+                         m->layer_slot * sizeof(float), PLAN_ALIGN);
+        if (!m->fp8_weights) continue;
+        expect_in_buffer(m, BUF_WEIGHTS_FP8, "weights_fp8 slot",
+                         m->weights_fp8 + (size_t)slot * m->layer_slot, m->layer_slot, PLAN_ALIGN);
+        expect_in_buffer(m, BUF_WEIGHTS_FP8_T, "weights_fp8_t slot",
+                         m->weights_fp8_t + (size_t)slot * per_layer, per_layer, GEMM_ALIGN);
+    }
+    scope_label[0] = '\0';
+}
+
+static void check_layout(GPT *m) {
+    memset(buffer_used, 0, sizeof(buffer_used));
+    scope_label[0] = '\0';
+    check_weights(m);
+    if (m->fp8_weights) check_fp8_weights(m);
+    check_activations(m);
+    check_model_buffers(m);
+    check_fp8_state(m);
+    check_shards(m);
+    if (m->zero_stage == 3) check_zero3_slots(m);
+    for (int id = 0; id < NUM_BUFFERS; id++) // a buffer nothing here checks would be a hole in this test
+        if (m->plan.bytes[id])
+            expect_layout(buffer_used[id], "buffer %s is planned but no region of it was checked",
+                          BUFFER_NAMES[id]);
+}
+
+// The trainer's options at their defaults, as parse_options gives them, then the layout's settings.
+static TrainOptions layout_options(int dtype, int zero_stage, int recompute, int B, int T) {
+    TrainOptions opts;
+    char program[] = "test_plan_bounds", *argv[] = {program, NULL};
+    parse_options(&opts, 1, argv);
+    opts.dtype = dtype;
+    opts.zero_stage = zero_stage;
+    opts.recompute = recompute;
+    opts.batch_size = B;
+    opts.seq_len = T;
+    return opts;
+}
+
+// gpt_alloc's host half: the plan and the carving, on FAKE_BASE, for one rank of world_size.
+static void carve(GPT *m, const GPTConfig *cfg, const TrainOptions *opts, int world_size, int rank) {
+    Comm comm = {NULL, rank, world_size};
+    gpt_plan(m, cfg, opts, opts->batch_size, opts->seq_len, 1, &comm);
+    gpt_carve(m, FAKE_BASE);
+    snprintf(config_label, sizeof(config_label),
+             "L=%d C=%d NH=%d B=%d T=%d %s zero %d world %d rank %d recompute %d", cfg->num_layers,
+             cfg->channels, cfg->num_heads, opts->batch_size, opts->seq_len, dtype_name(opts->dtype),
+             opts->zero_stage, world_size, rank, opts->recompute);
+}
+
+static GPTConfig small_config(int layers, int channels, int heads) {
+    TrainOptions opts = layout_options(DTYPE_BFLOAT16, 0, 0, 1, 1);
+    opts.layers = layers;
+    opts.channels = channels;
+    opts.heads = heads;
+    opts.max_seq_len = 64;
+    opts.vocab = 250; // padded to 256
+    GPTConfig cfg = config_from_options(&opts);
+    check_attention_shape(cfg.channels, cfg.num_heads); // a shape the trainer runs (it exits otherwise)
+    return cfg;
+}
+
+static int check_small_models(long *padded_units) {
+    static const int layers[] = {1, 2, 3, 4}, widths[][2] = {{32, 1}, {64, 2}, {96, 3}, {128, 2}},
+                     shapes[][2] = {{2, 16}, {3, 48}}, zero_stages[] = {0, 1, 3};
+    int layouts = 0;
+    for (int li = 0; li < 4; li++)
+        for (int wi = 0; wi < 4; wi++) {
+            GPTConfig cfg = small_config(layers[li], widths[wi][0], widths[wi][1]);
+            for (int si = 0; si < 2; si++)
+                for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++)
+                    for (int zi = 0; zi < 3; zi++)
+                        for (int world = 1; world <= 8; world++)
+                            for (int rank = 0; rank < world; rank++)
+                                for (int recompute = 0; recompute <= 1; recompute++) {
+                                    TrainOptions opts = layout_options(dtype, zero_stages[zi], recompute,
+                                                                       shapes[si][0], shapes[si][1]);
+                                    check_fp8_shapes(&cfg, opts.batch_size, opts.seq_len);
+                                    GPT m;
+                                    carve(&m, &cfg, &opts, world, rank);
+                                    check_layout(&m);
+                                    for (int unit = 0; unit < m.num_units; unit++)
+                                        *padded_units +=
+                                            shard_map_unit(&m.shards, unit).size % m.shards.ways != 0;
+                                    layouts++;
+                                }
+        }
+    return layouts;
+}
+
+// 70B in float8 on 32 GPUs with ZeRO-3, B=1, T=2048: every rank.
+static int check_70b(void) {
+    TrainOptions opts = layout_options(DTYPE_FLOAT8, 3, 1, 1, 2048);
+    snprintf(opts.model_size, sizeof(opts.model_size), "70B");
+    opts.vocab = GPT2_VOCAB_SIZE;
+    GPTConfig cfg = config_from_options(&opts);
+    int layouts = 0;
+    for (int recompute = 0; recompute <= 1; recompute++)
+        for (int rank = 0; rank < 32; rank++) {
+            opts.recompute = recompute;
+            GPT m;
+            carve(&m, &cfg, &opts, 32, rank);
+            check_layout(&m);
+            layouts++;
+        }
+    return layouts;
+}
+
+// Failures check_layout finds in a layout carved for other settings than the model now has.
+static long planted_failures(GPT *m) {
+    muted = 1;
+    muted_failures = 0;
+    check_layout(m);
+    muted = 0;
+    return muted_failures;
+}
+
+// The checker must not pass what is wrong: single regions at and past the edges of a real buffer, then whole
+// layouts carved for other settings than the model's.
+static void self_test(void) {
+    GPTConfig cfg = small_config(2, 64, 2);
+    TrainOptions opts = layout_options(DTYPE_FLOAT8, 3, 1, 2, 16);
+    GPT m;
+    carve(&m, &cfg, &opts, 3, 2);
+    const char *lo = buffer_start(&m, BUF_PARAMS_BF16);
+    size_t bytes = m.plan.bytes[BUF_PARAMS_BF16];
+    const bf16 *end = (const bf16 *)(lo + bytes);
+    check(region_fits(end - 1, sizeof(bf16), 2, lo, bytes), "self-test: the last element of a buffer fits");
+    check(region_fits(end, 0, 2, lo, bytes), "self-test: an empty region at a buffer's end fits");
+    check(!region_fits(end, sizeof(bf16), 2, lo, bytes),
+          "self-test: one element past a buffer's end is caught");
+    check(!region_fits(end - 1, 2 * sizeof(bf16), 2, lo, bytes),
+          "self-test: a region running one element past a buffer's end is caught");
+    check(!region_fits((const bf16 *)lo - 1, sizeof(bf16), 2, lo, bytes),
+          "self-test: one element before a buffer's start is caught");
+    check(!region_fits(lo + 2, 16, GEMM_ALIGN, lo, bytes),
+          "self-test: a GEMM operand off 16 bytes is caught");
+    check(!region_fits(NULL, 0, 1, lo, bytes), "self-test: a buffer the plan leaves empty (NULL) is caught");
+    // Through the trainer's accessor: with ZeRO-3, layer 1's fcproj W^T ends the second of two W^T slots,
+    // the end of its buffer, so one element more is past it.
+    const char *wt_lo = buffer_start(&m, BUF_WEIGHTS_FP8_T);
+    size_t wt_bytes = m.plan.bytes[BUF_WEIGHTS_FP8_T], fcproj = 4 * (size_t)cfg.channels * cfg.channels;
+    const fp8 *wt = weight_fp8_t(&m, 1, LIN_FCPROJ);
+    check(region_fits(wt, fcproj, GEMM_ALIGN, wt_lo, wt_bytes) &&
+              wt + fcproj == (const fp8 *)(wt_lo + wt_bytes),
+          "self-test: layer 1's fcproj W^T ends its buffer exactly");
+    check(!region_fits(wt, fcproj + 1, GEMM_ALIGN, wt_lo, wt_bytes),
+          "self-test: layer 1's fcproj W^T one element longer is caught");
+    check(planted_failures(&m) == 0, "self-test: the self-test's own layout passes as carved");
+    m.recompute = 0; // planned with --recompute 1 (one layer of activations), run as if without
+    check(planted_failures(&m) > 0,
+          "self-test: activations of every layer in a --recompute 1 plan are caught");
+    carve(&m, &cfg, &opts, 3, 2);
+    m.shards.rank = 3; // a rank past the world: its chunks end past the gathered units
+    check(planted_failures(&m) > 0, "self-test: a rank past the world size is caught");
+}
+
+int main(void) {
+    double start = wall_time_ms();
+    self_test();
+    long padded_units = 0;
+    int small = check_small_models(&padded_units), big = check_70b();
+    check(padded_units > 0,
+          "some units' sizes are not multiples of the world size (their chunks carry padding)");
+    printf("%d small layouts, %d 70B layouts, %ld units with padded chunks, %ld regions checked, %.2f s\n",
+           small, big, padded_units, regions_checked, (wall_time_ms() - start) / 1e3);
+    return test_summary();
+}
