@@ -189,13 +189,13 @@ static inline size_t linear_weights_per_layer(const GPTConfig *cfg) {
 }
 
 // Floats of the FP8 scaling state (gpu/fp8.cuh's Fp8DeviceState): per (layer, linear, role) a history,
-// an amax, a scale, its inverse, the amax being measured and the last step's amax; per (layer, linear)
-// the weight amax, scale and inverse; then, 8-byte aligned, two 64-bit telemetry counters per tensor
+// an amax, a scale, its inverse, the amax being measured and the last step's amax and scale; per (layer,
+// linear) the weight amax, scale and inverse; then, 8-byte aligned, two 64-bit telemetry counters per tensor
 // and per weight.
 static inline size_t fp8_state_floats(const GPTConfig *cfg, int history_len) {
     size_t tensors = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 2;
     size_t weights = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS;
-    return tensors * ((size_t)history_len + 5) + weights * 3 + (tensors % 2) + (tensors + weights) * 4;
+    return tensors * ((size_t)history_len + 6) + weights * 3 + (tensors % 2) + (tensors + weights) * 4;
 }
 
 // Elements of unit `unit` padded for the collectives: ways * chunk (dist.h).

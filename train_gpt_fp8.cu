@@ -1141,7 +1141,7 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     }
     unsigned long long *counts = (unsigned long long *)malloc_check(num_counts * 8, "fp8 stats");
     copy_to_host(stats->amax, s->amax_last, n * sizeof(float));
-    copy_to_host(stats->scale, s->scale, n * sizeof(float));
+    copy_to_host(stats->scale, s->scale_last, n * sizeof(float)); // the step's, as the CPU reports
     copy_to_host(stats->amax + n, s->weight_amax, w * sizeof(float));
     copy_to_host(stats->scale + n, s->weight_scale, w * sizeof(float));
     copy_to_host(counts, s->counts, num_counts * sizeof(unsigned long long));

@@ -48,6 +48,7 @@ typedef struct {
     float *weight_scale, *weight_descale; // (num_weights)
     float *amax_measure;                  // (num_tensors) current recipe: the amax of the cast about to run
     float *amax_last;                     // (num_tensors) the last step's amax, for telemetry
+    float *scale_last;                    // (num_tensors) the scale the last step's casts used, for telemetry
     unsigned long long *counts; // (num_tensors + num_weights, 2) saturated and flushed values this step
 } Fp8DeviceState;
 
@@ -64,8 +65,9 @@ static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layer
     s->weight_descale = s->weight_scale + s->num_weights;
     s->amax_measure = s->weight_descale + s->num_weights;
     s->amax_last = s->amax_measure + s->num_tensors;
+    s->scale_last = s->amax_last + s->num_tensors;
     s->counts =
-        (unsigned long long *)(s->amax_last + s->num_tensors + (s->num_tensors % 2)); // 8-byte aligned
+        (unsigned long long *)(s->scale_last + s->num_tensors + (s->num_tensors % 2)); // 8-byte aligned
 }
 
 // Index of a (layer, linear, role) tensor: input (E4M3) even, output gradient (E5M2) odd, as the CPU.
@@ -205,6 +207,7 @@ __global__ void fp8_end_step_kernel(Fp8DeviceState s, int delayed, const StepPar
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= s.num_tensors) return;
     s.amax_last[i] = s.amax_current[i];
+    s.scale_last[i] = s.scale[i];
     if (!delayed || results->skipped) {
         s.amax_current[i] = 0.0f;
         return;

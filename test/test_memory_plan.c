@@ -426,8 +426,9 @@ int main(void) {
     check(f8.bytes[BUF_LN1] == N * C * 2 && f8.bytes[BUF_FCH_GELU] == N * 4 * C * 2,
           "float8 keeps one layer of BF16 GEMM inputs as scratch");
     check(f8.bytes[BUF_FP8_STATE] == 4 * fp8_state_floats(&small, 16) &&
-              fp8_state_floats(&small, 16) == L * 8 * (16 + 5) + L * 4 * 3 + (L * 12) * 4,
-          "FP8 scaling state: history + 5 floats per tensor, 3 per weight, two 64-bit counters for each");
+              fp8_state_floats(&small, 16) == L * 8 * (16 + 6) + L * 4 * 3 + (L * 12) * 4,
+          "FP8 scaling state: history + 6 floats per tensor (amax, scale, descale, measured, last amax, last "
+          "scale), 3 per weight, two 64-bit counters for each");
     // At 124M and a realistic batch, float8 must need less memory than bfloat16 for the activations.
     MemoryPlan bf124, f8124;
     memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0});
