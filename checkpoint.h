@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "common.h"
 #include "dataloader.h"
+#include "dist.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 
@@ -318,10 +319,18 @@ enum {
     SH_ZERO_STAGE
 };
 
+static inline void model_file_path(const char *dir, long step, char *path, size_t len) {
+    snprintf(path, len, "%s/model_%08ld.bin", dir, step);
+}
+
+static inline void state_file_path(const char *dir, long step, int rank, char *path, size_t len) {
+    snprintf(path, len, "%s/state_%08ld_%05d.bin", dir, step, rank);
+}
+
 static inline void checkpoint_paths(const char *dir, long step, int rank, char *model_path, char *state_path,
                                     size_t len) {
-    snprintf(model_path, len, "%s/model_%08ld.bin", dir, step);
-    snprintf(state_path, len, "%s/state_%08ld_%05d.bin", dir, step, rank);
+    model_file_path(dir, step, model_path, len);
+    state_file_path(dir, step, rank, state_path, len);
 }
 
 // The float arrays of a state file, in file order; each one's length is in the header and must match
@@ -380,29 +389,29 @@ static inline void check_state_field(const char *path, const int64_t *h, int fie
         fail("%s: checkpoint has %s %ld but this run has %ld", path, what, (long)h[field], (long)expected);
 }
 
-static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg,
-                                   const StateBlock blocks[NUM_STATE_BLOCKS]) {
+// Opens a state file and reads its header, checked to be one of ours.
+static inline FILE *open_state_file(const char *path, int rank, int64_t h[STATE_FILE_HEADER_INTS],
+                                    int64_t *size) {
     FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOENT && st->rank > 0) // rank 0 always writes one: then the file is just missing
-        fail("%s: no state file for rank %d: the checkpoint was written by fewer processes (resume with the "
-             "same number)",
-             path, st->rank);
+    if (!f && errno == ENOENT && rank > 0) // rank 0 always writes one: then the file is just missing
+        fail("%s: no state file for rank %d: the checkpoint was written by fewer processes", path, rank);
     if (!f) fail("%s: cannot open: %s", path, strerror(errno));
-    int64_t size = file_size_check(f, path);
-    int64_t h[STATE_FILE_HEADER_INTS];
-    if (size < (int64_t)sizeof(h))
-        fail("%s: too short for a training state header (%ld bytes)", path, (long)size);
+    *size = file_size_check(f, path);
+    if (*size < (int64_t)(STATE_FILE_HEADER_INTS * sizeof(int64_t)))
+        fail("%s: too short for a training state header (%ld bytes)", path, (long)*size);
     fread_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, path);
     if (h[SH_MAGIC] != STATE_FILE_MAGIC)
         fail("%s: not a training state file (bad magic %ld)", path, (long)h[0]);
     if (h[SH_VERSION] != STATE_FILE_VERSION)
         fail("%s: unsupported state file version %ld (expected %d)", path, (long)h[1], STATE_FILE_VERSION);
-    if (h[SH_WORLD] != st->world_size || h[SH_ZERO_STAGE] != st->zero_stage)
-        fail("%s: written by %ld processes with --zero_stage %ld, this run has %d with --zero_stage %d: "
-             "resume "
-             "with the same number of processes and ZeRO stage",
-             path, (long)h[SH_WORLD], (long)h[SH_ZERO_STAGE], st->world_size, st->zero_stage);
-    check_state_field(path, h, SH_RANK, st->rank, "rank");
+    return f;
+}
+
+// The settings a continuation must share (the model, the numerics, the data order), and the file's size
+// against its header. moments: the moment count this run expects in this file.
+static inline void check_state_header(const char *path, const int64_t *h, int64_t size, const TrainState *st,
+                                      const GPTConfig *cfg, const StateBlock blocks[NUM_STATE_BLOCKS],
+                                      int64_t moments) {
     check_state_field(path, h, SH_LAYERS, cfg->num_layers, "layers");
     check_state_field(path, h, SH_CHANNELS, cfg->channels, "channels");
     check_state_field(path, h, SH_VOCAB, cfg->padded_vocab_size, "padded vocab");
@@ -411,18 +420,22 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     check_state_field(path, h, SH_DTYPE, st->dtype, "dtype (0 float32, 1 bfloat16, 2 float8)");
     check_state_field(path, h, SH_RECIPE, st->fp8_recipe, "fp8_recipe (0 delayed, 1 current)");
     check_state_field(path, h, SH_HISTORY_LEN, st->amax_history_len, "amax_history");
-    check_state_field(path, h, SH_BATCH_SIZE, st->batch_size, "batch_size");
     check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
     check_state_field(path, h, SH_SEED, st->seed, "seed");
     check_state_field(path, h, SH_SHUFFLE, st->shuffle, "shuffle");
-    int64_t expected = (int64_t)sizeof(h);
-    for (int b = 0; b < NUM_STATE_BLOCKS; b++) {
+    check_state_field(path, h, SH_MOMENTS, moments, STATE_BLOCK_NAMES[STATE_ADAM_M]);
+    int64_t expected = STATE_FILE_HEADER_INTS * (int64_t)sizeof(int64_t) + 8 * moments;
+    for (int b = STATE_AMAX_HISTORY; b < NUM_STATE_BLOCKS; b++) {
         check_state_field(path, h, STATE_BLOCK_FIELD[b], (int64_t)blocks[b].count, STATE_BLOCK_NAMES[b]);
         expected += 4 * (int64_t)blocks[b].count;
     }
     if (size != expected)
         fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
              (long)size, (long)expected);
+}
+
+// The run's counters and data position from a checked header.
+static inline void take_state_counters(TrainState *st, const int64_t *h) {
     st->step = h[SH_STEP];
     st->updates_applied = h[SH_UPDATES];
     st->skipped_steps = h[SH_SKIPPED];
@@ -430,9 +443,129 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     st->train_position.shard_index = h[SH_SHARD];
     st->train_position.batch_index = h[SH_BATCH];
     st->guard_count = h[SH_GUARD_COUNT];
+}
+
+// Re-sharding: the moments of the full-vector range [begin, begin + count) from the files of the run that
+// wrote them (old_world processes, ZeRO stage old_zero), into m and v. Each old rank's file is opened
+// once, checked, and read only where it holds a piece of the range.
+typedef struct {
+    const char *dir;
+    long step;
+    const GPTConfig *cfg;
+    int old_world, old_zero;
+    int64_t old_moments;
+    FILE **files; // (old_world) opened on first use
+} OldShards;
+
+static inline FILE *old_shard_file(OldShards *o, int rank, const TrainState *st, const StateBlock *blocks,
+                                   char *path) {
+    state_file_path(o->dir, o->step, rank, path, CHECKPOINT_PATH_LEN);
+    if (o->files[rank]) return o->files[rank];
+    int64_t h[STATE_FILE_HEADER_INTS], size;
+    o->files[rank] = open_state_file(path, rank, h, &size);
+    check_state_field(path, h, SH_RANK, rank, "rank");
+    check_state_field(path, h, SH_WORLD, o->old_world, "world size (rank 0's file says otherwise)");
+    check_state_field(path, h, SH_ZERO_STAGE, o->old_zero, "ZeRO stage (rank 0's file says otherwise)");
+    check_state_field(path, h, SH_STEP, o->step, "step");
+    check_state_header(path, h, size, st, o->cfg, blocks, o->old_moments);
+    return o->files[rank];
+}
+
+static inline void read_moments_at(FILE *f, const char *path, int64_t moments, size_t at, size_t n, float *m,
+                                   float *v) {
+    long header = STATE_FILE_HEADER_INTS * (long)sizeof(int64_t);
+    if (fseek(f, header + 4 * (long)at, SEEK_SET) != 0) fail("%s: cannot seek: %s", path, strerror(errno));
+    fread_check(m, sizeof(float), n, f, path);
+    if (fseek(f, header + 4 * (long)(moments + (int64_t)at), SEEK_SET) != 0)
+        fail("%s: cannot seek: %s", path, strerror(errno));
+    fread_check(v, sizeof(float), n, f, path);
+}
+
+static inline void read_old_moments(OldShards *o, size_t begin, size_t count, float *m, float *v,
+                                    const TrainState *st, const StateBlock *blocks) {
+    const GPTConfig *cfg = o->cfg;
+    int ways = shard_ways(o->old_zero, o->old_world);
+    size_t global = param_global_size(cfg), layer = param_layer_size(cfg);
+    for (size_t x = begin; x < begin + count;) {
+        int unit = o->old_zero == 3 && x >= global ? 1 + (int)((x - global) / layer) : 0;
+        size_t start, size;
+        shard_unit_range(cfg, o->old_zero, unit, &start, &size);
+        size_t chunk = shard_chunk(size, ways), within = x - start, rank = within / chunk, k = within % chunk;
+        size_t n = begin + count - x;
+        if (n > chunk - k) n = chunk - k;
+        if (n > size - within) n = size - within;
+        char path[CHECKPOINT_PATH_LEN];
+        FILE *f = old_shard_file(o, (int)rank, st, blocks, path);
+        read_moments_at(f, path, o->old_moments, shard_offset(cfg, o->old_zero, o->old_world, unit) + k, n,
+                        m + (x - begin), v + (x - begin));
+        x += n;
+    }
+}
+
+static inline void load_state_file(const char *path, TrainState *st, const GPTConfig *cfg,
+                                   const StateBlock blocks[NUM_STATE_BLOCKS]) {
+    int64_t h[STATE_FILE_HEADER_INTS], size;
+    FILE *f = open_state_file(path, st->rank, h, &size);
+    check_state_field(path, h, SH_RANK, st->rank, "rank");
+    check_state_field(path, h, SH_WORLD, st->world_size, "world size (rank 0's file says otherwise)");
+    check_state_field(path, h, SH_ZERO_STAGE, st->zero_stage, "ZeRO stage (rank 0's file says otherwise)");
+    check_state_field(path, h, SH_BATCH_SIZE, st->batch_size, "batch_size");
+    check_state_header(path, h, size, st, cfg, blocks, (int64_t)blocks[STATE_ADAM_M].count);
+    take_state_counters(st, h);
     for (int b = 0; b < NUM_STATE_BLOCKS; b++)
         fread_check(blocks[b].data, sizeof(float), blocks[b].count, f, path);
     fclose(f);
+}
+
+// This rank's training state from checkpoint `step` in dir. Written with this run's number of processes
+// and ZeRO stage: the rank's own file. Otherwise the checkpoint is re-sharded: the counters, amax
+// histories and guard window (the same on every rank) from rank 0's file, the moments this rank now owns
+// (dist.h's layout for this run) from the files of the ranks that held them. The data order continues
+// exactly only with the same global batch, so processes x batch_size must be unchanged.
+static inline void load_training_state(const char *dir, long step, TrainState *st, const GPTConfig *cfg,
+                                       const StateBlock blocks[NUM_STATE_BLOCKS]) {
+    char path[CHECKPOINT_PATH_LEN];
+    state_file_path(dir, step, 0, path, sizeof(path));
+    int64_t h[STATE_FILE_HEADER_INTS], size;
+    FILE *f = open_state_file(path, 0, h, &size);
+    if (h[SH_WORLD] == st->world_size && h[SH_ZERO_STAGE] == st->zero_stage) {
+        fclose(f);
+        state_file_path(dir, step, st->rank, path, sizeof(path));
+        load_state_file(path, st, cfg, blocks);
+        return;
+    }
+    if (h[SH_WORLD] < 1 || h[SH_WORLD] > (1 << 20) ||
+        (h[SH_ZERO_STAGE] != 0 && h[SH_ZERO_STAGE] != 1 && h[SH_ZERO_STAGE] != 3))
+        fail("%s: corrupt header (world size %ld, ZeRO stage %ld)", path, (long)h[SH_WORLD],
+             (long)h[SH_ZERO_STAGE]);
+    if (h[SH_WORLD] * h[SH_BATCH_SIZE] != (int64_t)st->world_size * st->batch_size)
+        fail(
+            "%s: written by %ld processes of --batch_size %ld; with %d processes --batch_size must be %ld to "
+            "continue the data order (the same global batch)",
+            path, (long)h[SH_WORLD], (long)h[SH_BATCH_SIZE], st->world_size,
+            (long)(h[SH_WORLD] * h[SH_BATCH_SIZE] / st->world_size));
+    OldShards old = {dir, step, cfg, (int)h[SH_WORLD], (int)h[SH_ZERO_STAGE], h[SH_MOMENTS], NULL};
+    old.files = (FILE **)calloc_check((size_t)old.old_world, sizeof(FILE *), "state files");
+    old.files[0] = f;
+    check_state_header(path, h, size, st, cfg, blocks, old.old_moments);
+    take_state_counters(st, h);
+    long tail = STATE_FILE_HEADER_INTS * (long)sizeof(int64_t) + 8 * (long)old.old_moments;
+    if (fseek(f, tail, SEEK_SET) != 0) fail("%s: cannot seek: %s", path, strerror(errno));
+    for (int b = STATE_AMAX_HISTORY; b < NUM_STATE_BLOCKS; b++)
+        fread_check(blocks[b].data, sizeof(float), blocks[b].count, f, path);
+    for (int b = STATE_ADAM_M; b <= STATE_ADAM_V; b++) // padding stays zero
+        memset(blocks[b].data, 0, blocks[b].count * sizeof(float));
+    int ways = shard_ways(st->zero_stage, st->world_size), rank = ways == 1 ? 0 : st->rank;
+    for (int unit = 0; unit < shard_num_units(cfg, st->zero_stage); unit++) {
+        size_t start, size, offset = shard_offset(cfg, st->zero_stage, st->world_size, unit);
+        shard_unit_range(cfg, st->zero_stage, unit, &start, &size);
+        size_t owned = shard_owned(size, ways, rank);
+        read_old_moments(&old, start + (size_t)rank * shard_chunk(size, ways), owned,
+                         blocks[STATE_ADAM_M].data + offset, blocks[STATE_ADAM_V].data + offset, st, blocks);
+    }
+    for (int r = 0; r < old.old_world; r++)
+        if (old.files[r]) fclose(old.files[r]);
+    free(old.files);
 }
 
 // ----------------------------------------------------------------------------

@@ -9,6 +9,10 @@
 // summation order. Weight gradients, master weights and AdamW moments are FP32 in every dtype.
 // Attention scores and softmax, LayerNorm statistics and the cross-entropy are computed in FP32 and
 // only their outputs are rounded, as a fused GPU kernel does.
+// Several processes (mpirun or srun; dist.h) train data-parallel with the CUDA trainer's algorithm: each
+// reads its rows of every batch, gradients are summed over MPI, --zero_stage 1/3 shards the optimizer
+// state (and, on the GPU, the weights and gradients), and the FP8 amaxes are max-reduced so that every
+// rank casts with the same scales. --recompute 1 keeps one layer of activations.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -942,15 +946,15 @@ static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
 
 static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     long step = read_latest_checkpoint(opts->output_dir);
-    char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
-    checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
+    char model_path[CHECKPOINT_PATH_LEN];
+    model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
     float *params = load_checkpoint_model(model_path, &model->config);
     memcpy(model->params, params, model->num_params * sizeof(float));
     free(params);
     take_shard(model);
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, guard, blocks);
-    load_state_file(state_path, state, &model->config, blocks);
+    load_training_state(opts->output_dir, step, state, &model->config, blocks);
     guard->count = state->guard_count;
     fp8_scales_from_history(&model->fp8);
     printf("resumed | step %ld | %s\n", step, model_path);

@@ -1093,14 +1093,14 @@ static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *op
 
 static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     long step = read_latest_checkpoint(opts->output_dir);
-    char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
-    checkpoint_paths(opts->output_dir, step, state->rank, model_path, state_path, sizeof(model_path));
+    char model_path[CHECKPOINT_PATH_LEN];
+    model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
     load_master(model, model_path, 0);
     size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
     float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
-    load_state_file(state_path, state, &model->config, blocks);
+    load_training_state(opts->output_dir, step, state, &model->config, blocks);
     guard->count = state->guard_count;
     copy_to_device(model->m, blocks[STATE_ADAM_M].data, S * sizeof(float));
     copy_to_device(model->v, blocks[STATE_ADAM_V].data, S * sizeof(float));

@@ -15,9 +15,11 @@
 # ZeRO 0, 1 and 3 must give bit-identical model files.
 # Also: the amax histories (hence the scales) in every rank's state file are bit-identical; only rank 0
 # prints and writes the model file; a run resumed from a checkpoint is bit-identical to the straight run
-# (ZeRO-1 and ZeRO-3, float8); resuming with another process count or ZeRO stage is refused with one
-# error line; RANK/WORLD_SIZE without an MPI launcher is refused (the CPU collectives need MPI), and so are
-# srun tasks that got no ranks (srun without --mpi=pmix would start lone runs sharing one output directory).
+# (ZeRO-1 and ZeRO-3, float8); another process count or ZeRO stage with the same global batch re-shards the
+# checkpoint and continues within the float32 bounds (bit-identically with 2 processes), a different
+# global batch is refused with one error line; RANK/WORLD_SIZE without an MPI launcher is refused (the CPU
+# collectives need MPI), and so are srun tasks that got no ranks (srun without --mpi=pmix would start lone
+# runs sharing one output directory).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -151,24 +153,44 @@ for zero in 1 3; do
     result $status "ZeRO-$zero float8, 2 processes: resumed at step 3, model and both state files of step 6 identical"
 done
 
-# refused: another process count, another ZeRO stage, one process (each from its own copy of the checkpoint)
-for copy in np1 np4 zero1; do cp -r "$TMP/resumed_z3" "$TMP/$copy"; done
+# another process count or ZeRO stage re-shards the checkpoint (checkpoint.h's load_training_state): a
+# float32 run of 2 processes x B=2 with ZeRO-3, checkpointed at step 3, continued by 4 processes x B=1
+# with ZeRO-1, by 1 process x B=4 and by 2 processes with ZeRO-0, equals the straight run within
+# compare_runs' float32 bounds (the same global batch, so the same data; only summation order differs)
+run ckpt32 2 --batch_size 2 --dtype float32 --zero_stage 3 --ckpt_every 3
+for case in "4 1 1" "1 4 0" "2 2 0"; do
+    read -r np b zero <<<"$case"
+    name="reshard_np${np}_z$zero"
+    cp -r "$TMP/ckpt32" "$TMP/$name"
+    rm "$TMP/$name"/*_00000006*.bin
+    echo 3 >"$TMP/$name/latest_checkpoint"
+    cp "$TMP/ckpt32.jsonl" "$TMP/$name.jsonl" # the resumed run keeps its steps 1-3
+    run "$name" "$np" --batch_size "$b" --dtype float32 --zero_stage "$zero" --ckpt_every 3 --resume 1 || true
+    if ! grep -q "resumed | step 3" "$TMP/$name.out"; then sed 's/^/     | /' "$TMP/$name.out" | head -5; fi
+    same "$name" ckpt32 float32 256 "resumed at step 3 by $np x B=$b with ZeRO-$zero (written by 2 x B=2, ZeRO-3)"
+done
+# with 2 processes every stage computes the same bits (above), so the re-sharded moments must give them too
+status=0
+cmp -s "$(model ckpt32)" "$(model reshard_np2_z0)" || status=1
+result $status "2 x B=2: resumed with ZeRO-0 from a ZeRO-3 checkpoint, bit-identical to the straight run"
+
+# refused: a different global batch (the data position would not mean the same tokens)
 refused_case() { # COPY WHAT NP FLAGS...
     local copy=$1 what=$2 np=$3
     shift 3
+    cp -r "$TMP/resumed_z3" "$TMP/$copy"
     local status=0 cmd=(./train_cpu "${COMMON[@]}" --output_dir "$TMP/$copy" "$@" --resume 1)
     if [ "$np" = 1 ]; then "${cmd[@]}" >"$TMP/$copy.out" 2>&1 || status=$?; else
         "${MPIRUN[@]}" -np "$np" "${cmd[@]}" >"$TMP/$copy.out" 2>&1 || status=$?
     fi
     local verdict=0
-    [ $status != 0 ] && grep -q "^error: $TMP/$copy/state_00000006_0000[0-9].bin: .*same number" "$TMP/$copy.out" ||
+    [ $status != 0 ] && grep -q "^error: $TMP/$copy/state_00000006_00000.bin: .*--batch_size must be" "$TMP/$copy.out" ||
         verdict=1
     if [ $verdict != 0 ]; then sed 's/^/     | /' "$TMP/$copy.out" | head -8; fi
     result $verdict "resume $what: refused with one error line"
 }
-refused_case np1 "with 1 process instead of 2" 1 --batch_size 2 --dtype float8 --zero_stage 3
-refused_case np4 "with 4 processes instead of 2" 4 --batch_size 2 --dtype float8 --zero_stage 3
-refused_case zero1 "with ZeRO-1 instead of ZeRO-3" 2 --batch_size 2 --dtype float8 --zero_stage 1
+refused_case np1 "with 1 process x B=2 instead of 2 x B=2" 1 --batch_size 2 --dtype float8 --zero_stage 3
+refused_case np4 "with 4 processes x B=2 instead of 2 x B=2" 4 --batch_size 2 --dtype float8 --zero_stage 3
 
 status=0
 RANK=0 WORLD_SIZE=2 ./train_cpu "${COMMON[@]}" --output_dir "$TMP/env" >"$TMP/env.out" 2>&1 || status=$?
