@@ -1075,7 +1075,7 @@ int main(int argc, char **argv) {
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
         memset(model.grads, 0, model.num_params * sizeof(float));
-        memset(model.grad_shard, 0, model.shard_count * sizeof(float));
+        if (model.ways > 1) memset(model.grad_shard, 0, model.shard_count * sizeof(float)); // else: grads
         double loss_sum = 0.0;
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
@@ -1105,8 +1105,8 @@ int main(int argc, char **argv) {
         float lr = learning_rate(&opts, step), max_loss, max_norm;
         step_guard_thresholds(&guard, &opts, &max_loss, &max_norm);
         int skip_reason = step_skip_reason(loss, norm, max_loss, max_norm);
-        dist_max_floats(&dist, model.fp8.amax_current,
-                        model.fp8.num_tensors); // identical scales on every rank
+        // every rank's amaxes, so that every rank computes the same scales
+        dist_max_floats(&dist, model.fp8.amax_current, model.fp8.num_tensors);
         snapshot_fp8_stats(&model.fp8);
         fp8_end_step(&model.fp8, step, skip_reason != SKIP_NONE);
         if (skip_reason != SKIP_NONE) {
@@ -1119,13 +1119,14 @@ int main(int argc, char **argv) {
             gather_weights(&model);
             step_guard_record(&guard, loss, norm);
         }
-        refresh_compute_weights(
-            &model); // also after a skip: the GPU recasts unconditionally, telemetry agrees
+        // also after a skip: the GPU recasts unconditionally, and the telemetry agrees
+        refresh_compute_weights(&model);
         state.step = step + 1;
         state.guard_count = guard.count;
         double ms = wall_time_ms() - start;
         StepRecord record = {
-            step + 1, opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps / (ms / 1e3), skip_reason};
+            step + 1,   opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps * world / (ms / 1e3),
+            skip_reason};
         log_step(&log, &record);
         if (opts.dtype == DTYPE_FLOAT8) {
             sum_activation_counts(&dist, &model.fp8.stats);
