@@ -393,8 +393,12 @@ static inline void check_state_field(const char *path, const int64_t *h, int fie
 static inline FILE *open_state_file(const char *path, int rank, int64_t h[STATE_FILE_HEADER_INTS],
                                     int64_t *size) {
     FILE *f = fopen(path, "rb");
-    if (!f && errno == ENOENT && rank > 0) // rank 0 always writes one: then the file is just missing
-        fail("%s: no state file for rank %d: the checkpoint was written by fewer processes", path, rank);
+    // Only ranks below the world size of rank 0's file are opened (another world size is re-sharded), so a
+    // missing file is never a checkpoint of fewer processes: one of the writers' files is gone.
+    if (!f && errno == ENOENT && rank > 0)
+        fail("%s: no state file for rank %d: the checkpoint is incomplete (rank 0's state file says more "
+             "processes wrote it)",
+             path, rank);
     if (!f) fail("%s: cannot open: %s", path, strerror(errno));
     *size = file_size_check(f, path);
     if (*size < (int64_t)(STATE_FILE_HEADER_INTS * sizeof(int64_t)))
@@ -446,29 +450,33 @@ static inline void take_state_counters(TrainState *st, const int64_t *h) {
 }
 
 // Re-sharding: the moments of the full-vector range [begin, begin + count) from the files of the run that
-// wrote them (old_world processes, ZeRO stage old_zero), into m and v. Each old rank's file is opened
-// once, checked, and read only where it holds a piece of the range.
+// wrote them (old_world processes, ZeRO stage old_zero), into m and v. The pieces come rank after rank,
+// so one file is open at a time (a checkpoint of thousands of ranks stays under the open-file limit);
+// each is checked when opened and read only where it holds a piece of the range.
 typedef struct {
     const char *dir;
     long step;
     const GPTConfig *cfg;
     int old_world, old_zero;
     int64_t old_moments;
-    FILE **files; // (old_world) opened on first use
+    FILE *file;    // the old rank file open now
+    int file_rank; // its rank
 } OldShards;
 
 static inline FILE *old_shard_file(OldShards *o, int rank, const TrainState *st, const StateBlock *blocks,
                                    char *path) {
     state_file_path(o->dir, o->step, rank, path, CHECKPOINT_PATH_LEN);
-    if (o->files[rank]) return o->files[rank];
+    if (o->file_rank == rank) return o->file;
+    fclose(o->file);
     int64_t h[STATE_FILE_HEADER_INTS], size;
-    o->files[rank] = open_state_file(path, rank, h, &size);
+    o->file = open_state_file(path, rank, h, &size);
+    o->file_rank = rank;
     check_state_field(path, h, SH_RANK, rank, "rank");
     check_state_field(path, h, SH_WORLD, o->old_world, "world size (rank 0's file says otherwise)");
     check_state_field(path, h, SH_ZERO_STAGE, o->old_zero, "ZeRO stage (rank 0's file says otherwise)");
     check_state_field(path, h, SH_STEP, o->step, "step");
     check_state_header(path, h, size, st, o->cfg, blocks, o->old_moments);
-    return o->files[rank];
+    return o->file;
 }
 
 static inline void read_moments_at(FILE *f, const char *path, int64_t moments, size_t at, size_t n, float *m,
@@ -528,25 +536,36 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
     state_file_path(dir, step, 0, path, sizeof(path));
     int64_t h[STATE_FILE_HEADER_INTS], size;
     FILE *f = open_state_file(path, 0, h, &size);
+    // Every other file is checked against this one and its counters are the run's: it must be rank 0's
+    // file of this step (a copied or renamed file would resume at another step, or with another rank's
+    // moments, without a word).
+    check_state_field(path, h, SH_RANK, 0, "rank");
+    check_state_field(path, h, SH_STEP, step, "step");
     if (h[SH_WORLD] == st->world_size && h[SH_ZERO_STAGE] == st->zero_stage) {
         fclose(f);
         state_file_path(dir, step, st->rank, path, sizeof(path));
         load_state_file(path, st, cfg, blocks);
+        // a rank resuming at another step than the others would pair its collectives with theirs wrongly
+        if (st->step != step)
+            fail("%s: checkpoint has step %ld but this run has %ld", path, (long)st->step, step);
         return;
     }
     if (h[SH_WORLD] < 1 || h[SH_WORLD] > (1 << 20) ||
         (h[SH_ZERO_STAGE] != 0 && h[SH_ZERO_STAGE] != 1 && h[SH_ZERO_STAGE] != 3))
         fail("%s: corrupt header (world size %ld, ZeRO stage %ld)", path, (long)h[SH_WORLD],
              (long)h[SH_ZERO_STAGE]);
-    if (h[SH_WORLD] * h[SH_BATCH_SIZE] != (int64_t)st->world_size * st->batch_size)
+    int64_t global_batch = h[SH_WORLD] * h[SH_BATCH_SIZE];
+    if (global_batch != (int64_t)st->world_size * st->batch_size && global_batch % st->world_size != 0)
+        fail("%s: written by %ld processes of --batch_size %ld: its global batch of %ld rows does not split "
+             "over %d processes; resume with a number of processes that divides it",
+             path, (long)h[SH_WORLD], (long)h[SH_BATCH_SIZE], (long)global_batch, st->world_size);
+    if (global_batch != (int64_t)st->world_size * st->batch_size)
         fail(
             "%s: written by %ld processes of --batch_size %ld; with %d processes --batch_size must be %ld to "
             "continue the data order (the same global batch)",
             path, (long)h[SH_WORLD], (long)h[SH_BATCH_SIZE], st->world_size,
-            (long)(h[SH_WORLD] * h[SH_BATCH_SIZE] / st->world_size));
-    OldShards old = {dir, step, cfg, (int)h[SH_WORLD], (int)h[SH_ZERO_STAGE], h[SH_MOMENTS], NULL};
-    old.files = (FILE **)calloc_check((size_t)old.old_world, sizeof(FILE *), "state files");
-    old.files[0] = f;
+            (long)(global_batch / st->world_size));
+    OldShards old = {dir, step, cfg, (int)h[SH_WORLD], (int)h[SH_ZERO_STAGE], h[SH_MOMENTS], f, 0};
     check_state_header(path, h, size, st, cfg, blocks, old.old_moments);
     take_state_counters(st, h);
     long tail = STATE_FILE_HEADER_INTS * (long)sizeof(int64_t) + 8 * (long)old.old_moments;
@@ -563,9 +582,7 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
         read_old_moments(&old, start + (size_t)rank * shard_chunk(size, ways), owned,
                          blocks[STATE_ADAM_M].data + offset, blocks[STATE_ADAM_V].data + offset, st, blocks);
     }
-    for (int r = 0; r < old.old_world; r++)
-        if (old.files[r]) fclose(old.files[r]);
-    free(old.files);
+    fclose(old.file);
 }
 
 // ----------------------------------------------------------------------------

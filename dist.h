@@ -69,7 +69,7 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
 #else
     (void)argc;
     (void)argv;
-    if (dist_launched_by_mpi() && dist_env_int("OMPI_COMM_WORLD_SIZE") != 1 && dist_env_int("PMI_SIZE") != 1)
+    if (dist_env_int("OMPI_COMM_WORLD_SIZE") > 1 || dist_env_int("PMI_SIZE") > 1)
         fail("started by an MPI launcher, but this binary was built without MPI (install libopenmpi-dev and "
              "rebuild)");
 #endif
@@ -177,7 +177,10 @@ static inline void dist_allreduce(const Dist *d, void *buf, size_t n, MPI_Dataty
 // Counts and displacements of a unit split over the ranks: rank r gets its owned elements.
 static inline void dist_unit_counts(const Dist *d, size_t unit_size, int *counts, int *displs) {
     size_t chunk = shard_chunk(unit_size, d->world_size);
-    if (chunk > INT_MAX) fail("a ZeRO unit of %zu elements is too large for one MPI collective", unit_size);
+    // Not only every count but every displacement (up to the last owner's start) and MPI's own sum of
+    // the counts must fit an int: a chunk that fits is not enough.
+    if (unit_size > INT_MAX)
+        fail("a ZeRO unit of %zu elements is too large for one MPI collective", unit_size);
     for (int r = 0; r < d->world_size; r++) {
         counts[r] = (int)shard_owned(unit_size, d->world_size, r);
         displs[r] = (int)((size_t)r * chunk < unit_size ? (size_t)r * chunk : 0);

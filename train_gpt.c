@@ -11,8 +11,9 @@
 // only their outputs are rounded, as a fused GPU kernel does.
 // Several processes (mpirun or srun; dist.h) train data-parallel with the CUDA trainer's algorithm: each
 // reads its rows of every batch, gradients are summed over MPI, --zero_stage 1/3 shards the optimizer
-// state (and, on the GPU, the weights and gradients), and the FP8 amaxes are max-reduced so that every
-// rank casts with the same scales. --recompute 1 keeps one layer of activations.
+// state (and, on the GPU, the weights and gradients), and the FP8 amaxes are max-reduced so that with the
+// delayed recipe every rank casts with the same scales (the current recipe scales each rank's cast by its
+// own amax). --recompute 1 keeps one layer of activations.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -9,7 +9,11 @@
 //   - save_model_file / load_model_file: the file is llm.c's tensor-major order (checked against shapes
 //     written out here, not against the code's own visitor), the round trip is bit-exact, and a
 //     version-5 (bf16) file written here by hand loads to the expected floats;
-//   - save_state_file / load_state_file round trip and refusal of a state from another run.
+//   - save_state_file / load_state_file round trip and refusal of a state from another run;
+//   - load_training_state re-sharding the moments of a padded layout (3 processes, ZeRO-1 and ZeRO-3) for
+//     1, 2, 3 and 4 processes with ZeRO 0, 1 and 3 (every owned element its full-vector value, padding
+//     zero), and refusing, with one line naming the file, a rank 0 or rank file of another step, a rank 0
+//     file of another rank, a missing rank file, a global batch the new processes cannot split.
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -643,6 +647,178 @@ static void test_state_files(void) {
     expect_error(load_state_fn, &a, "channels", "state of another model");
 }
 
+// ----------------------------------------------------------------------------------------------------
+// re-sharding (load_training_state): moment i of the full vector is i + 1 (v: -(i + 1)), padding zero
+
+#define RESHARD_GLOBAL_BATCH 12
+
+static TrainState reshard_state(int world, int zero, int rank) {
+    TrainState st;
+    memset(&st, 0, sizeof(st));
+    st.rank = rank;
+    st.world_size = world;
+    st.zero_stage = zero;
+    st.dtype = DTYPE_FLOAT8;
+    st.amax_history_len = 2;
+    st.batch_size = RESHARD_GLOBAL_BATCH / world;
+    st.seq_len = 8;
+    st.seed = 5;
+    return st;
+}
+
+// Visits the elements rank `rank` owns: offset in its shard buffer, offset in the full vector.
+typedef void (*OwnedVisitor)(size_t at, size_t full, void *ctx);
+static void visit_owned(const GPTConfig *c, int world, int zero, int rank, OwnedVisitor visit, void *ctx) {
+    int ways = shard_ways(zero, world), r = ways == 1 ? 0 : rank;
+    for (int u = 0; u < shard_num_units(c, zero); u++) {
+        size_t start, size, offset = shard_offset(c, zero, world, u);
+        shard_unit_range(c, zero, u, &start, &size);
+        size_t first = start + (size_t)r * shard_chunk(size, ways);
+        for (size_t k = 0; k < shard_owned(size, ways, r); k++) visit(offset + k, first + k, ctx);
+    }
+}
+
+typedef struct {
+    float *m, *v;
+    char *owned; // marks the owned elements (the rest must be padding)
+    int wrong;
+} Moments;
+
+static void set_moment(size_t at, size_t full, void *ctx) {
+    Moments *mo = (Moments *)ctx;
+    mo->m[at] = (float)(full + 1);
+    mo->v[at] = -(float)(full + 1);
+}
+
+static void check_moment(size_t at, size_t full, void *ctx) {
+    Moments *mo = (Moments *)ctx;
+    mo->owned[at] = 1;
+    mo->wrong += mo->m[at] != (float)(full + 1) || mo->v[at] != -(float)(full + 1);
+}
+
+// The state files of checkpoint `step` in dir, as `world` processes with ZeRO `zero` write them.
+static void write_reshard_checkpoint(const char *dir, long step, const GPTConfig *c, int world, int zero) {
+    size_t S = shard_size(c, zero, world);
+    float h[4] = {1, 2, 3, 4}, g[6] = {5, 6, 7, 8, 9, 10};
+    Moments mo = {(float *)malloc(S * sizeof(float)), (float *)malloc(S * sizeof(float)), NULL, 0};
+    for (int r = 0; r < world; r++) {
+        memset(mo.m, 0, S * sizeof(float));
+        memset(mo.v, 0, S * sizeof(float));
+        visit_owned(c, world, zero, r, set_moment, &mo);
+        TrainState st = reshard_state(world, zero, r);
+        st.step = step;
+        st.updates_applied = step - 1;
+        st.train_position = (DataLoaderPosition){1, 0, 4};
+        StateBlock blocks[NUM_STATE_BLOCKS] = {{mo.m, S}, {mo.v, S}, {h, 4}, {g, 6}};
+        char path[CHECKPOINT_PATH_LEN];
+        state_file_path(dir, step, r, path, sizeof(path));
+        save_state_file(path, &st, c, blocks);
+    }
+    free(mo.m);
+    free(mo.v);
+}
+
+typedef struct {
+    const char *dir;
+    long step;
+    GPTConfig cfg;
+    int world, zero, rank;
+} ReshardArgs;
+
+// Loads rank a->rank of the new layout; returns the number of wrong values (-1 with a message).
+static int load_resharded(const ReshardArgs *a) {
+    size_t S = shard_size(&a->cfg, a->zero, a->world);
+    Moments mo = {(float *)malloc(S * sizeof(float)), (float *)malloc(S * sizeof(float)),
+                  (char *)calloc(S, 1), 0};
+    for (size_t i = 0; i < S; i++) mo.m[i] = mo.v[i] = 99.0f; // what the loader must overwrite
+    float h[4], g[6];
+    StateBlock blocks[NUM_STATE_BLOCKS] = {{mo.m, S}, {mo.v, S}, {h, 4}, {g, 6}};
+    TrainState st = reshard_state(a->world, a->zero, a->rank);
+    load_training_state(a->dir, a->step, &st, &a->cfg, blocks);
+    visit_owned(&a->cfg, a->world, a->zero, a->rank, check_moment, &mo);
+    for (size_t i = 0; i < S; i++) mo.wrong += !mo.owned[i] && (mo.m[i] != 0.0f || mo.v[i] != 0.0f);
+    mo.wrong += st.step != a->step || st.updates_applied != a->step - 1 ||
+                st.train_position.batch_index != 4 || h[3] != 4 || g[5] != 10;
+    free(mo.m);
+    free(mo.v);
+    free(mo.owned);
+    return mo.wrong;
+}
+
+static void load_resharded_fn(void *p) {
+    load_resharded((const ReshardArgs *)p);
+}
+
+static void test_reshard(void) {
+    // layers of 3280 and globals of 2336 elements: over 3 ways both units have padded chunks
+    GPTConfig c = make_config(2, 16, 2, 64, 16);
+    char dir[512], cmd[3 * CHECKPOINT_PATH_LEN];
+    for (int old_zero = 1; old_zero <= 3; old_zero += 2) {
+        snprintf(dir, sizeof(dir), "%s/reshard_z%d", tmpdir, old_zero);
+        make_dir(dir);
+        write_reshard_checkpoint(dir, 6, &c, 3, old_zero);
+        for (int world = 1; world <= 4; world++) {
+            for (int zero = 0; zero <= 3; zero += zero == 1 ? 2 : 1) {
+                int wrong = 0;
+                for (int rank = 0; rank < world; rank++) {
+                    ReshardArgs a = {dir, 6, c, world, zero, rank};
+                    wrong += load_resharded(&a);
+                }
+                expect(wrong == 0, "3 processes ZeRO-%d resumed by %d with ZeRO-%d: %d wrong values",
+                       old_zero, world, zero, wrong);
+            }
+        }
+    }
+    // refusals, each on a copy of the ZeRO-3 checkpoint with one file replaced
+    snprintf(dir, sizeof(dir), "%s/reshard_bad", tmpdir);
+    char other[512], from[CHECKPOINT_PATH_LEN], to[CHECKPOINT_PATH_LEN];
+    snprintf(other, sizeof(other), "%s/reshard_step3", tmpdir);
+    make_dir(other);
+    write_reshard_checkpoint(other, 3, &c, 3, 3);
+    struct {
+        const char *what,
+            *copy_from; // copy_from: "other" (step 3's file of the same rank), "rank1", "missing"
+        int replaced, world, rank;
+        const char *needle;
+    } cases[] = {
+        {"rank 0 file of another step (re-sharded)", "other", 0, 2, 0,
+         "state_00000006_00000.bin: checkpoint has step 3"},
+        {"rank 0 file of another step (same layout)", "other", 0, 3, 1,
+         "state_00000006_00000.bin: checkpoint has step 3"},
+        {"rank 2 file of another step (same layout)", "other", 2, 3, 2,
+         "state_00000006_00002.bin: checkpoint has step 3"},
+        {"rank 2 file of another step (re-sharded)", "other", 2, 2, 1,
+         "state_00000006_00002.bin: checkpoint has step 3"},
+        {"rank 0 file holding rank 1's state", "rank1", 0, 2, 0,
+         "state_00000006_00000.bin: checkpoint has rank 1"},
+        {"missing rank 1 file (re-sharded)", "missing", 1, 2, 0,
+         "state_00000006_00001.bin: no state file for rank 1: the checkpoint is incomplete"},
+        {"missing rank 1 file (same layout)", "missing", 1, 3, 1,
+         "state_00000006_00001.bin: no state file for rank 1: the checkpoint is incomplete"},
+        {"a global batch 5 processes cannot split", "", -1, 5, 0, "does not split over 5 processes"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s/reshard_z3' '%s'", dir, tmpdir, dir);
+        if (system(cmd) != 0) expect(0, "%s: could not copy the checkpoint", cases[i].what);
+        if (cases[i].replaced >= 0) {
+            state_file_path(dir, 6, cases[i].replaced, to, sizeof(to));
+            if (!strcmp(cases[i].copy_from, "missing")) {
+                remove(to);
+            } else {
+                if (!strcmp(cases[i].copy_from, "other"))
+                    state_file_path(other, 3, cases[i].replaced, from, sizeof(from));
+                else
+                    state_file_path(dir, 6, 1, from, sizeof(from));
+                snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", from, to);
+                if (system(cmd) != 0) expect(0, "%s: could not copy %s", cases[i].what, from);
+            }
+        }
+        ReshardArgs a = {dir, 6, c, cases[i].world, 3, cases[i].rank};
+        if (cases[i].world == 5) a.world = 5, a.zero = 1; // 12 rows over 5: reshard_state's batch is 2
+        expect_error(load_resharded_fn, &a, cases[i].needle, cases[i].what);
+    }
+}
+
 int main(void) {
     atexit(report_unfinished);
     snprintf(tmpdir, sizeof(tmpdir), "%s", "/tmp/test_cli_XXXXXX");
@@ -656,6 +832,7 @@ int main(void) {
     test_config();
     test_model_files();
     test_state_files();
+    test_reshard();
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmpdir);
