@@ -114,8 +114,14 @@ clean:
 # -gencode arch=compute_89,code=sm_89 for Ada; -gencode arch=compute_100a,code=sm_100a for Blackwell).
 GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a
 NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I.
-# nvcc takes MPI's -I, -L and -l flags as they are.
+# nvcc takes MPI's -I, -L and -l flags as they are. NCCL (the GPU collectives) is the CUDA toolkit's or the
+# system's, or NCCL_HOME's (a directory with include/nccl.h and lib/libnccl.so: scripts/gpu_check.sh links
+# one from the nvidia-nccl wheel where the toolkit has none).
 CUDA_LIBS := -lcublasLt -lnccl -ldl $(MPI_LIBS)
+ifneq ($(NCCL_HOME),)
+  NVCC_FLAGS += -I$(NCCL_HOME)/include
+  CUDA_LIBS := -L$(NCCL_HOME)/lib -Xlinker -rpath=$(abspath $(NCCL_HOME))/lib $(CUDA_LIBS)
+endif
 NVCC_FLAGS += $(MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX # the C API only: its C++ bindings do not build warning-free
 GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh gpu/nccl.cuh gpu/zero.cuh
 
