@@ -217,7 +217,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
     if (model->plan.total > free_before)
         fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
-             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1)",
+             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1: --dry_run 1 lists what fits)",
              model->plan.total / 1073741824.0, free_before / 1073741824.0);
     char *memory = NULL;
     cuda_check(cudaMalloc((void **)&memory, model->plan.total));
