@@ -153,3 +153,6 @@ compile_gpu:
 	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_gemm dev/bench_gemm.cu $(CUDA_LIBS); \
 	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_kernels dev/bench_kernels.cu $(CUDA_LIBS) -lm; \
 	done
+	@echo "nvcc sm_90a without MPI"; mkdir -p build/sm_90a # a machine without MPI still builds the trainer
+	$(NVCC) $(filter-out -DUSE_MPI,$(NVCC_FLAGS)) $(GPU_ARCH) -o build/sm_90a/train_without_mpi train_gpt_fp8.cu \
+	    $(filter-out $(MPI_LIBS),$(CUDA_LIBS))
