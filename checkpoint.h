@@ -492,20 +492,18 @@ static inline void read_moments_at(FILE *f, const char *path, int64_t moments, s
 static inline void read_old_moments(OldShards *o, size_t begin, size_t count, float *m, float *v,
                                     const TrainState *st, const StateBlock *blocks) {
     const GPTConfig *cfg = o->cfg;
-    int ways = shard_ways(o->old_zero, o->old_world);
+    ShardMap old = shard_map(cfg, o->old_zero, o->old_world, 0); // the chunk offsets are every rank's
     size_t global = param_global_size(cfg), layer = param_layer_size(cfg);
     for (size_t x = begin; x < begin + count;) {
         int unit = o->old_zero == 3 && x >= global ? 1 + (int)((x - global) / layer) : 0;
-        size_t start, size;
-        shard_unit_range(cfg, o->old_zero, unit, &start, &size);
-        size_t chunk = shard_chunk(size, ways), within = x - start, rank = within / chunk, k = within % chunk;
+        ShardUnit u = shard_map_unit(&old, unit);
+        size_t within = x - u.start, rank = within / u.chunk, k = within % u.chunk;
         size_t n = begin + count - x;
-        if (n > chunk - k) n = chunk - k;
-        if (n > size - within) n = size - within;
+        if (n > u.chunk - k) n = u.chunk - k;
+        if (n > u.size - within) n = u.size - within;
         char path[CHECKPOINT_PATH_LEN];
         FILE *f = old_shard_file(o, (int)rank, st, blocks, path);
-        read_moments_at(f, path, o->old_moments, shard_offset(cfg, o->old_zero, o->old_world, unit) + k, n,
-                        m + (x - begin), v + (x - begin));
+        read_moments_at(f, path, o->old_moments, u.shard + k, n, m + (x - begin), v + (x - begin));
         x += n;
     }
 }
@@ -574,13 +572,11 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
         fread_check(blocks[b].data, sizeof(float), blocks[b].count, f, path);
     for (int b = STATE_ADAM_M; b <= STATE_ADAM_V; b++) // padding stays zero
         memset(blocks[b].data, 0, blocks[b].count * sizeof(float));
-    int ways = shard_ways(st->zero_stage, st->world_size), rank = ways == 1 ? 0 : st->rank;
+    ShardMap mine = shard_map(cfg, st->zero_stage, st->world_size, st->rank);
     for (int unit = 0; unit < shard_num_units(cfg, st->zero_stage); unit++) {
-        size_t start, size, offset = shard_offset(cfg, st->zero_stage, st->world_size, unit);
-        shard_unit_range(cfg, st->zero_stage, unit, &start, &size);
-        size_t owned = shard_owned(size, ways, rank);
-        read_old_moments(&old, start + (size_t)rank * shard_chunk(size, ways), owned,
-                         blocks[STATE_ADAM_M].data + offset, blocks[STATE_ADAM_V].data + offset, st, blocks);
+        ShardUnit u = shard_map_unit(&mine, unit);
+        read_old_moments(&old, shard_unit_begin(&mine, &u), u.owned, blocks[STATE_ADAM_M].data + u.shard,
+                         blocks[STATE_ADAM_V].data + u.shard, st, blocks);
     }
     fclose(old.file);
 }

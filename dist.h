@@ -104,26 +104,30 @@ static inline void dist_finalize(Dist *d) {
 // min((r+1)*chunk, n)) of every unit (possibly none), and its shard buffer holds its chunks of all units in
 // unit order. Padding elements stay zero. ZeRO-0 is one unit over one way: every rank owns everything.
 
-static inline int shard_ways(int zero_stage, int world_size) {
+// All of it runs on the host and in kernels (GPT_HD): the CUDA trainer's shard kernels evaluate the same
+// layout as the CPU trainer, the checkpoints and the memory plan.
+
+GPT_HD static inline int shard_ways(int zero_stage, int world_size) {
     return zero_stage == 0 ? 1 : world_size;
 }
 
-static inline int shard_num_units(const GPTConfig *cfg, int zero_stage) {
+GPT_HD static inline int shard_num_units(const GPTConfig *cfg, int zero_stage) {
     return zero_stage == 3 ? 1 + cfg->num_layers : 1;
 }
 
 // Start (in the full vector) and elements of unit `unit`.
-static inline void shard_unit_range(const GPTConfig *cfg, int zero_stage, int unit, size_t *start,
-                                    size_t *size) {
+GPT_HD static inline void shard_unit_range(const GPTConfig *cfg, int zero_stage, int unit, size_t *start,
+                                           size_t *size) {
+    size_t global = param_global_size(cfg), layer = param_layer_size(cfg);
     if (zero_stage != 3) {
         *start = 0;
-        *size = param_count(cfg);
+        *size = global + (size_t)cfg->num_layers * layer;
     } else if (unit == 0) {
         *start = 0;
-        *size = param_global_size(cfg);
+        *size = global;
     } else {
-        *start = param_global_size(cfg) + (size_t)(unit - 1) * param_layer_size(cfg);
-        *size = param_layer_size(cfg);
+        *start = global + (size_t)(unit - 1) * layer;
+        *size = layer;
     }
 }
 
@@ -136,26 +140,64 @@ GPT_HD static inline size_t shard_chunk(size_t unit_size, int ways) {
 }
 
 // Elements of a unit that rank `rank` really owns (the rest of its chunk is padding).
-static inline size_t shard_owned(size_t unit_size, int ways, int rank) {
+GPT_HD static inline size_t shard_owned(size_t unit_size, int ways, int rank) {
     size_t chunk = shard_chunk(unit_size, ways), begin = (size_t)rank * chunk;
     if (begin >= unit_size) return 0;
     return unit_size - begin < chunk ? unit_size - begin : chunk;
 }
 
 // Offset of unit `unit`'s chunk in the shard buffer, and (unit = number of units) the buffer's size.
-static inline size_t shard_offset(const GPTConfig *cfg, int zero_stage, int world_size, int unit) {
+// Every layer unit has the same size, so the offset is closed-form.
+GPT_HD static inline size_t shard_offset(const GPTConfig *cfg, int zero_stage, int world_size, int unit) {
+    if (unit == 0) return 0;
     int ways = shard_ways(zero_stage, world_size);
-    size_t offset = 0;
-    for (int u = 0; u < unit; u++) {
-        size_t start, size;
-        shard_unit_range(cfg, zero_stage, u, &start, &size);
-        offset += shard_chunk(size, ways);
-    }
-    return offset;
+    size_t start, first, layer;
+    shard_unit_range(cfg, zero_stage, 0, &start, &first);
+    if (zero_stage != 3) return shard_chunk(first, ways);
+    shard_unit_range(cfg, zero_stage, 1, &start, &layer);
+    return shard_chunk(first, ways) + (size_t)(unit - 1) * shard_chunk(layer, ways);
 }
 
-static inline size_t shard_size(const GPTConfig *cfg, int zero_stage, int world_size) {
+GPT_HD static inline size_t shard_size(const GPTConfig *cfg, int zero_stage, int world_size) {
     return shard_offset(cfg, zero_stage, world_size, shard_num_units(cfg, zero_stage));
+}
+
+// One rank's view of the layout, as a value a kernel can take, and one unit as that rank sees it.
+typedef struct {
+    GPTConfig cfg;
+    int zero_stage, world_size;
+    int ways, rank; // rank: this process's chunk of every unit (0 with one way, where it owns everything)
+} ShardMap;
+
+typedef struct {
+    size_t start, size; // the unit in the parameter vector
+    size_t chunk;       // the unit is padded to ways * chunk for the collectives
+    size_t owned;       // elements of this rank's chunk that are real (the rest is padding)
+    size_t shard;       // offset of this rank's chunk in its shard buffer
+} ShardUnit;
+
+GPT_HD static inline ShardMap shard_map(const GPTConfig *cfg, int zero_stage, int world_size, int rank) {
+    ShardMap m;
+    m.cfg = *cfg;
+    m.zero_stage = zero_stage;
+    m.world_size = world_size;
+    m.ways = shard_ways(zero_stage, world_size);
+    m.rank = m.ways == 1 ? 0 : rank;
+    return m;
+}
+
+GPT_HD static inline ShardUnit shard_map_unit(const ShardMap *m, int unit) {
+    ShardUnit u;
+    shard_unit_range(&m->cfg, m->zero_stage, unit, &u.start, &u.size);
+    u.chunk = shard_chunk(u.size, m->ways);
+    u.owned = shard_owned(u.size, m->ways, m->rank);
+    u.shard = shard_offset(&m->cfg, m->zero_stage, m->world_size, unit);
+    return u;
+}
+
+// Where this rank's chunk of unit u begins in the parameter vector.
+GPT_HD static inline size_t shard_unit_begin(const ShardMap *m, const ShardUnit *u) {
+    return u->start + (size_t)m->rank * u->chunk;
 }
 
 // ----------------------------------------------------------------------------

@@ -171,6 +171,7 @@ typedef struct {
     // what each rank updates, which is what the GPU's memory savings rest on.
     const Dist *dist;
     int zero_stage, ways;
+    ShardMap shards;     // this rank's place in the layout
     size_t shard_count;  // S
     float *master;       // (S) FP32 master weights this rank updates
     float *grad_shard;   // (S) the summed gradients of those weights
@@ -273,9 +274,7 @@ static float *arena_take(Arena *arena, size_t n) {
 static size_t largest_chunk(const GPT *model) {
     size_t largest = 0;
     for (int u = 0; u < shard_num_units(&model->config, model->zero_stage); u++) {
-        size_t start, size;
-        shard_unit_range(&model->config, model->zero_stage, u, &start, &size);
-        size_t chunk = shard_chunk(size, model->ways);
+        size_t chunk = shard_map_unit(&model->shards, u).chunk;
         if (chunk > largest) largest = chunk;
     }
     return largest;
@@ -341,7 +340,8 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->recompute = opts->recompute;
     model->dist = dist;
     model->zero_stage = opts->zero_stage;
-    model->ways = shard_ways(opts->zero_stage, dist->world_size);
+    model->shards = shard_map(cfg, opts->zero_stage, dist->world_size, dist->rank);
+    model->ways = model->shards.ways;
     model->shard_count = shard_size(cfg, opts->zero_stage, dist->world_size);
     Arena arena = {NULL, 0};
     carve_buffers(model, &arena);
@@ -633,34 +633,14 @@ static void softmax_crossentropy_backward(float *probs, const int *targets, floa
 // gathered back. The sums are MPI's, so N processes with batch B compute what one process with batch
 // N*B does up to float32 summation order.
 
-// Unit `unit` as this rank sees it: its range in the full vector, its chunk in the shard buffer, and the
-// elements of the chunk that are real (the rest is padding).
-typedef struct {
-    size_t start, size;  // in the full vector
-    size_t chunk_offset; // in the shard buffer
-    size_t owned_start;  // full-vector offset of the first element this rank owns
-    size_t owned;        // elements owned
-} UnitShard;
-
-static UnitShard unit_shard(const GPT *model, int unit) {
-    const GPTConfig *cfg = &model->config;
-    int rank = model->ways == 1 ? 0 : model->dist->rank;
-    UnitShard us;
-    shard_unit_range(cfg, model->zero_stage, unit, &us.start, &us.size);
-    us.chunk_offset = shard_offset(cfg, model->zero_stage, model->dist->world_size, unit);
-    us.owned_start = us.start + (size_t)rank * shard_chunk(us.size, model->ways);
-    us.owned = shard_owned(us.size, model->ways, rank);
-    return us;
-}
-
 // Adds the rank-summed gradients of unit `unit` into this rank's gradient shard, then clears the unit's
 // full gradients for the next micro-step.
 static void reduce_scatter_unit(GPT *model, int unit) {
-    UnitShard us = unit_shard(model, unit);
-    float *full = model->grads + us.start, *shard = model->grad_shard + us.chunk_offset;
-    dist_reduce_scatter_unit(model->dist, full, us.size, model->unit_reduced);
-    for (size_t i = 0; i < us.owned; i++) shard[i] += model->unit_reduced[i];
-    memset(full, 0, us.size * sizeof(float));
+    ShardUnit u = shard_map_unit(&model->shards, unit);
+    float *full = model->grads + u.start, *shard = model->grad_shard + u.shard;
+    dist_reduce_scatter_unit(model->dist, full, u.size, model->unit_reduced);
+    for (size_t i = 0; i < u.owned; i++) shard[i] += model->unit_reduced[i];
+    memset(full, 0, u.size * sizeof(float));
 }
 
 // ZeRO-3 reduces a unit as soon as the backward is done with it (the GPU overlaps this with the next
@@ -680,8 +660,9 @@ static void reduce_gradients(GPT *model) {
 static void take_shard(GPT *model) {
     if (model->ways == 1) return;
     for (int u = 0; u < shard_num_units(&model->config, model->zero_stage); u++) {
-        UnitShard us = unit_shard(model, u);
-        memcpy(model->master + us.chunk_offset, model->params + us.owned_start, us.owned * sizeof(float));
+        ShardUnit unit = shard_map_unit(&model->shards, u);
+        memcpy(model->master + unit.shard, model->params + shard_unit_begin(&model->shards, &unit),
+               unit.owned * sizeof(float));
     }
 }
 
@@ -689,8 +670,8 @@ static void take_shard(GPT *model) {
 static void gather_weights(GPT *model) {
     if (model->ways == 1) return;
     for (int u = 0; u < shard_num_units(&model->config, model->zero_stage); u++) {
-        UnitShard us = unit_shard(model, u);
-        dist_allgather_unit(model->dist, model->master + us.chunk_offset, model->params + us.start, us.size);
+        ShardUnit unit = shard_map_unit(&model->shards, u);
+        dist_allgather_unit(model->dist, model->master + unit.shard, model->params + unit.start, unit.size);
     }
 }
 
@@ -884,13 +865,14 @@ static void adamw_update(GPT *model, const TrainOptions *opts, float lr, float g
                       1.0f - powf(opts->beta1, (float)t),
                       1.0f - powf(opts->beta2, (float)t)};
     for (int u = 0; u < shard_num_units(cfg, model->zero_stage); u++) {
-        UnitShard us = unit_shard(model, u);
-        for (size_t done = 0; done < us.owned;) {
+        ShardUnit unit = shard_map_unit(&model->shards, u);
+        size_t begin = shard_unit_begin(&model->shards, &unit);
+        for (size_t done = 0; done < unit.owned;) {
             int tensor, layer;
-            size_t end = param_locate(cfg, us.owned_start + done, &tensor, &layer);
-            size_t n = end - (us.owned_start + done);
-            if (n > us.owned - done) n = us.owned - done;
-            size_t i = us.chunk_offset + done;
+            size_t end = param_locate(cfg, begin + done, &tensor, &layer);
+            size_t n = end - (begin + done);
+            if (n > unit.owned - done) n = unit.owned - done;
+            size_t i = unit.shard + done;
             float weight_decay = param_is_decayed(tensor) ? opts->weight_decay : 0.0f;
             adamw_run(model->master + i, model->grad_shard + i, model->m + i, model->v + i, n, weight_decay,
                       &step);

@@ -127,13 +127,9 @@ static void create_event(cudaEvent_t *event) {
 static void gpt_shards(GPT *model, const GPTConfig *cfg, int zero_stage, const Comm *comm) {
     model->comm = *comm;
     model->zero_stage = zero_stage;
-    model->shards.cfg = *cfg;
-    model->shards.per_layer_units = zero_stage == 3;
-    model->shards.ways = shard_ways(zero_stage, comm->world_size);
-    model->shards.rank = zero_stage == 0 ? 0 : comm->rank;
-    shard_map_check(&model->shards, zero_stage, comm->world_size);
+    model->shards = shard_map(cfg, zero_stage, comm->world_size, comm->rank);
     model->num_units = shard_num_units(cfg, zero_stage);
-    model->shard_floats = zero_stage == 0 ? model->num_params : shard_size(cfg, zero_stage, comm->world_size);
+    model->shard_floats = shard_size(cfg, zero_stage, comm->world_size); // all P with one way
     if (zero_stage == 3) {
         model->global_slot = unit_slot_elements(cfg, comm->world_size, 0);
         model->layer_slot = unit_slot_elements(cfg, comm->world_size, 1);

@@ -1,5 +1,5 @@
-// gpu/zero.cuh: ZeRO on the device. Where this rank's shard of the FP32 parameter vector lies (dist.h's
-// layout, restated so that kernels can evaluate it), and the kernels around the collectives:
+// gpu/zero.cuh: ZeRO on the device: the kernels around the collectives, over dist.h's layout (ShardMap,
+// which kernels evaluate as the host does):
 //  - the amax of every linear weight over the shard (the max over ranks is the exact amax);
 //  - the E4M3 cast of a shard chunk in parameter layout, ready for an in-place all-gather;
 //  - W^T of a gathered FP8 weight (the data-gradient GEMM's operand);
@@ -11,54 +11,6 @@
 #include "../gpt_model.h"
 #include "common.cuh"
 #include "fp8.cuh"
-
-// dist.h's units as a value a kernel can take: ZeRO-0 and ZeRO-1 have one unit (ZeRO-0 over one way),
-// ZeRO-3 the global tensors and then one unit per layer.
-typedef struct {
-    GPTConfig cfg;
-    int per_layer_units; // ZeRO-3
-    int ways, rank;      // rank: this process's chunk of every unit (0 for ZeRO-0, where ways is 1)
-} ShardMap;
-
-typedef struct {
-    size_t start, size; // the unit in the parameter vector
-    size_t chunk;       // dist.h's shard_chunk: the unit is padded to ways * chunk for the collectives
-    size_t owned;       // elements of this rank's chunk that are real (the rest is padding)
-    size_t shard;       // offset of this rank's chunk in its shard buffer
-} ShardUnit;
-
-GPT_HD static inline ShardUnit shard_map_unit(const ShardMap *m, int unit) {
-    size_t global = param_global_size(&m->cfg), layer = param_layer_size(&m->cfg);
-    ShardUnit u;
-    u.start = m->per_layer_units && unit > 0 ? global + (size_t)(unit - 1) * layer : 0;
-    u.size = !m->per_layer_units ? global + (size_t)m->cfg.num_layers * layer : unit == 0 ? global : layer;
-    u.chunk = shard_chunk(u.size, m->ways);
-    size_t begin = (size_t)m->rank * u.chunk;
-    u.owned = begin >= u.size ? 0 : u.size - begin < u.chunk ? u.size - begin : u.chunk;
-    u.shard =
-        m->per_layer_units && unit > 0 ? shard_chunk(global, m->ways) + (size_t)(unit - 1) * u.chunk : 0;
-    return u;
-}
-
-// Where this rank's chunk of unit u begins in the parameter vector.
-GPT_HD static inline size_t shard_unit_begin(const ShardMap *m, const ShardUnit *u) {
-    return u->start + (size_t)m->rank * u->chunk;
-}
-
-// The map must describe exactly dist.h's layout (the host code and the checkpoints use dist.h's): checked
-// for every unit at start-up.
-static inline void shard_map_check(const ShardMap *m, int zero_stage, int world_size) {
-    int ways = shard_ways(zero_stage, world_size);
-    for (int unit = 0; unit < shard_num_units(&m->cfg, zero_stage); unit++) {
-        ShardUnit u = shard_map_unit(m, unit);
-        size_t start, size;
-        shard_unit_range(&m->cfg, zero_stage, unit, &start, &size);
-        if (u.start != start || u.size != size || u.chunk != shard_chunk(size, ways) ||
-            u.owned != shard_owned(size, ways, m->rank) ||
-            u.shard != shard_offset(&m->cfg, zero_stage, world_size, unit))
-            fail("gpu/zero.cuh: the shard map of unit %d differs from dist.h's layout (a bug)", unit);
-    }
-}
 
 GPT_HD static inline int linear_tensor(int linear) {
     return linear == LIN_QKV       ? PT_QKVW
@@ -93,7 +45,7 @@ GPT_HD static inline int linear_weight_at(const GPTConfig *cfg, size_t offset) {
 __global__ void shard_weight_amax_kernel(float *amax, const float *shard, ShardMap map) {
     int w = blockIdx.y, layer = w / NUM_BLOCK_LINEARS, linear = w % NUM_BLOCK_LINEARS;
     const GPTConfig *cfg = &map.cfg;
-    ShardUnit u = shard_map_unit(&map, map.per_layer_units ? 1 + layer : 0);
+    ShardUnit u = shard_map_unit(&map, map.zero_stage == 3 ? 1 + layer : 0);
     size_t first = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg) +
                    linear_weight_in_layer(cfg, linear),
            last = first + param_tensor_size(cfg, linear_tensor(linear));
