@@ -171,9 +171,17 @@ GPT_HD static inline int param_is_decayed(int tensor) {
 // The four linear layers of a block: their weight tensor, bias tensor, and (out, in) features.
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_BLOCK_LINEARS };
 
-static inline int linear_weight_tensor(int linear) {
-    static const int tensors[NUM_BLOCK_LINEARS] = {PT_QKVW, PT_ATTPROJW, PT_FCW, PT_FCPROJW};
-    return tensors[linear];
+GPT_HD static inline int linear_weight_tensor(int linear) {
+    switch (linear) {
+    case LIN_QKV:
+        return PT_QKVW;
+    case LIN_ATTPROJ:
+        return PT_ATTPROJW;
+    case LIN_FC:
+        return PT_FCW;
+    default:
+        return PT_FCPROJW;
+    }
 }
 
 static inline int linear_out_features(const GPTConfig *cfg, int linear) {

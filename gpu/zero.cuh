@@ -12,30 +12,20 @@
 #include "common.cuh"
 #include "fp8.cuh"
 
-GPT_HD static inline int linear_tensor(int linear) {
-    return linear == LIN_QKV       ? PT_QKVW
-           : linear == LIN_ATTPROJ ? PT_ATTPROJW
-           : linear == LIN_FC      ? PT_FCW
-                                   : PT_FCPROJW;
-}
-
 // Offset of linear `linear`'s weight within one layer's parameters.
 GPT_HD static inline size_t linear_weight_in_layer(const GPTConfig *cfg, int linear) {
     size_t offset = 0;
-    for (int t = PT_LN1W; t < linear_tensor(linear); t++) offset += param_tensor_size(cfg, t);
+    for (int t = PT_LN1W; t < linear_weight_tensor(linear); t++) offset += param_tensor_size(cfg, t);
     return offset;
 }
 
 // Index layer * 4 + linear of the linear weight holding element `offset` of the parameter vector, or -1.
 GPT_HD static inline int linear_weight_at(const GPTConfig *cfg, size_t offset) {
-    size_t global = param_global_size(cfg), layer_size = param_layer_size(cfg);
-    if (offset < global) return -1;
-    int layer = (int)((offset - global) / layer_size);
-    size_t within = (offset - global) % layer_size;
-    int tensor = PT_LN1W;
-    while (within >= param_tensor_size(cfg, tensor)) within -= param_tensor_size(cfg, tensor++);
+    int tensor = param_tensor_at(cfg, offset);
+    if (!param_is_per_layer(tensor)) return -1;
+    int layer = (int)((offset - param_global_size(cfg)) / param_layer_size(cfg));
     for (int linear = 0; linear < NUM_BLOCK_LINEARS; linear++)
-        if (linear_tensor(linear) == tensor) return layer * NUM_BLOCK_LINEARS + linear;
+        if (linear_weight_tensor(linear) == tensor) return layer * NUM_BLOCK_LINEARS + linear;
     return -1;
 }
 
@@ -48,7 +38,7 @@ __global__ void shard_weight_amax_kernel(float *amax, const float *shard, ShardM
     ShardUnit u = shard_map_unit(&map, map.zero_stage == 3 ? 1 + layer : 0);
     size_t first = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg) +
                    linear_weight_in_layer(cfg, linear),
-           last = first + param_tensor_size(cfg, linear_tensor(linear));
+           last = first + param_tensor_size(cfg, linear_weight_tensor(linear));
     size_t lo = shard_unit_begin(&map, &u), hi = lo + u.owned;
     size_t a = first > lo ? first : lo, b = last < hi ? last : hi;
     float local = 0.0f;
