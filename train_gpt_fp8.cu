@@ -86,7 +86,7 @@ typedef struct {
     fp8 *cast_fp8, *cast_fp8_t;
     // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count (1)
     int *tokens;
-    Fp8DeviceState fp8;
+    Fp8DeviceState scaling;                        // the FP8 scaling state on the device
     StepParams *step_params, *step_params_host;    // device, pinned host
     StepResults *step_results, *step_results_host; // device, pinned host
     int *tokens_host;                              // pinned staging of the tokens area
@@ -197,7 +197,7 @@ static void gpt_carve(GPT *model, char *memory) {
     model->cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
     model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
     model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
-    fp8_state_views(&model->fp8, (float *)plan_ptr(model, BUF_FP8_STATE), model->config.num_layers,
+    fp8_state_views(&model->scaling, (float *)plan_ptr(model, BUF_FP8_STATE), model->config.num_layers,
                     model->plan.settings.history_len);
     model->step_params = (StepParams *)plan_ptr(model, BUF_STEP);
     model->step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
@@ -325,7 +325,7 @@ static fp8 *weight_fp8_t(GPT *model, int layer, int linear) {
 // weights, so rank 0 alone counts their saturated and flushed values (the counters are summed over ranks).
 static void cast_weights(GPT *model) {
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->fp8;
+    Fp8DeviceState *s = &model->scaling;
     for (int l = 0; l < cfg->num_layers; l++) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
             int w = l * NUM_BLOCK_LINEARS + lin, OC = linear_out_features(cfg, lin),
@@ -343,19 +343,19 @@ static void cast_weights(GPT *model) {
 // ZeRO-1/3: every linear weight's amax over this rank's shard, one kernel; reduce_fp8_amaxes then takes
 // the max over the ranks, the exact amax.
 static void measure_shard_weight_amaxes(GPT *model) {
-    Fp8DeviceState *s = &model->fp8;
+    Fp8DeviceState *s = &model->scaling;
     cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->stream));
     dim3 grid(shard_weight_amax_blocks(&model->config, model->shards.ways), s->num_weights);
-    shard_weight_amax_kernel<<<grid, 256, 0, model->stream>>>(s->weight_amax, model->params, model->shards);
-    cuda_check_launch();
+    launch<shard_weight_amax_kernel>({grid, 256, 0, model->stream}, s->weight_amax, model->params,
+                                     model->shards);
 }
 
 // The step's measured amaxes (amax_current and weight_amax, adjacent), max over the ranks: one all-reduce.
 static void reduce_fp8_amaxes(GPT *model) {
     if (!model->comm.comm) return;
     comm_after_compute(model);
-    comm_all_reduce(&model->comm, model->fp8.amax_current,
-                    (size_t)model->fp8.num_tensors + model->fp8.num_weights, ncclFloat32, ncclMax,
+    comm_all_reduce(&model->comm, model->scaling.amax_current,
+                    (size_t)model->scaling.num_tensors + model->scaling.num_weights, ncclFloat32, ncclMax,
                     model->comm_stream);
     compute_after_comm(model);
 }
@@ -364,9 +364,9 @@ static void reduce_fp8_amaxes(GPT *model) {
 static void cast_shard_chunk(GPT *model, int unit, fp8 *out, unsigned long long *counts,
                              cudaStream_t stream) {
     ShardUnit u = shard_map_unit(&model->shards, unit);
-    shard_weight_cast_kernel<<<elementwise_blocks(u.chunk), 256, 0, stream>>>(
-        out, counts, model->params, model->shards, unit, model->fp8.weight_scale, model->fp8.num_tensors);
-    cuda_check_launch();
+    launch<shard_weight_cast_kernel>({elementwise_blocks(u.chunk), 256, 0, stream}, out, counts,
+                                     model->params, model->shards, unit, model->scaling.weight_scale,
+                                     model->scaling.num_tensors);
 }
 
 // W^T of every linear of layer `layer` from its gathered W.
@@ -380,9 +380,9 @@ static void transpose_layer_weights(GPT *model, int layer, cudaStream_t stream) 
 // ZeRO-3, on the communication stream: the global unit's BF16 copy, gathered in place.
 static void gather_global(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
-    to_bf16_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
-        model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params + u.shard, u.chunk);
-    cuda_check_launch();
+    launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream},
+                           model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params + u.shard,
+                           u.chunk);
     comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
                     model->comm_stream);
 }
@@ -395,9 +395,8 @@ static void gather_layer(GPT *model, int layer) {
     size_t mine = (size_t)model->shards.rank * u.chunk;
     bf16 *copy = model->params_bf16 + layer_slot_offset(model, layer);
     fp8 *weights = model->fp8_weights ? model->weights_fp8 + (size_t)(layer % 2) * model->layer_slot : NULL;
-    to_bf16_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
-        copy + mine, model->params + u.shard, u.chunk);
-    cuda_check_launch();
+    launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, copy + mine,
+                           model->params + u.shard, u.chunk);
     if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->comm_stream);
     comm_group_start(&model->comm);
     comm_all_gather(&model->comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
@@ -412,7 +411,7 @@ static void publish_zero1(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
     if (model->fp8_weights)
         cast_shard_chunk(model, 0, model->weights_fp8 + (size_t)model->shards.rank * u.chunk,
-                         model->fp8.counts, model->stream);
+                         model->scaling.counts, model->stream);
     if (model->comm.comm) {
         comm_after_compute(model);
         comm_group_start(&model->comm);
@@ -434,7 +433,7 @@ static void publish_zero1(GPT *model) {
 static void publish_zero3(GPT *model) {
     if (model->fp8_weights)
         for (int l = 0; l < model->config.num_layers; l++)
-            cast_shard_chunk(model, 1 + l, NULL, model->fp8.counts, model->stream);
+            cast_shard_chunk(model, 1 + l, NULL, model->scaling.counts, model->stream);
     comm_after_compute(model);
     gather_global(model);
     gather_layer(model, 0);
@@ -446,7 +445,7 @@ static void publish_zero3(GPT *model) {
 // the FP8 weights with each weight's exact amax, the BF16 copy everywhere it is needed. With end_step also
 // the step's end of FP8 scaling: the amaxes max-reduced over ranks, histories and scales updated.
 static void publish_weights(GPT *model, int end_step) {
-    Fp8DeviceState *s = &model->fp8;
+    Fp8DeviceState *s = &model->scaling;
     cudaStream_t stream = model->stream;
     if (model->fp8_weights) {
         if (model->zero_stage == 0)
@@ -455,14 +454,14 @@ static void publish_weights(GPT *model, int end_step) {
             measure_shard_weight_amaxes(model);
         reduce_fp8_amaxes(model);
         if (model->zero_stage != 0) {
-            scale_from_amax_kernel<<<ceil_div(s->num_weights, 128), 128, 0, stream>>>(
-                s->weight_scale, s->weight_descale, s->weight_amax, s->num_weights, FP8_E4M3, model->margin);
-            cuda_check_launch();
+            launch<scale_from_amax_kernel>({ceil_div(s->num_weights, 128), 128, 0, stream}, s->weight_scale,
+                                           s->weight_descale, s->weight_amax, s->num_weights, FP8_E4M3,
+                                           model->margin);
         }
         if (end_step) {
-            fp8_end_step_kernel<<<ceil_div(s->num_tensors, 128), 128, 0, stream>>>(
-                *s, model->recipe == FP8_RECIPE_DELAYED, model->step_params, model->step_results);
-            cuda_check_launch();
+            launch<fp8_end_step_kernel>({ceil_div(s->num_tensors, 128), 128, 0, stream}, *s,
+                                        model->recipe == FP8_RECIPE_DELAYED, model->step_params,
+                                        model->step_results);
         }
     }
     if (model->zero_stage == 1) publish_zero1(model);
@@ -473,9 +472,9 @@ static void publish_weights(GPT *model, int end_step) {
 static void refresh_compute_weights(GPT *model) {
     if (model->zero_stage != 3) {
         ShardUnit u = shard_map_unit(&model->shards, 0);
-        to_bf16_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->stream>>>(
-            model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params, u.chunk);
-        cuda_check_launch();
+        launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->stream},
+                               model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params,
+                               u.chunk);
     }
     publish_weights(model, 0);
 }
@@ -498,7 +497,7 @@ static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const float *d
 // step's amax and telemetry counts, as the CPU's fp8_cast.
 static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, fp8 *out_t,
                      int record, Fp8Format format) {
-    Fp8DeviceState *s = &model->fp8;
+    Fp8DeviceState *s = &model->scaling;
     if (model->recipe == FP8_RECIPE_CURRENT)
         measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x,
                             (size_t)rows * cols, format, model->margin, model->stream);
@@ -531,9 +530,9 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
         fp8_cast(model, index, inp, N, IC, model->cast_fp8, saved_input_t(model, layer, linear), record_amax,
                  FP8_E4M3);
         gemm(&model->gemm, out, CUDA_R_16BF,
-             fp8_operand(model->cast_fp8, FP8_E4M3, &model->fp8.descale[index]), 0,
-             fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->fp8.weight_descale[w]), 1, N, OC,
-             IC, bias, 0, 1, model->stream);
+             fp8_operand(model->cast_fp8, FP8_E4M3, &model->scaling.descale[index]), 0,
+             fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1, N,
+             OC, IC, bias, 0, 1, model->stream);
     } else {
         gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
@@ -562,16 +561,16 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
         int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
         int input_index = fp8_tensor_index(layer, linear, 0);
         fp8_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_fp8_t, 1, FP8_E5M2);
-        GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &model->fp8.descale[index]);
-        GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &model->fp8.descale[index]);
+        GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &model->scaling.descale[index]);
+        GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &model->scaling.descale[index]);
         // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
         gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
-             fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &model->fp8.weight_descale[w]), 1, N,
-             IC, OC, NULL, 0, 0, model->stream);
+             fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1,
+             N, IC, OC, NULL, 0, 0, model->stream);
         // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
         gemm(&model->gemm, dweight, CUDA_R_32F, dout_q_t, 0,
-             fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &model->fp8.descale[input_index]), 1,
-             OC, IC, N, NULL, 1, 0, model->stream);
+             fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &model->scaling.descale[input_index]),
+             1, OC, IC, N, NULL, 1, 0, model->stream);
     } else {
         gemm(&model->gemm, dinp, CUDA_R_16BF, bf16_operand(dout), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 0, N, IC, OC, NULL, 0, 0, model->stream);
@@ -699,8 +698,7 @@ static void gpt_loss(GPT *model, int write_dlogits, float *loss_sum) {
     float dloss = 1.0f / ((float)N * model->accum_steps * model->comm.world_size);
     crossentropy_forward_backward(model->logits, model->losses, model->tokens + N, dloss, N, cfg->vocab_size,
                                   cfg->padded_vocab_size, write_dlogits, model->stream);
-    accumulate_mean_kernel<<<1, 256, 0, model->stream>>>(loss_sum, model->losses, N);
-    cuda_check_launch();
+    launch<accumulate_mean_kernel>({1, 256, 0, model->stream}, loss_sum, model->losses, N);
 }
 
 static void layer_backward(GPT *model, int l) {
@@ -744,9 +742,8 @@ static void end_layer_backward(GPT *model, int l) {
     layer_finished(model, l);
     cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[l % 2], 0));
     comm_reduce_scatter(&model->comm, slot, u.chunk, model->comm_stream);
-    add_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
-        model->grad_shard + u.shard, slot + (size_t)model->shards.rank * u.chunk, u.chunk);
-    cuda_check_launch();
+    launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
+                       slot + (size_t)model->shards.rank * u.chunk, u.chunk);
     cuda_check(cudaEventRecord(model->grads_free[l % 2], model->comm_stream));
 }
 
@@ -756,9 +753,8 @@ static void reduce_scatter_global(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
     comm_after_compute(model);
     comm_reduce_scatter(&model->comm, model->grads, u.chunk, model->comm_stream);
-    add_kernel<<<elementwise_blocks(u.chunk), 256, 0, model->comm_stream>>>(
-        model->grad_shard + u.shard, model->grads + (size_t)model->shards.rank * u.chunk, u.chunk);
-    cuda_check_launch();
+    launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
+                       model->grads + (size_t)model->shards.rank * u.chunk, u.chunk);
     compute_after_comm(model);
 }
 
@@ -850,10 +846,10 @@ static void adamw_step(GPT *model, const float *grads) {
         bf16 *copy = model->zero_stage == 0   ? model->params_bf16
                      : model->zero_stage == 1 ? model->params_bf16 + (size_t)model->shards.rank * u.chunk
                                               : NULL;
-        adamw_kernel<<<elementwise_blocks(u.owned), 256, 0, model->stream>>>(
-            model->params + u.shard, copy, grads + u.shard, model->m + u.shard, model->v + u.shard, u.owned,
-            shard_unit_begin(&model->shards, &u), model->config, model->step_params, model->step_results);
-        cuda_check_launch();
+        launch<adamw_kernel>({elementwise_blocks(u.owned), 256, 0, model->stream}, model->params + u.shard,
+                             copy, grads + u.shard, model->m + u.shard, model->v + u.shard, u.owned,
+                             shard_unit_begin(&model->shards, &u), model->config, model->step_params,
+                             model->step_results);
     }
 }
 
@@ -864,8 +860,7 @@ static void update_step(GPT *model) {
     cudaStream_t stream = model->stream;
     float *grads = model->zero_stage == 0 ? model->grads : model->grad_shard;
     reduce_gradients(model);
-    inject_nan_kernel<<<1, 1, 0, stream>>>(grads, model->step_params);
-    cuda_check_launch();
+    launch<inject_nan_kernel>({1, 1, 0, stream}, grads, model->step_params);
     global_norm_squared(&model->step_results->norm_squared, grads, model->shard_floats, model->reduce_scratch,
                         stream);
     if (model->comm.comm) {
@@ -879,8 +874,7 @@ static void update_step(GPT *model) {
         comm_group_end(&model->comm);
         compute_after_comm(model);
     }
-    step_decide_kernel<<<1, 1, 0, stream>>>(model->step_results, model->step_params);
-    cuda_check_launch();
+    launch<step_decide_kernel>({1, 1, 0, stream}, model->step_results, model->step_params);
     adamw_step(model, grads);
     if (model->zero_stage == 3)
         cuda_check(cudaMemsetAsync(model->grad_shard, 0, model->plan.bytes[BUF_GRAD_SHARD], stream));
@@ -1059,7 +1053,7 @@ static void barrier_all_ranks(GPT *model, const Dist *dist) {
 // The state file's arrays, staged on the host: this rank's moments and the amax histories copied from the
 // device, the step guard's window where it lives (host).
 static void state_blocks(GPT *model, float *host, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
-    size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
+    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
     blocks[STATE_ADAM_M] = StateBlock{host, S};
     blocks[STATE_ADAM_V] = StateBlock{host + S, S};
     blocks[STATE_AMAX_HISTORY] = StateBlock{host + 2 * S, H};
@@ -1068,7 +1062,7 @@ static void state_blocks(GPT *model, float *host, StepGuard *guard, StateBlock b
 
 static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *opts, TrainState *state,
                             StepGuard *guard) {
-    size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
+    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
@@ -1079,7 +1073,7 @@ static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *op
     state_blocks(model, host, guard, blocks);
     copy_to_host(blocks[STATE_ADAM_M].data, model->m, S * sizeof(float));
     copy_to_host(blocks[STATE_ADAM_V].data, model->v, S * sizeof(float));
-    copy_to_host(blocks[STATE_AMAX_HISTORY].data, model->fp8.amax_history, H * sizeof(float));
+    copy_to_host(blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history, H * sizeof(float));
     save_state_file(state_path, state, &model->config, blocks);
     free(host);
     barrier_all_ranks(model, dist);
@@ -1092,7 +1086,7 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     char model_path[CHECKPOINT_PATH_LEN];
     model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
     load_master(model, model_path, 0);
-    size_t S = model->shard_floats, H = (size_t)model->fp8.num_tensors * model->fp8.history_len;
+    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
     float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
@@ -1100,7 +1094,7 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     guard->count = state->guard_count;
     copy_to_device(model->m, blocks[STATE_ADAM_M].data, S * sizeof(float));
     copy_to_device(model->v, blocks[STATE_ADAM_V].data, S * sizeof(float));
-    copy_to_device(model->fp8.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
+    copy_to_device(model->scaling.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
     free(host);
     printf("resumed | step %ld | %s\n", step, model_path);
 }
@@ -1127,7 +1121,7 @@ static float bf16_shadow_loss(GPT *model) {
 // weights); the amaxes are already the max over ranks (reduce_fp8_amaxes), the scales the same on all.
 static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->fp8;
+    Fp8DeviceState *s = &model->scaling;
     int n = s->num_tensors, w = s->num_weights;
     size_t num_counts = 2 * (size_t)(n + w);
     if (model->comm.comm) {
@@ -1325,9 +1319,8 @@ int main(int argc, char **argv) {
     } else {
         load_master(&model, *opts.init_from ? opts.init_from : NULL, (uint64_t)opts.seed);
     }
-    scales_from_history_kernel<<<ceil_div(model.fp8.num_tensors, 128), 128, 0, model.stream>>>(
-        model.fp8, opts.fp8_margin);
-    cuda_check_launch();
+    launch<scales_from_history_kernel>({ceil_div(model.scaling.num_tensors, 128), 128, 0, model.stream},
+                                       model.scaling, opts.fp8_margin);
     refresh_compute_weights(&model);
     Fp8Stats stats;
     fp8_stats_alloc(&stats, cfg.num_layers);

@@ -126,8 +126,8 @@ int main(int argc, char **argv) {
             cuda_check(cudaMalloc((void **)&b.w_q, w_n));
             cuda_check(cudaMalloc((void **)&b.state, 8 * sizeof(float)));
             cuda_check(cudaMalloc((void **)&b.counts, 2 * sizeof(unsigned long long)));
-            fill_kernel<<<1024, 256, 0, stream>>>(b.x, x_n, 17u + lin, 1.0f);
-            fill_kernel<<<1024, 256, 0, stream>>>(b.w, w_n, 91u + lin, 0.02f);
+            launch<fill_kernel>({1024, 256, 0, stream}, b.x, x_n, 17u + lin, 1.0f);
+            launch<fill_kernel>({1024, 256, 0, stream}, b.w, w_n, 91u + lin, 0.02f);
             measure_scale<bf16>(&b.state[0], &b.state[1], &b.state[2], b.x, x_n, FP8_E4M3, 0, stream);
             measure_scale<bf16>(&b.state[3], &b.state[4], &b.state[5], b.w, w_n, FP8_E4M3, 0, stream);
             cast_transpose<bf16>(b.w_q, NULL, NULL, NULL, b.w, b.N, b.K, &b.state[4], FP8_E4M3, stream);

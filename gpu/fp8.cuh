@@ -172,9 +172,8 @@ static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, unsigned lo
     if (ceil_div(rows, CAST_TILE) > 65535)
         fail("cast_transpose: %d rows exceed the grid limit (%d)", rows, 65535 * CAST_TILE);
     dim3 grid(ceil_div(cols, CAST_TILE), ceil_div(rows, CAST_TILE)), block(CAST_TILE, 8);
-    cast_transpose_kernel<T>
-        <<<grid, block, 0, stream>>>(out, out_t, amax, counts, in, rows, cols, scale, format);
-    cuda_check_launch();
+    launch<cast_transpose_kernel<T>>({grid, block, 0, stream}, out, out_t, amax, counts, in, rows, cols,
+                                     scale, format);
 }
 
 // Measures max |x| into *amax (overwritten) and derives the exact scale: the current recipe, and the
@@ -184,10 +183,8 @@ static inline void measure_scale(float *amax, float *scale, float *descale, cons
                                  Fp8Format format, int margin, cudaStream_t stream) {
     cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream));
     int blocks = (int)(n / 4096 + 1 < 1024 ? n / 4096 + 1 : 1024);
-    amax_kernel<T><<<blocks, 256, 0, stream>>>(amax, in, n);
-    cuda_check_launch();
-    scale_from_amax_kernel<<<1, 32, 0, stream>>>(scale, descale, amax, 1, format, margin);
-    cuda_check_launch();
+    launch<amax_kernel<T>>({blocks, 256, 0, stream}, amax, in, n);
+    launch<scale_from_amax_kernel>({1, 32, 0, stream}, scale, descale, amax, 1, format, margin);
 }
 
 // Scales of every delayed tensor from its history (a fresh run: all 1), as after a resume.

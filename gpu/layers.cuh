@@ -716,17 +716,15 @@ inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16
     float *partial_a = scratch, *partial_b = scratch + (size_t)nchunks * OC;
     const dim3 grid(ceil_div(OC, 32), nchunks), block(32, COLSUM_WARPS);
     if (dst_b)
-        column_partials_kernel<true>
-            <<<grid, block, 0, stream>>>(partial_a, partial_b, dout, inp, mean, rstd, N, OC);
+        launch<column_partials_kernel<true>>({grid, block, 0, stream}, partial_a, partial_b, dout, inp, mean,
+                                             rstd, N, OC);
     else
-        column_partials_kernel<false>
-            <<<grid, block, 0, stream>>>(partial_a, nullptr, dout, nullptr, nullptr, nullptr, N, OC);
-    cuda_check_launch();
-    column_partials_finish_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dst_a, partial_a, nchunks, OC);
-    cuda_check_launch();
+        launch<column_partials_kernel<false>>({grid, block, 0, stream}, partial_a, nullptr, dout, nullptr,
+                                              nullptr, nullptr, N, OC);
+    launch<column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dst_a, partial_a, nchunks, OC);
     if (dst_b) {
-        column_partials_finish_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dst_b, partial_b, nchunks, OC);
-        cuda_check_launch();
+        launch<column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dst_b, partial_b, nchunks,
+                                              OC);
     }
 }
 
@@ -756,10 +754,11 @@ inline void encoder_forward(bf16 *out, const int *tokens, const bf16 *wte, const
     const int W = layers_impl::pack_width(C, out, wte, wpe);
     const int grid = ceil_div((long)N * (C / W), 256);
     if (W == 8)
-        layers_impl::encoder_forward_kernel<8><<<grid, 256, 0, stream>>>(out, tokens, wte, wpe, N, T, C);
+        launch<layers_impl::encoder_forward_kernel<8>>({grid, 256, 0, stream}, out, tokens, wte, wpe, N, T,
+                                                       C);
     else
-        layers_impl::encoder_forward_kernel<1><<<grid, 256, 0, stream>>>(out, tokens, wte, wpe, N, T, C);
-    cuda_check_launch();
+        launch<layers_impl::encoder_forward_kernel<1>>({grid, 256, 0, stream}, out, tokens, wte, wpe, N, T,
+                                                       C);
 }
 
 // Groups the positions 0..N-1 by token (a counting sort), for encoder_backward:
@@ -812,13 +811,11 @@ inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const i
     if (num_buckets > B * T) fail("encoder_backward: %d buckets for %d positions", num_buckets, B * T);
     if (num_buckets > 0) {
         const dim3 grid(num_buckets, ceil_div(C, 256));
-        layers_impl::encoder_backward_wte_kernel<<<grid, 256, 0, stream>>>(dwte, dout, bucket_positions,
-                                                                           bucket_starts, bucket_tokens, C);
-        cuda_check_launch();
+        launch<layers_impl::encoder_backward_wte_kernel>({grid, 256, 0, stream}, dwte, dout, bucket_positions,
+                                                         bucket_starts, bucket_tokens, C);
     }
-    layers_impl::encoder_backward_wpe_kernel<<<ceil_div((long)T * C, 256), 256, 0, stream>>>(dwpe, dout, B, T,
-                                                                                             C);
-    cuda_check_launch();
+    launch<layers_impl::encoder_backward_wpe_kernel>({ceil_div((long)T * C, 256), 256, 0, stream}, dwpe, dout,
+                                                     B, T, C);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -831,12 +828,11 @@ inline void layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *i
     const int W = layers_impl::pack_width(C, out, inp, weight, bias),
               grid = ceil_div(N, layers_impl::LN_WARPS);
     if (W == 8)
-        layers_impl::layernorm_forward_kernel<8>
-            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+        launch<layers_impl::layernorm_forward_kernel<8>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
+                                                         mean, rstd, inp, weight, bias, N, C);
     else
-        layers_impl::layernorm_forward_kernel<1>
-            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
-    cuda_check_launch();
+        launch<layers_impl::layernorm_forward_kernel<1>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
+                                                         mean, rstd, inp, weight, bias, N, C);
 }
 
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
@@ -852,12 +848,11 @@ inline void layernorm_backward(bf16 *dresidual, float *dweight, float *dbias, co
     const int W = layers_impl::pack_width(C, dresidual, dout, inp, weight),
               grid = ceil_div(N, layers_impl::LN_WARPS);
     if (W == 8)
-        layers_impl::layernorm_backward_dinp_kernel<8>
-            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(dresidual, dout, inp, weight, mean, rstd, N, C);
+        launch<layers_impl::layernorm_backward_dinp_kernel<8>>(
+            {grid, 32 * layers_impl::LN_WARPS, 0, stream}, dresidual, dout, inp, weight, mean, rstd, N, C);
     else
-        layers_impl::layernorm_backward_dinp_kernel<1>
-            <<<grid, 32 * layers_impl::LN_WARPS, 0, stream>>>(dresidual, dout, inp, weight, mean, rstd, N, C);
-    cuda_check_launch();
+        launch<layers_impl::layernorm_backward_dinp_kernel<1>>(
+            {grid, 32 * layers_impl::LN_WARPS, 0, stream}, dresidual, dout, inp, weight, mean, rstd, N, C);
     layers_impl::column_sums(dweight, dbias, dout, inp, mean, rstd, N, C, scratch, stream);
 }
 
@@ -869,10 +864,9 @@ inline void residual_forward(bf16 *out, const bf16 *a, const bf16 *b, size_t n, 
     if (n == 0) return;
     const int W = layers_impl::pack_width((int64_t)n, out, a, b), grid = ceil_div((long)(n / W), 256);
     if (W == 8)
-        layers_impl::residual_forward_kernel<8><<<grid, 256, 0, stream>>>(out, a, b, n);
+        launch<layers_impl::residual_forward_kernel<8>>({grid, 256, 0, stream}, out, a, b, n);
     else
-        layers_impl::residual_forward_kernel<1><<<grid, 256, 0, stream>>>(out, a, b, n);
-    cuda_check_launch();
+        launch<layers_impl::residual_forward_kernel<1>>({grid, 256, 0, stream}, out, a, b, n);
 }
 
 // out = bf16(gelu(inp)), tanh approximation
@@ -880,10 +874,9 @@ inline void gelu_forward(bf16 *out, const bf16 *inp, size_t n, cudaStream_t stre
     if (n == 0) return;
     const int W = layers_impl::pack_width((int64_t)n, out, inp), grid = ceil_div((long)(n / W), 256);
     if (W == 8)
-        layers_impl::gelu_forward_kernel<8><<<grid, 256, 0, stream>>>(out, inp, n);
+        launch<layers_impl::gelu_forward_kernel<8>>({grid, 256, 0, stream}, out, inp, n);
     else
-        layers_impl::gelu_forward_kernel<1><<<grid, 256, 0, stream>>>(out, inp, n);
-    cuda_check_launch();
+        launch<layers_impl::gelu_forward_kernel<1>>({grid, 256, 0, stream}, out, inp, n);
 }
 
 // dinout: the output gradient in, bf16(output gradient * gelu'(inp)) out
@@ -891,10 +884,9 @@ inline void gelu_backward(bf16 *dinout, const bf16 *inp, size_t n, cudaStream_t 
     if (n == 0) return;
     const int W = layers_impl::pack_width((int64_t)n, dinout, inp), grid = ceil_div((long)(n / W), 256);
     if (W == 8)
-        layers_impl::gelu_backward_kernel<8><<<grid, 256, 0, stream>>>(dinout, inp, n);
+        launch<layers_impl::gelu_backward_kernel<8>>({grid, 256, 0, stream}, dinout, inp, n);
     else
-        layers_impl::gelu_backward_kernel<1><<<grid, 256, 0, stream>>>(dinout, inp, n);
-    cuda_check_launch();
+        launch<layers_impl::gelu_backward_kernel<1>>({grid, 256, 0, stream}, dinout, inp, n);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -928,7 +920,6 @@ template <typename Launch> inline void for_head_size(int hs, Launch launch) {
         launch(std::integral_constant<int, 128>());
         break;
     }
-    cuda_check_launch();
 }
 
 // out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C) laid out [q | k | v], head h at columns h*hs .. h*hs+hs-1
@@ -941,8 +932,8 @@ inline void attention_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs); // as the CPU, on the host
     for_head_size(hs, [&](auto head_size) {
-        attention_forward_kernel<decltype(head_size)::value>
-            <<<grid, ATT_THREADS, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+        launch<attention_forward_kernel<decltype(head_size)::value>>({grid, ATT_THREADS, 0, stream}, out, lse,
+                                                                     qkv, T, C, NH, scale);
     });
 }
 
@@ -957,12 +948,12 @@ inline void attention_backward(bf16 *dqkv, float *delta, const bf16 *dout, const
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
     for_head_size(hs, [&](auto head_size) {
-        attention_backward_dq_kernel<decltype(head_size)::value>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, delta, dout, qkv, lse, T, C, NH, scale);
+        launch<attention_backward_dq_kernel<decltype(head_size)::value>>(
+            {grid, ATT_THREADS, 0, stream}, dqkv, delta, dout, qkv, lse, T, C, NH, scale);
     });
     for_head_size(hs, [&](auto head_size) {
-        attention_backward_dkv_kernel<decltype(head_size)::value>
-            <<<grid, ATT_THREADS, 0, stream>>>(dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+        launch<attention_backward_dkv_kernel<decltype(head_size)::value>>(
+            {grid, ATT_THREADS, 0, stream}, dqkv, dout, qkv, lse, delta, T, C, NH, scale);
     });
 }
 
@@ -979,9 +970,8 @@ inline void crossentropy_forward_backward(bf16 *logits_inout, float *losses, con
     if (V <= 0 || V > Vp || Vp % 8 != 0 || !layers_impl::aligned16(logits_inout))
         fail("crossentropy: needs 0 < V (%d) <= Vp (%d), Vp a multiple of 8 and 16-byte aligned logits", V,
              Vp);
-    layers_impl::crossentropy_kernel<<<N, layers_impl::CE_THREADS, 0, stream>>>(logits_inout, losses, targets,
-                                                                                dloss, V, Vp, write_dlogits);
-    cuda_check_launch();
+    launch<layers_impl::crossentropy_kernel>({N, layers_impl::CE_THREADS, 0, stream}, logits_inout, losses,
+                                             targets, dloss, V, Vp, write_dlogits);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1010,10 +1000,8 @@ inline void global_norm_squared(double *out, const float *x, size_t n, float *sc
     if (((uintptr_t)scratch & 7u) != 0) fail("global_norm_squared: scratch must be 8-byte aligned (doubles)");
     const int blocks = norm_blocks(n);
     double *partial = reinterpret_cast<double *>(scratch);
-    norm_partials_kernel<<<blocks, NORM_THREADS, 0, stream>>>(partial, x, n);
-    cuda_check_launch();
-    norm_finish_kernel<<<1, NORM_MAX_BLOCKS, 0, stream>>>(out, partial, blocks);
-    cuda_check_launch();
+    launch<norm_partials_kernel>({blocks, NORM_THREADS, 0, stream}, partial, x, n);
+    launch<norm_finish_kernel>({1, NORM_MAX_BLOCKS, 0, stream}, out, partial, blocks);
 }
 
 #endif // GPU_LAYERS_CUH

@@ -103,8 +103,7 @@ static inline void transpose_bytes(fp8 *out_t, const fp8 *in, int rows, int cols
     if (ceil_div(rows, CAST_TILE) > 65535)
         fail("transpose: %d rows exceed the grid limit (%d)", rows, 65535 * CAST_TILE);
     dim3 grid(ceil_div(cols, CAST_TILE), ceil_div(rows, CAST_TILE)), block(CAST_TILE, 8);
-    transpose_bytes_kernel<<<grid, block, 0, stream>>>(out_t, in, rows, cols);
-    cuda_check_launch();
+    launch<transpose_bytes_kernel>({grid, block, 0, stream}, out_t, in, rows, cols);
 }
 
 // dst += src: a reduce-scattered gradient chunk into the gradient shard.

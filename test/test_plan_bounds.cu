@@ -237,7 +237,7 @@ static void check_model_buffers(GPT *m) {
 // fp8_state_views: every array, the counters 8-byte aligned, and amax_current followed by weight_amax (one
 // all-reduce takes both).
 static void check_fp8_state(GPT *m) {
-    Fp8DeviceState *s = &m->fp8;
+    Fp8DeviceState *s = &m->scaling;
     size_t n = s->num_tensors, w = s->num_weights;
     IN_BUFFER(m, BUF_FP8_STATE, s->amax_history, n * s->history_len);
     IN_BUFFER(m, BUF_FP8_STATE, s->amax_current, n + w);
