@@ -4,6 +4,8 @@
 #   make demo        prepare tinyshakespeare and compare float32 / bfloat16 / float8 on a small model
 #   make test        every test that needs no GPU
 #   make test_gpu    the CUDA trainer against the CPU reference (needs a GPU)
+#   make train_emu   the CUDA trainer compiled for the CPU emulation of CUDA (emu/; `make test` runs the GPU
+#                    test suite against it)
 
 CC ?= gcc
 NVCC ?= nvcc
@@ -107,7 +109,7 @@ test: test_cpu
 	@echo "all CPU tests passed"
 
 clean:
-	rm -rf train_cpu train test/build out
+	rm -rf train_cpu train train_emu build test/build out
 
 # ---------------------------------------------------------------------------------------------------
 # CUDA: the trainer, the GPU test, the benchmarks. GPU_ARCH picks the target (sm_90a: H100/H200;
@@ -135,6 +137,8 @@ build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
 
 include dev/kernels.mk
 include test/plan_bounds_test.mk
+include emu/emu.mk
+include test/emu_test.mk
 
 test/build/compare_debug_state: test/compare_debug_state.c debug_state.h checkpoint.h gpt_model.h
 	mkdir -p test/build

@@ -29,6 +29,7 @@
 // --recompute 1 keeps only each layer's input for the backward, which replays the layer's forward first.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <nvtx3/nvToolsExt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1356,6 +1357,7 @@ int main(int argc, char **argv) {
 
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
+        nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts
         set_step_params(&model, &opts, step, (long)state.updates_applied, &guard);
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
@@ -1378,6 +1380,7 @@ int main(int argc, char **argv) {
         }
         run_captured(&model, update_step, &model.update_graph, use_graph, &update_calls);
         read_step_results(&model);
+        nvtxRangePop();
         const StepResults *r = model.step_results_host;
         if (r->skipped) {
             state.skipped_steps++;

@@ -21,6 +21,16 @@ the terms' magnitudes, u = 2^-24, with K = the rows of a global batch (B*T*N). S
     (about 30 * 2*K*u per step for the few steps compared) and an RMS weight difference of 2% of
     lr * steps (as if one weight in 10^4 took the full 2*lr update difference every step). The
     negative control in test_dist.sh (a different batch) exceeds these bounds by 10x or more.
+
+With --float32 LOG MODEL the two runs are instead the same processes and flags in two trainers that
+round at the same places (the CUDA trainer, here its CPU emulation, against train_cpu), and the third
+is train_cpu in float32 with those flags. They differ by the order of float32 sums, which flips a BF16
+or FP8 rounding only for values within that difference of a boundary: the same kind of error as the
+roundings themselves, in far fewer values. So, as test/compare_debug_state.c argues for one step, the
+candidate may be as far from the reference as the reference is from float32 (the whole effect of every
+rounding), never farther: every step's loss and gradient norm within the largest loss (norm) gap between
+the reference and float32 over the run, and the RMS weight difference within the reference's RMS
+distance to float32; with the float32 floors above for runs where the roundings happen to cancel.
 """
 import argparse
 import json
@@ -49,19 +59,64 @@ def weights_of(model_path):
     return values[256:].astype(np.float64)
 
 
+def rms(a):
+    return float(np.sqrt(np.mean(a**2)))
+
+
+def compare_to_float32(args, ref_steps, run_steps, f32_path):
+    """The --float32 comparison: candidate vs reference within the reference's distance to float32."""
+    f32_steps = steps_of(f32_path[0])
+    if sorted(f32_steps) != sorted(ref_steps):
+        sys.exit("error: the float32 log holds other steps than the reference's")
+    bound32 = 2 * args.rows * U
+    failures, worst = [], 0.0
+    for i, name in enumerate(("loss", "grad_norm")):
+        gap = max(abs(ref_steps[s][i] - f32_steps[s][i]) for s in ref_steps)
+        for step in sorted(ref_steps):
+            ref, run = ref_steps[step][i], run_steps[step][i]
+            bound = max(gap, bound32 * abs(ref))
+            worst = max(worst, abs(run - ref) / bound)
+            if abs(run - ref) > bound:
+                failures.append(f"step {step} {name}: {run} vs {ref} (difference {abs(run - ref):.3g} > {bound:.3g})")
+    steps = len(ref_steps)
+    ref_w, run_w, f32_w = weights_of(args.ref[1]), weights_of(args.run[1]), weights_of(f32_path[1])
+    if not (ref_w.shape == run_w.shape == f32_w.shape):
+        sys.exit("error: the model files hold different shapes")
+    distance, rounding = rms(run_w - ref_w), rms(ref_w - f32_w)
+    rms_bound = max(rounding, bound32 * args.lr * steps)
+    largest, max_bound = float(np.abs(run_w - ref_w).max()), 2 * args.lr * steps
+    if distance > rms_bound:
+        failures.append(f"weights: RMS difference {distance:.3g} > {rms_bound:.3g} (reference to float32)")
+    if largest > max_bound:
+        failures.append(f"weights: largest difference {largest:.3g} > {max_bound:.3g}")
+    print(
+        f"{args.dtype} vs the reference: {steps} steps, worst loss/norm difference {worst:.3g} of its bound; "
+        f"weights RMS {distance:.3g} (bound {rms_bound:.3g}, the reference's distance to float32), "
+        f"max {largest:.3g} (bound {max_bound:.3g})"
+    )
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ref", nargs=2, metavar=("LOG", "MODEL"), required=True, help="the one-process run")
     parser.add_argument("--run", nargs=2, metavar=("LOG", "MODEL"), required=True, help="the N-process run")
-    parser.add_argument("--dtype", choices=["float32", "float8"], required=True)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float8"], required=True)
     parser.add_argument("--rows", type=int, required=True, help="rows of a global batch: B*T*N")
     parser.add_argument("--lr", type=float, required=True)
+    parser.add_argument("--float32", nargs=2, metavar=("LOG", "MODEL"),
+                        help="train_cpu in float32 with the reference's flags: compare trainers, not process counts")
     args = parser.parse_args()
 
     bound32 = 2 * args.rows * U
     ref_steps, run_steps = steps_of(args.ref[0]), steps_of(args.run[0])
     if sorted(ref_steps) != sorted(run_steps) or not ref_steps:
         sys.exit(f"error: the logs hold different steps: {sorted(ref_steps)} vs {sorted(run_steps)}")
+    if args.float32:
+        failures = compare_to_float32(args, ref_steps, run_steps, args.float32)
+        for failure in failures:
+            print("  " + failure)
+        sys.exit(1 if failures else 0)
     failures = []
     worst = 0.0
     for step in sorted(ref_steps):

@@ -15,6 +15,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
+TRAIN=${TRAIN:-./train} # ./train_emu: the same suite on the CPU emulation of CUDA (make test_gpu_emu)
 test_tmpdir tmp test_gpu
 test_data_dir "$tmp/data" text
 # hs = 32 (the attention kernels' minimum), B*T and C multiples of 16 (FP8 GEMMs)
@@ -23,7 +24,7 @@ model=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch
 run_pair() { # name, extra flags...
     local name="$1"; shift
     ./train_cpu "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" >/dev/null
-    ./train "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/gpu_$name.bin" "$@" >/dev/null
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/gpu_$name.bin" "$@" >/dev/null
     ./test/build/compare_debug_state "$tmp/gpu_$name.bin" "$tmp/cpu_$name.bin" "$tmp/cpu_float32.bin" \
         >"$tmp/cmp_$name.txt" 2>&1
     result $? "GPU $name matches the CPU reference"; tail -n 1 "$tmp/cmp_$name.txt"
@@ -35,19 +36,19 @@ run_pair bfloat16 --dtype bfloat16
 run_pair float8_delayed --dtype float8 --fp8_recipe delayed
 run_pair float8_current --dtype float8 --fp8_recipe current
 for dtype in bfloat16 float8; do
-    ./train "${model[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/again_$dtype.bin" >/dev/null
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/again_$dtype.bin" >/dev/null
     ./test/build/compare_debug_state --exact "$tmp/gpu_$dtype$([ $dtype = float8 ] && echo _delayed).bin" \
         "$tmp/again_$dtype.bin" >/dev/null
     result $? "two GPU runs give bitwise-identical results ($dtype)"
-    ./train "${model[@]}" --steps 6 --output_dir "$tmp/graph_$dtype" --dtype $dtype --cuda_graph 1 \
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/graph_$dtype" --dtype $dtype --cuda_graph 1 \
         --log_file "$tmp/graph_$dtype.jsonl" >/dev/null
-    ./train "${model[@]}" --steps 6 --output_dir "$tmp/eager_$dtype" --dtype $dtype --cuda_graph 0 \
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/eager_$dtype" --dtype $dtype --cuda_graph 0 \
         --log_file "$tmp/eager_$dtype.jsonl" >/dev/null
     cmp -s "$tmp/graph_$dtype/model_00000006.bin" "$tmp/eager_$dtype/model_00000006.bin"
     result $? "CUDA Graph and op-by-op runs give identical weights ($dtype)"
-    ./train "${model[@]}" --steps 6 --output_dir "$tmp/half_$dtype" --dtype $dtype --ckpt_every 3 >/dev/null &&
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/half_$dtype" --dtype $dtype --ckpt_every 3 >/dev/null &&
         rm "$tmp/half_$dtype/model_00000006.bin" && echo 3 >"$tmp/half_$dtype/latest_checkpoint" &&
-        ./train "${model[@]}" --steps 6 --output_dir "$tmp/half_$dtype" --dtype $dtype --resume 1 >/dev/null
+        "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/half_$dtype" --dtype $dtype --resume 1 >/dev/null
     cmp -s "$tmp/graph_$dtype/model_00000006.bin" "$tmp/half_$dtype/model_00000006.bin" &&
         cmp -s "$tmp/graph_$dtype/state_00000006_00000.bin" "$tmp/half_$dtype/state_00000006_00000.bin"
     result $? "resume is bit-exact ($dtype)"
@@ -56,28 +57,28 @@ for dtype in bfloat16 float8; do
 done
 for run in 1:0:float8 3:0:float8 0:1:float8 3:1:bfloat16; do
     IFS=: read -r zero recompute dtype <<<"$run"
-    ./train "${model[@]}" --steps 6 --output_dir "$tmp/zero_${run//:/_}" --dtype $dtype --zero_stage $zero \
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/zero_${run//:/_}" --dtype $dtype --zero_stage $zero \
         --recompute $recompute >/dev/null
     cmp -s "$tmp/graph_$dtype/model_00000006.bin" "$tmp/zero_${run//:/_}/model_00000006.bin"
     result $? "--zero_stage $zero --recompute $recompute in one process gives ZeRO-0's weights ($dtype)"
 done
-./train "${model[@]}" --steps 6 --output_dir "$tmp/zero_half" --dtype float8 --zero_stage 3 --ckpt_every 3 \
+"$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/zero_half" --dtype float8 --zero_stage 3 --ckpt_every 3 \
     >/dev/null && rm "$tmp/zero_half/model_00000006.bin" && echo 3 >"$tmp/zero_half/latest_checkpoint" &&
-    ./train "${model[@]}" --steps 6 --output_dir "$tmp/zero_half" --dtype float8 --zero_stage 3 --resume 1 >/dev/null
+    "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/zero_half" --dtype float8 --zero_stage 3 --resume 1 >/dev/null
 cmp -s "$tmp/zero_3_0_float8/model_00000006.bin" "$tmp/zero_half/model_00000006.bin" &&
     cmp -s "$tmp/zero_3_0_float8/state_00000006_00000.bin" "$tmp/zero_half/state_00000006_00000.bin"
 result $? "resume is bit-exact with --zero_stage 3 (float8)"
 health=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8 --val_batches 2
         --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin")
-./train "${health[@]}" --steps 5 --dtype float8 --inject_nan_step 3 --ckpt_every 1 --output_dir "$tmp/nan" >"$tmp/nan.txt"
+"$TRAIN" "${health[@]}" --steps 5 --dtype float8 --inject_nan_step 3 --ckpt_every 1 --output_dir "$tmp/nan" >"$tmp/nan.txt"
 grep -q 'skipped (non-finite' "$tmp/nan.txt" && cmp -s "$tmp/nan/model_00000002.bin" "$tmp/nan/model_00000003.bin"
 result $? "an injected NaN is skipped and changes no weight"
-./train "${health[@]}" --steps 3 --dtype bfloat16 --bf16_check_every 1 --output_dir "" >"$tmp/shadow.txt"
+"$TRAIN" "${health[@]}" --steps 3 --dtype bfloat16 --bf16_check_every 1 --output_dir "" >"$tmp/shadow.txt"
 [ "$(grep -c '^bf16 .*difference +0.000000$' "$tmp/shadow.txt")" = 3 ]
 result $? "the BF16 shadow check of a bfloat16 run is exactly zero"
-./train "${health[@]}" --init_from "$tmp/nan/model_00000005.bin" --eval_only 1 --output_dir "" --log_file "$tmp/eval.jsonl" >/dev/null
+"$TRAIN" "${health[@]}" --init_from "$tmp/nan/model_00000005.bin" --eval_only 1 --output_dir "" --log_file "$tmp/eval.jsonl" >/dev/null
 for run in bfloat16:delayed float8:current; do
-    ./train "${health[@]}" --init_from "$tmp/nan/model_00000005.bin" --dtype "${run%%:*}" --fp8_recipe "${run#*:}" \
+    "$TRAIN" "${health[@]}" --init_from "$tmp/nan/model_00000005.bin" --dtype "${run%%:*}" --fp8_recipe "${run#*:}" \
         --lr 0 --steps 1 --output_dir "" --log_file "$tmp/lr0_${run%%:*}.jsonl" >/dev/null
 done
 python3 - "$tmp/eval.jsonl" "$tmp/lr0_bfloat16.jsonl" "$tmp/lr0_float8.jsonl" <<'PY'
@@ -96,11 +97,11 @@ offset = 1024 + 4 * (Vp * C + maxT * C)
 data[offset:offset + 4 * L * C] = struct.pack(f"<{L * C}f", *([1000.0] * (L * C)))
 open(sys.argv[2], "wb").write(data)
 PY
-for trainer in train train_cpu; do
-    ./$trainer "${health[@]}" --init_from "$tmp/hot.bin" --steps 1 --fp8_stats_every 1 --output_dir "" \
-        --log_file "$tmp/hot_$trainer.jsonl" >/dev/null
+for trainer in gpu:"$TRAIN" cpu:./train_cpu; do
+    "${trainer#*:}" "${health[@]}" --init_from "$tmp/hot.bin" --steps 1 --fp8_stats_every 1 --output_dir "" \
+        --log_file "$tmp/hot_${trainer%%:*}.jsonl" >/dev/null
 done
-python3 - "$tmp/hot_train.jsonl" "$tmp/hot_train_cpu.jsonl" <<'PY'
+python3 - "$tmp/hot_gpu.jsonl" "$tmp/hot_cpu.jsonl" <<'PY'
 import json, sys
 rec = lambda p: {r["tensor"]: r for r in (json.loads(l) for l in open(p) if '"fp8_stats"' in l)}
 gpu, cpu = rec(sys.argv[1]), rec(sys.argv[2])
@@ -112,7 +113,7 @@ ok &= all(gpu[t]["elements"] == cpu[t]["elements"] for t in cpu)
 sys.exit(0 if ok else 1)
 PY
 result $? "the GPU's saturation counts agree with the CPU's"
-./train "${health[@]}" --steps 2 --dtype float8 --tokenizer "$tmp/data/text_tokenizer.bin" --sample_every 2 \
+"$TRAIN" "${health[@]}" --steps 2 --dtype float8 --tokenizer "$tmp/data/text_tokenizer.bin" --sample_every 2 \
     --sample_len 16 --output_dir "" >"$tmp/sample.txt"
 grep -q '^sample | ' "$tmp/sample.txt"
 result $? "the GPU trainer samples text"

@@ -1,0 +1,574 @@
+// emu/cublaslt.cpp: a reference cuBLASLt for the CPU emulation build, written from the documented
+// semantics (cuBLAS documentation, cublasLtMatmul; the attribute comments of cublasLt.h):
+//   D = alpha * scale_A * scale_B * op(A) op(B) + beta * C [+ bias per row of D], column-major,
+// op = transpose when CUBLASLT_MATMUL_DESC_TRANS[AB] is CUBLAS_OP_T, accumulated in FP32, converted to
+// D's type once (round to nearest even). Operands are decoded to FP32 exactly (BF16, E4M3, E5M2), so
+// the only roundings are those of the FP32 sums and of the result; the sum runs in an order of its own
+// (eight partial sums), as the GPU's runs in one of its own.
+//
+// What the trainer relies on is enforced, with cuBLASLt's status and a line on stderr saying why:
+//   - the heuristic: compute type CUBLAS_COMPUTE_32F with scale type CUDA_R_32F; BF16 x BF16 with C and D
+//     BF16 or FP32, the bias of D's type; FP8 (E4M3/E5M2) with both operands FP8 but never E5M2 x E5M2,
+//     in the "TN" form (A transposed, B not: the only form on sm_89/sm_90, and this device is an H200),
+//     leading dimensions of 16-byte multiples, C and D BF16 (bias BF16) or FP32 (bias BF16); layouts
+//     that agree with m, n, k; the algorithm it returns assumes the preference's minimum alignments of
+//     A, B, C, D (256 bytes unless set) and the alignment of the bias pointer set at that time (the
+//     heuristic "depends on its value to determine expected pointer alignment"), and asks for a
+//     workspace of min(max workspace, 4 MiB), as split-K kernels do;
+//   - the matmul: the algorithm was chosen for this kind of problem; every pointer is device memory
+//     covering its matrix, FP8 operands 16-byte aligned, each pointer at least as aligned as the
+//     algorithm assumes; A/B scale pointers only with FP8 operands; the workspace at least what the
+//     algorithm asks for. It then queues the product on the stream.
+// Not emulated (refused with CUBLAS_STATUS_NOT_SUPPORTED): other compute types, FP8 or FP16 outputs,
+// epilogues beyond BIAS, batches, row-major orders.
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "cublasLt.h"
+#include "emu.h"
+
+struct cublasLtContext {
+    int live;
+};
+
+struct cublasLtMatmulDescOpaque_t {
+    cublasComputeType_t compute_type;
+    cudaDataType_t scale_type;
+    int32_t trans_a, trans_b, pointer_mode;
+    uint32_t epilogue;
+    const void *bias;
+    int32_t bias_type; // -1: the default, D's type
+    const void *a_scale, *b_scale, *c_scale, *d_scale, *amax_d;
+    int8_t fast_accum;
+};
+
+struct cublasLtMatrixLayoutOpaque_t {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t order, batch_count;
+};
+
+struct cublasLtMatmulPreferenceOpaque_t {
+    uint64_t max_workspace;
+    uint32_t min_alignment[4]; // A, B, C, D
+};
+
+namespace {
+
+const uint64_t ALGO_MAGIC = 0x656d754c74616c67ull; // "emuLtalg"
+const size_t SPLIT_K_WORKSPACE = (size_t)4 << 20;
+
+// What an algorithm from the heuristic holds in cublasLtMatmulAlgo_t's data.
+struct Algo {
+    uint64_t magic;
+    uint64_t problem;        // the kind of problem it was chosen for (problem_key)
+    uint32_t alignment[4];   // of A, B, C, D
+    uint32_t bias_alignment; // of the bias pointer the descriptor had
+    uint64_t workspace;
+};
+static_assert(sizeof(Algo) <= sizeof(cublasLtMatmulAlgo_t), "Algo fits the opaque algorithm");
+
+bool is_fp8(cudaDataType_t t) {
+    return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
+}
+
+size_t type_size(cudaDataType_t t) {
+    return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 1;
+}
+
+const char *type_name(int t) {
+    switch (t) {
+    case CUDA_R_32F:
+        return "CUDA_R_32F";
+    case CUDA_R_16BF:
+        return "CUDA_R_16BF";
+    case CUDA_R_16F:
+        return "CUDA_R_16F";
+    case CUDA_R_8F_E4M3:
+        return "CUDA_R_8F_E4M3";
+    case CUDA_R_8F_E5M2:
+        return "CUDA_R_8F_E5M2";
+    default:
+        return "another type";
+    }
+}
+
+uint32_t pointer_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t align = 256;
+    while (align > 1 && a % align) align >>= 1;
+    return align;
+}
+
+// The types and transposes of a problem, so that an algorithm is used only for its kind of problem.
+uint64_t problem_key(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLayoutOpaque_t *a,
+                     const cublasLtMatrixLayoutOpaque_t *b, const cublasLtMatrixLayoutOpaque_t *c,
+                     const cublasLtMatrixLayoutOpaque_t *dl) {
+    uint64_t k = (uint64_t)a->type;
+    k = k * 64 + (uint64_t)b->type;
+    k = k * 64 + (uint64_t)c->type;
+    k = k * 64 + (uint64_t)dl->type;
+    k = k * 4 + (uint64_t)d->trans_a;
+    k = k * 4 + (uint64_t)d->trans_b;
+    k = k * 1024 + d->epilogue;
+    k = k * 64 + (uint64_t)(d->bias_type + 1);
+    return k;
+}
+
+template <typename T> cublasStatus_t set_value(T *field, const void *buf, size_t size) {
+    if (!buf || size != sizeof(T)) {
+        emu::explain("cuBLASLt attribute of %zu bytes where %zu are expected", size, sizeof(T));
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    memcpy(field, buf, sizeof(T));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+float bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t bf16_code(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// The value of an OCP FP8 code: E4M3 (bias 7, no infinities, S.1111.111 NaN) or E5M2 (bias 15, IEEE-like).
+float fp8_value(uint8_t code, bool e4m3) {
+    const int mantissa_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+    const int exponent = (code & 0x7F) >> mantissa_bits, mantissa = code & ((1 << mantissa_bits) - 1);
+    const float sign = (code & 0x80) ? -1.0f : 1.0f;
+    if (e4m3 && (code & 0x7F) == 0x7F) return NAN;
+    if (!e4m3 && exponent == 31) return mantissa ? NAN : sign * INFINITY;
+    if (exponent == 0) return sign * ldexpf((float)mantissa, 1 - bias - mantissa_bits);
+    return sign * ldexpf((float)((1 << mantissa_bits) | mantissa), exponent - bias - mantissa_bits);
+}
+
+// Element (row, col) of a column-major matrix as FP32.
+float element(const void *base, cudaDataType_t type, int64_t ld, uint64_t row, uint64_t col) {
+    const size_t i = (size_t)row + (size_t)col * (size_t)ld;
+    switch (type) {
+    case CUDA_R_32F:
+        return ((const float *)base)[i];
+    case CUDA_R_16BF:
+        return bf16_value(((const uint16_t *)base)[i]);
+    case CUDA_R_8F_E4M3:
+        return fp8_value(((const uint8_t *)base)[i], true);
+    default:
+        return fp8_value(((const uint8_t *)base)[i], false);
+    }
+}
+
+void store(void *base, cudaDataType_t type, int64_t ld, uint64_t row, uint64_t col, float v) {
+    const size_t i = (size_t)row + (size_t)col * (size_t)ld;
+    if (type == CUDA_R_32F)
+        ((float *)base)[i] = v;
+    else
+        ((uint16_t *)base)[i] = bf16_code(v);
+}
+
+// The bytes a column-major layout spans from its first element.
+size_t extent(const cublasLtMatrixLayoutOpaque_t *l) {
+    if (l->rows == 0 || l->cols == 0) return 0;
+    return ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_size(l->type);
+}
+
+// The checks of the heuristic; a message and the status when the problem has no algorithm.
+cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLayoutOpaque_t *a,
+                             const cublasLtMatrixLayoutOpaque_t *b, const cublasLtMatrixLayoutOpaque_t *c,
+                             const cublasLtMatrixLayoutOpaque_t *dl) {
+    if (d->compute_type != CUBLAS_COMPUTE_32F || d->scale_type != CUDA_R_32F) {
+        emu::explain("cuBLASLt: compute type %d with scale type %s is not emulated (CUBLAS_COMPUTE_32F with "
+                     "CUDA_R_32F is)",
+                     (int)d->compute_type, type_name(d->scale_type));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const cublasLtMatrixLayoutOpaque_t *layouts[4] = {a, b, c, dl};
+    for (int i = 0; i < 4; i++)
+        if (layouts[i]->order != 0 || layouts[i]->batch_count != 1) {
+            emu::explain("cuBLASLt: row-major orders and batches are not emulated");
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS) {
+        emu::explain("cuBLASLt: epilogue %u is not emulated (DEFAULT and BIAS are)", d->epilogue);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const bool fp8 = is_fp8(a->type) || is_fp8(b->type);
+    if (fp8 && !(is_fp8(a->type) && is_fp8(b->type))) {
+        emu::explain("cuBLASLt: A is %s and B is %s: an FP8 matmul needs both operands in FP8",
+                     type_name(a->type), type_name(b->type));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (!fp8 && (a->type != CUDA_R_16BF || b->type != CUDA_R_16BF)) {
+        emu::explain("cuBLASLt: A %s x B %s is not emulated (BF16 x BF16 and FP8 x FP8 are)",
+                     type_name(a->type), type_name(b->type));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (fp8 && a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2) {
+        emu::explain("cuBLASLt: E5M2 x E5M2 is not a supported FP8 combination (one operand must be E4M3)");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (dl->type != CUDA_R_16BF && dl->type != CUDA_R_32F) {
+        emu::explain("cuBLASLt: D of type %s is not emulated (CUDA_R_16BF and CUDA_R_32F are)",
+                     type_name(dl->type));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (c->type != dl->type) {
+        emu::explain("cuBLASLt: C is %s and D is %s: the supported combinations have C of D's type here",
+                     type_name(c->type), type_name(dl->type));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        int bias = d->bias_type < 0 ? (int)dl->type : d->bias_type;
+        int expected = fp8 ? CUDA_R_16BF : (int)dl->type;
+        if (bias != expected) {
+            emu::explain("cuBLASLt: a %s bias with %s x %s -> %s: the bias must be %s", type_name(bias),
+                         type_name(a->type), type_name(b->type), type_name(dl->type), type_name(expected));
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+    }
+    if (fp8 && !(d->trans_a == CUBLAS_OP_T && d->trans_b == CUBLAS_OP_N)) {
+        emu::explain(
+            "cuBLASLt: an FP8 matmul with transa=%s, transb=%s: on sm_89/sm_90 FP8 runs only in the TN "
+            "form (A transposed, B not)",
+            d->trans_a == CUBLAS_OP_T ? "T" : "N", d->trans_b == CUBLAS_OP_T ? "T" : "N");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const uint64_t m = dl->rows, n = dl->cols;
+    const uint64_t k = d->trans_a == CUBLAS_OP_N ? a->cols : a->rows;
+    const bool a_ok = d->trans_a == CUBLAS_OP_N ? a->rows == m : a->cols == m;
+    const bool b_ok =
+        d->trans_b == CUBLAS_OP_N ? (b->rows == k && b->cols == n) : (b->cols == k && b->rows == n);
+    if (!a_ok || !b_ok || c->rows != m || c->cols != n) {
+        emu::explain(
+            "cuBLASLt: the layouts do not agree: A %llux%llu, B %llux%llu, C %llux%llu, D %llux%llu with "
+            "transa=%d transb=%d",
+            (unsigned long long)a->rows, (unsigned long long)a->cols, (unsigned long long)b->rows,
+            (unsigned long long)b->cols, (unsigned long long)c->rows, (unsigned long long)c->cols,
+            (unsigned long long)m, (unsigned long long)n, d->trans_a, d->trans_b);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int i = 0; i < 4; i++)
+        if (layouts[i]->ld < (int64_t)layouts[i]->rows || layouts[i]->ld < 1) {
+            emu::explain("cuBLASLt: matrix %c has leading dimension %lld below its %llu rows", "ABCD"[i],
+                         (long long)layouts[i] -> ld, (unsigned long long)layouts[i] -> rows);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    if (fp8)
+        for (int i = 0; i < 2; i++)
+            if ((layouts[i]->ld * (int64_t)type_size(layouts[i]->type)) % 16) {
+                emu::explain(
+                    "cuBLASLt: FP8 matrix %c has a leading dimension of %lld bytes: FP8 needs multiples "
+                    "of 16",
+                    "AB"[i], (long long)layouts[i] -> ld);
+                return CUBLAS_STATUS_NOT_SUPPORTED;
+            }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+struct Product {
+    cudaDataType_t a_type, b_type, c_type, d_type, bias_type;
+    int trans_a, trans_b;
+    uint64_t m, n, k;
+    int64_t lda, ldb, ldc, ldd;
+    const void *A, *B, *C, *bias;
+    void *D;
+    const float *a_scale, *b_scale;
+    float alpha, beta;
+};
+
+// The product itself, when the stream reaches it: one column of D per task.
+void run_product(const Product &p) {
+    const float scale = p.alpha * (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
+    std::vector<float> a_rows(p.m * p.k); // op(A) row i, contiguous in k
+    for (uint64_t i = 0; i < p.m; i++)
+        for (uint64_t kk = 0; kk < p.k; kk++)
+            a_rows[i * p.k + kk] = p.trans_a == CUBLAS_OP_N ? element(p.A, p.a_type, p.lda, i, kk)
+                                                            : element(p.A, p.a_type, p.lda, kk, i);
+    emu::parallel_for(p.n, [&](size_t begin, size_t end) {
+        std::vector<float> b_col(p.k);
+        for (size_t j = begin; j < end; j++) {
+            for (uint64_t kk = 0; kk < p.k; kk++)
+                b_col[kk] = p.trans_b == CUBLAS_OP_N ? element(p.B, p.b_type, p.ldb, kk, j)
+                                                     : element(p.B, p.b_type, p.ldb, j, kk);
+            for (uint64_t i = 0; i < p.m; i++) {
+                const float *a = &a_rows[i * p.k];
+                float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                uint64_t kk = 0;
+                for (; kk + 8 <= p.k; kk += 8)
+                    for (int l = 0; l < 8; l++) partial[l] += a[kk + l] * b_col[kk + l];
+                for (; kk < p.k; kk++) partial[kk % 8] += a[kk] * b_col[kk];
+                float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                            ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+                float v = scale * sum;
+                if (p.beta != 0.0f) v += p.beta * element(p.C, p.c_type, p.ldc, i, j);
+                if (p.bias) v += element(p.bias, p.bias_type, 1, i, 0);
+                store(p.D, p.d_type, p.ldd, i, j, v);
+            }
+        }
+    });
+}
+
+} // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
+    *handle = new cublasLtContext{1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+    cudaDeviceSynchronize(); // as cuBLASLt's: the queued products may still use the handle
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute_type,
+                                        cudaDataType_t scale_type) {
+    cublasLtMatmulDescOpaque_t *d = new cublasLtMatmulDescOpaque_t();
+    d->compute_type = compute_type;
+    d->scale_type = scale_type;
+    d->trans_a = d->trans_b = CUBLAS_OP_N;
+    d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    d->bias_type = -1;
+    *desc = d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+    delete desc;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t size) {
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
+        return set_value((int32_t *)&d->compute_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+        return set_value((int32_t *)&d->scale_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE:
+        return set_value(&d->pointer_mode, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+        return set_value(&d->trans_a, buf, size);
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        return set_value(&d->trans_b, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        return set_value(&d->epilogue, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        return set_value(&d->bias, buf, size);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        return set_value(&d->bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+        return set_value(&d->a_scale, buf, size);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+        return set_value(&d->b_scale, buf, size);
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER:
+        return set_value(&d->c_scale, buf, size);
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER:
+        return set_value(&d->d_scale, buf, size);
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER:
+        return set_value(&d->amax_d, buf, size);
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM:
+        return set_value(&d->fast_accum, buf, size);
+    default:
+        emu::explain("cublasLtMatmulDescSetAttribute: attribute %d is not emulated", (int)attr);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType_t type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    *layout = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld, 0, 1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+    delete layout;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                cublasLtMatrixLayoutAttribute_t attr, const void *buf,
+                                                size_t size) {
+    switch (attr) {
+    case CUBLASLT_MATRIX_LAYOUT_TYPE:
+        return set_value((uint32_t *)&l->type, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_ORDER:
+        return set_value(&l->order, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_ROWS:
+        return set_value(&l->rows, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_COLS:
+        return set_value(&l->cols, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_LD:
+        return set_value(&l->ld, buf, size);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+        return set_value(&l->batch_count, buf, size);
+    default:
+        emu::explain("cublasLtMatrixLayoutSetAttribute: attribute %d is not emulated", (int)attr);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
+    *pref = new cublasLtMatmulPreferenceOpaque_t{0, {256, 256, 256, 256}};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    delete pref;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t size) {
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: {
+        uint32_t mode;
+        return set_value(&mode, buf, size);
+    }
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        return set_value(&p->max_workspace, buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+        return set_value(&p->min_alignment[0], buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+        return set_value(&p->min_alignment[1], buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+        return set_value(&p->min_alignment[2], buf, size);
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+        return set_value(&p->min_alignment[3], buf, size);
+    default:
+        emu::explain("cublasLtMatmulPreferenceSetAttribute: attribute %d is not emulated", (int)attr);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int *returned) {
+    *returned = 0;
+    if (!handle || !desc || !a || !b || !c || !d || !pref || requested < 1 || !results)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t status = check_problem(desc, a, b, c, d);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    Algo algo;
+    memset(&algo, 0, sizeof(algo));
+    algo.magic = ALGO_MAGIC;
+    algo.problem = problem_key(desc, a, b, c, d);
+    for (int i = 0; i < 4; i++) algo.alignment[i] = pref->min_alignment[i];
+    algo.bias_alignment = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? pointer_alignment(desc->bias) : 1;
+    algo.workspace = std::min<uint64_t>(pref->max_workspace, SPLIT_K_WORKSPACE);
+    memset(&results[0], 0, sizeof(results[0]));
+    memcpy(&results[0].algo, &algo, sizeof(algo));
+    results[0].workspaceSize = algo.workspace;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// A pointer of the matmul: device memory covering `bytes`, at least `align`-byte aligned.
+static cublasStatus_t check_pointer(char which, const void *p, size_t bytes, uint32_t align,
+                                    const char *why) {
+    if (!p || !emu::is_device_range(p, bytes)) {
+        emu::explain("cublasLtMatmul: %c at %s does not hold its %zu bytes in device memory", which,
+                     emu::describe_address(p).c_str(), bytes);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (pointer_alignment(p) < align) {
+        emu::explain("cublasLtMatmul: %c at %p is %u-byte aligned, but %s %u", which, p, pointer_alignment(p),
+                     why, align);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B,
+                              cublasLtMatrixLayout_t b, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t *algo_in, void *workspace, size_t workspace_bytes,
+                              cudaStream_t stream) {
+    if (!handle || !desc || !a || !b || !c || !d || !alpha || !beta || !algo_in)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    cublasStatus_t status = check_problem(desc, a, b, c, d);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    Algo algo;
+    memcpy(&algo, algo_in, sizeof(algo));
+    if (algo.magic != ALGO_MAGIC || algo.problem != problem_key(desc, a, b, c, d)) {
+        emu::explain(
+            "cublasLtMatmul: the algorithm was not returned by the heuristic for this kind of problem "
+            "(types, transposes, epilogue)");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (desc->pointer_mode != 0) {
+        emu::explain("cublasLtMatmul: device pointer modes are not emulated");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const bool fp8 = is_fp8(a->type);
+    if (!fp8 && (desc->a_scale || desc->b_scale)) {
+        emu::explain("cublasLtMatmul: A/B scale pointers with %s operands: scales are for FP8 operands",
+                     type_name(a->type));
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (desc->c_scale || desc->d_scale || desc->amax_d) {
+        emu::explain("cublasLtMatmul: C/D scales and the D amax are for FP8 outputs, which are not emulated");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    Product p;
+    memcpy(&p.alpha, alpha, sizeof(float)); // host pointer mode: read at the call
+    memcpy(&p.beta, beta, sizeof(float));
+    const char *assumed = "the algorithm was chosen (cublasLtMatmulAlgoGetHeuristic's preference) for";
+    const void *ptrs[4] = {A, B, C, D};
+    const cublasLtMatrixLayoutOpaque_t *layouts[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) {
+        if (i == 2 && p.beta == 0.0f) continue; // C is not read
+        status = check_pointer("ABCD"[i], ptrs[i], extent(layouts[i]), algo.alignment[i], assumed);
+        if (status == CUBLAS_STATUS_SUCCESS && i < 2 && fp8)
+            status = check_pointer("AB"[i], ptrs[i], extent(layouts[i]), 16, "FP8 operands need");
+        if (status != CUBLAS_STATUS_SUCCESS) return status;
+    }
+    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+        p.bias_type = desc->bias_type < 0 ? d->type : (cudaDataType_t)desc->bias_type;
+        status = check_pointer('b', desc->bias, d->rows * type_size(p.bias_type), algo.bias_alignment,
+                               "the heuristic chose the algorithm for the bias pointer set then, which was");
+        if (status != CUBLAS_STATUS_SUCCESS) return status;
+    }
+    const void *scales[2] = {desc->a_scale, desc->b_scale};
+    for (int i = 0; i < 2; i++)
+        if (scales[i] && !emu::is_device_range(scales[i], sizeof(float))) {
+            emu::explain("cublasLtMatmul: the %c scale pointer %s is not device memory", "AB"[i],
+                         emu::describe_address(scales[i]).c_str());
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    if (workspace_bytes < algo.workspace ||
+        (algo.workspace && !emu::is_device_range(workspace, algo.workspace))) {
+        emu::explain(
+            "cublasLtMatmul: a workspace of %zu bytes at %s, but the algorithm needs %llu bytes of device "
+            "memory",
+            workspace_bytes, emu::describe_address(workspace).c_str(), (unsigned long long)algo.workspace);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    p.a_type = a->type, p.b_type = b->type, p.c_type = c->type, p.d_type = d->type;
+    p.trans_a = desc->trans_a, p.trans_b = desc->trans_b;
+    p.m = d->rows, p.n = d->cols, p.k = desc->trans_a == CUBLAS_OP_N ? a->cols : a->rows;
+    p.lda = a->ld, p.ldb = b->ld, p.ldc = c->ld, p.ldd = d->ld;
+    p.A = A, p.B = B, p.C = C, p.D = D;
+    p.bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL;
+    p.a_scale = (const float *)desc->a_scale, p.b_scale = (const float *)desc->b_scale;
+    cudaError_t err = emu::enqueue(stream, emu::OP_MATMUL, [p] { run_product(p); });
+    return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}

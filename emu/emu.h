@@ -1,0 +1,48 @@
+// emu/emu.h: what the emulator's own files (runtime.cpp, cublaslt.cpp, nccl.cpp) share: diagnostics,
+// device operations on streams, the device-memory registry and the host worker pool. Not a CUDA header:
+// the project's code never includes it.
+#ifndef EMU_EMU_H
+#define EMU_EMU_H
+
+#include <stddef.h>
+
+#include <functional>
+#include <string>
+
+#include "cuda_runtime.h"
+
+namespace emu {
+
+// Ends the process with one line "cuda-emu: error: <what>" on stderr and exit status 3: what would be
+// undefined, a fault or a hang on a GPU.
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fatal(const char *fmt, ...);
+
+// One line "cuda-emu: <what>" on stderr: why an API call returns an error status (the status alone, as
+// the real library returns it, seldom says).
+__attribute__((format(printf, 1, 2))) void explain(const char *fmt, ...);
+
+// The kind of a device operation, for the per-range counts of the report.
+enum OpKind { OP_KERNEL, OP_COPY, OP_MEMSET, OP_EVENT, OP_MATMUL, OP_COLLECTIVE, OP_GRAPH };
+
+// Queues run on stream (NULL: the legacy default stream) or, while the stream is being captured, adds it
+// to the capture's graph. It runs when the host synchronises, with device memory accessible.
+cudaError_t enqueue(cudaStream_t stream, OpKind kind, std::function<void()> run);
+
+// Whether [p, p + bytes) lies inside one allocation of cudaMalloc (and, for pinned, of cudaMallocHost).
+bool is_device_range(const void *p, size_t bytes);
+bool is_pinned_range(const void *p, size_t bytes);
+// "a cudaMalloc allocation of N bytes at P" or "host memory", for messages.
+std::string describe_address(const void *p);
+
+// Runs body(begin, end) over [0, n) in chunks on the emulator's host threads (CUDA_EMU_THREADS).
+void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)> &body);
+
+// The name of the function at address (from the executable's symbol table), or its address.
+std::string function_name(const void *address);
+
+// The MPI rank of this process once MPI is initialised (for messages), else -1.
+int process_rank(void);
+
+} // namespace emu
+
+#endif // EMU_EMU_H

@@ -1,0 +1,57 @@
+# emu/emu.mk: the CPU emulation build of the CUDA code (docs/emulation.md). The .cu files compile as C++ with
+# the host compiler and emu/ first on the include path, against emu/'s stand-ins for the CUDA runtime,
+# cuBLASLt and NCCL; no nvcc, no GPU.
+#   make train_emu              ./train_emu, the CUDA trainer on the CPU (with MPI when mpicc is present)
+#   make train_emu SANITIZE=1   the same under AddressSanitizer and UBSan (slower; kernels' out-of-bounds
+#                               accesses and undefined behaviour are reported)
+# Included by the main Makefile, which defines WARN, HEADERS, GPU_HEADERS, MPI_CFLAGS and MPI_LIBS.
+# -ffp-contract=off: the kernels' _rn intrinsics promise unfused IEEE operations, so the host compiler
+# must not fuse a product and a sum into an FMA either. -Wno-unknown-pragmas: nvcc's `#pragma unroll`
+# hints have no meaning to the host compiler. This fragment leaves the default goal as it was.
+_emu_saved_goal := $(.DEFAULT_GOAL)
+
+EMU_CXX ?= g++
+EMU_SANITIZE_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+EMU_BASE_FLAGS := -std=c++17 -ffp-contract=off -fopenmp $(WARN) -Wno-unknown-pragmas -Iemu -I. \
+                  $(MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
+EMU_LIBS := $(MPI_LIBS) -ldl -lpthread -lm
+EMU_HEADERS := emu/cuda_runtime.h emu/cuda_bf16.h emu/library_types.h emu/cublasLt.h emu/nccl.h \
+               emu/nvtx3/nvToolsExt.h emu/emu.h
+EMU_SOURCES := runtime cublaslt nccl
+
+# Two variants of the emulator's objects: plain (-O2) and sanitized.
+build/emu/%.o: emu/%.cpp $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_BASE_FLAGS) -O2 -g -c $< -o $@
+
+build/emu-sanitize/%.o: emu/%.cpp $(EMU_HEADERS)
+	@mkdir -p $(@D)
+	$(EMU_CXX) $(EMU_BASE_FLAGS) $(EMU_SANITIZE_FLAGS) -c $< -o $@
+
+EMU_OBJS := $(EMU_SOURCES:%=build/emu/%.o)
+EMU_SANITIZE_OBJS := $(EMU_SOURCES:%=build/emu-sanitize/%.o)
+
+# An emulated program: $(call emu_link,sources,objects,extra flags)
+emu_link = $(EMU_CXX) $(EMU_BASE_FLAGS) $(3) -x c++ $(1) -x none $(2) -o $@ $(EMU_LIBS)
+
+# ./train_emu is one file for both variants: build/emu-variant names the one it holds, so that switching
+# SANITIZE rebuilds it.
+ifeq ($(SANITIZE),1)
+TRAIN_EMU_VARIANT := sanitize
+TRAIN_EMU_OBJS := $(EMU_SANITIZE_OBJS)
+TRAIN_EMU_FLAGS := $(EMU_SANITIZE_FLAGS)
+else
+TRAIN_EMU_VARIANT := plain
+TRAIN_EMU_OBJS := $(EMU_OBJS)
+TRAIN_EMU_FLAGS := -O2 -g
+endif
+
+.PHONY: FORCE
+build/emu-variant: FORCE
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(TRAIN_EMU_VARIANT)" ] || echo "$(TRAIN_EMU_VARIANT)" >$@
+
+train_emu: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(TRAIN_EMU_OBJS) build/emu-variant
+	$(call emu_link,train_gpt_fp8.cu,$(TRAIN_EMU_OBJS),$(TRAIN_EMU_FLAGS))
+
+.DEFAULT_GOAL := $(_emu_saved_goal)

@@ -1,0 +1,396 @@
+// emu/nccl.cpp: NCCL for the CPU emulation build (emu/nccl.h has the contract). A communicator of several
+// ranks is one of MPI_COMM_WORLD's processes each, on a duplicate of it; a collective is queued on its
+// stream and, when the stream reaches it, first compares its description with every other rank's (the
+// same sequence of collectives everywhere, with the same counts, types and operations, as NCCL
+// requires) and then moves the data over MPI. Reductions gather every rank's contribution and add them
+// in rank order, so that every rank gets the same bits, as NCCL's do.
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "emu.h"
+#include "nccl.h"
+
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+struct ncclComm {
+    int rank, nranks;
+    bool aborted;
+    unsigned long long sequence; // collectives queued so far
+#ifdef USE_MPI
+    MPI_Comm mpi;
+#endif
+};
+
+namespace {
+
+const char ID_MAGIC[] = "cuda-emu nccl id";
+
+enum CollectiveKind { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST };
+
+// What every rank must agree on, compared before the data moves.
+struct Description {
+    unsigned long long sequence, count;
+    int kind, type, op, root;
+};
+
+const char *kind_name(int kind) {
+    static const char *const names[] = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter",
+                                        "ncclBroadcast"};
+    return names[kind];
+}
+
+size_t type_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8:
+    case ncclUint8:
+        return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+        return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
+bool valid_type(ncclDataType_t t) {
+    return (int)t >= 0 && (int)t <= 9 && t != ncclFloat16;
+}
+
+float bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t bf16_code(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <typename T> T combine(T a, T b, ncclRedOp_t op) {
+    switch (op) {
+    case ncclProd:
+        return a * b;
+    case ncclMax:
+        return a > b ? a : b;
+    case ncclMin:
+        return a < b ? a : b;
+    default:
+        return a + b; // ncclSum, and ncclAvg before its division
+    }
+}
+
+template <typename T>
+void reduce_typed(T *out, const T *contributions, size_t count, int nranks, ncclRedOp_t op) {
+    for (size_t i = 0; i < count; i++) {
+        T acc = contributions[i];
+        for (int r = 1; r < nranks; r++) acc = combine(acc, contributions[(size_t)r * count + i], op);
+        if (op == ncclAvg) acc = (T)(acc / (T)nranks);
+        out[i] = acc;
+    }
+}
+
+// out (count) = the reduction over ranks 0, 1, ... of contributions (nranks x count), in that order. BF16
+// rounds after every step, as a reduction that moves BF16 values between ranks does.
+void reduce(void *out, const void *contributions, size_t count, int nranks, ncclDataType_t type,
+            ncclRedOp_t op) {
+    switch (type) {
+    case ncclInt8:
+        reduce_typed((int8_t *)out, (const int8_t *)contributions, count, nranks, op);
+        break;
+    case ncclUint8:
+        reduce_typed((uint8_t *)out, (const uint8_t *)contributions, count, nranks, op);
+        break;
+    case ncclInt32:
+        reduce_typed((int32_t *)out, (const int32_t *)contributions, count, nranks, op);
+        break;
+    case ncclUint32:
+        reduce_typed((uint32_t *)out, (const uint32_t *)contributions, count, nranks, op);
+        break;
+    case ncclInt64:
+        reduce_typed((int64_t *)out, (const int64_t *)contributions, count, nranks, op);
+        break;
+    case ncclUint64:
+        reduce_typed((uint64_t *)out, (const uint64_t *)contributions, count, nranks, op);
+        break;
+    case ncclFloat32:
+        reduce_typed((float *)out, (const float *)contributions, count, nranks, op);
+        break;
+    case ncclFloat64:
+        reduce_typed((double *)out, (const double *)contributions, count, nranks, op);
+        break;
+    case ncclBfloat16: {
+        const uint16_t *in = (const uint16_t *)contributions;
+        uint16_t *o = (uint16_t *)out;
+        for (size_t i = 0; i < count; i++) {
+            uint16_t acc = in[i];
+            for (int r = 1; r < nranks; r++)
+                acc = bf16_code(combine(bf16_value(acc), bf16_value(in[(size_t)r * count + i]), op));
+            if (op == ncclAvg) acc = bf16_code(bf16_value(acc) / (float)nranks);
+            o[i] = acc;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+ncclResult_t usage(const char *fmt, const char *call) {
+    emu::explain(fmt, call);
+    return ncclInvalidUsage;
+}
+
+#ifdef USE_MPI
+// The rank's collective, checked against every other rank's description, then done over MPI.
+void run_collective(ncclComm *comm, Description desc, const void *send, void *recv) {
+    std::vector<Description> all(comm->nranks);
+    MPI_Allgather(&desc, (int)sizeof(desc), MPI_BYTE, all.data(), (int)sizeof(desc), MPI_BYTE, comm->mpi);
+    for (int r = 0; r < comm->nranks; r++) {
+        const Description &o = all[r];
+        if (memcmp(&o, &desc, sizeof(desc)) != 0)
+            emu::fatal(
+                "NCCL collective #%llu differs across ranks: this rank %d calls %s(count %llu, type %d, op "
+                "%d, root %d), rank %d calls %s(count %llu, type %d, op %d, root %d) as its #%llu: every "
+                "rank must issue the same collectives in the same order",
+                desc.sequence, comm->rank, kind_name(desc.kind), desc.count, desc.type, desc.op, desc.root, r,
+                kind_name(o.kind), o.count, o.type, o.op, o.root, o.sequence);
+    }
+    const size_t elem = type_size((ncclDataType_t)desc.type), bytes = (size_t)desc.count * elem;
+    const int n = comm->nranks;
+    if (bytes * (size_t)n > (size_t)INT_MAX)
+        emu::fatal("NCCL emulation: %zu bytes per collective are too many for MPI counts", bytes * n);
+    switch (desc.kind) {
+    case ALL_REDUCE: {
+        std::vector<char> gathered(bytes * n);
+        MPI_Allgather(send, (int)bytes, MPI_BYTE, gathered.data(), (int)bytes, MPI_BYTE, comm->mpi);
+        reduce(recv, gathered.data(), desc.count, n, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
+        break;
+    }
+    case ALL_GATHER:
+        if ((const char *)send == (const char *)recv + (size_t)comm->rank * bytes)
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->mpi);
+        else
+            MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->mpi);
+        break;
+    case REDUCE_SCATTER: { // rank r's chunk r from every rank, then reduced
+        std::vector<char> chunks(bytes * n);
+        MPI_Alltoall(send, (int)bytes, MPI_BYTE, chunks.data(), (int)bytes, MPI_BYTE, comm->mpi);
+        reduce(recv, chunks.data(), desc.count, n, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
+        break;
+    }
+    case BROADCAST:
+        if (comm->rank == desc.root && send != recv) memcpy(recv, send, bytes);
+        MPI_Bcast(recv, (int)bytes, MPI_BYTE, desc.root, comm->mpi);
+        break;
+    }
+}
+#endif
+
+// Checks the buffers against device memory and NCCL's in-place rules, then queues the collective.
+ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t send_bytes, void *recv,
+                                size_t recv_bytes, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                int root, ncclComm_t comm, cudaStream_t stream) {
+    const char *call = kind_name(kind);
+    if (!comm) return usage("%s: no communicator", call);
+    if (comm->aborted) return usage("%s: the communicator was aborted", call);
+    if (!valid_type(type)) return usage("%s: a data type the emulation does not reduce", call);
+    if ((int)op < 0 || (int)op > 4) return usage("%s: an unknown reduction operation", call);
+    if (!emu::is_device_range(send, send_bytes) || !emu::is_device_range(recv, recv_bytes)) {
+        emu::explain(
+            "%s: the send buffer (%zu bytes at %s) or the receive buffer (%zu bytes at %s) is not device "
+            "memory",
+            call, send_bytes, emu::describe_address(send).c_str(), recv_bytes,
+            emu::describe_address(recv).c_str());
+        return ncclInvalidArgument;
+    }
+    // NCCL's in-place forms are exactly these; any other overlap of the two buffers is undefined.
+    const char *s = (const char *)send, *r = (const char *)recv;
+    const bool overlap = s < r + recv_bytes && r < s + send_bytes;
+    const size_t offset = (size_t)comm->rank * count * type_size(type);
+    bool in_place = kind == ALL_GATHER ? s == r + offset : kind == REDUCE_SCATTER ? r == s + offset : s == r;
+    if (overlap && !in_place) {
+        emu::explain(
+            "%s on rank %d: the buffers overlap but not in NCCL's in-place form (all-gather: sendbuff == "
+            "recvbuff + rank * sendcount; reduce-scatter: recvbuff == sendbuff + rank * recvcount)",
+            call, comm->rank);
+        return ncclInvalidArgument;
+    }
+    Description desc = {comm->sequence++, (unsigned long long)count, (int)kind, (int)type, (int)op, root};
+    cudaError_t err =
+        emu::enqueue(stream, emu::OP_COLLECTIVE, [comm, desc, send, recv, send_bytes, recv_bytes] {
+            if (comm->nranks == 1) {
+                if (desc.kind == ALL_REDUCE || desc.kind == REDUCE_SCATTER)
+                    reduce(recv, send, desc.count, 1, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
+                else if (send != recv)
+                    memmove(recv, send, std::min(send_bytes, recv_bytes));
+                return;
+            }
+#ifdef USE_MPI
+            run_collective(comm, desc, send, recv);
+#endif
+        });
+    return err == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}
+
+} // namespace
+
+const char *ncclGetErrorString(ncclResult_t result) {
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error";
+    case ncclSystemError:
+        return "unhandled system error";
+    case ncclInternalError:
+        return "internal error";
+    case ncclInvalidArgument:
+        return "invalid argument";
+    case ncclInvalidUsage:
+        return "invalid usage";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 0, sizeof(*id));
+    memcpy(id->internal, ID_MAGIC, sizeof(ID_MAGIC));
+    unsigned long long stamp = (unsigned long long)getpid() ^ ((unsigned long long)time(NULL) << 20);
+    memcpy(id->internal + sizeof(ID_MAGIC), &stamp, sizeof(stamp));
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+        emu::explain("ncclCommInitRank: rank %d of %d", rank, nranks);
+        return ncclInvalidArgument;
+    }
+    if (memcmp(id.internal, ID_MAGIC, sizeof(ID_MAGIC)) != 0) {
+        emu::explain("ncclCommInitRank: the unique id did not come from ncclGetUniqueId");
+        return ncclInvalidArgument;
+    }
+    ncclComm *c = new ncclComm();
+    c->rank = rank;
+    c->nranks = nranks;
+    if (nranks > 1) {
+#ifdef USE_MPI
+        int initialized = 0, size = 0, mpi_rank = -1;
+        MPI_Initialized(&initialized);
+        if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size), MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+        if (!initialized || size != nranks || mpi_rank != rank) {
+            emu::explain(
+                "ncclCommInitRank: rank %d of %d, but the emulation runs the ranks as MPI_COMM_WORLD's "
+                "(MPI %s, rank %d of %d)",
+                rank, nranks, initialized ? "initialised" : "not initialised", mpi_rank, size);
+            delete c;
+            return ncclInvalidUsage;
+        }
+        std::vector<ncclUniqueId> ids(nranks);
+        MPI_Allgather(&id, (int)sizeof(id), MPI_BYTE, ids.data(), (int)sizeof(id), MPI_BYTE, MPI_COMM_WORLD);
+        for (int r = 0; r < nranks; r++)
+            if (memcmp(&ids[r], &id, sizeof(id)) != 0) {
+                emu::explain("ncclCommInitRank: rank %d passed another unique id than rank %d", r, rank);
+                delete c;
+                return ncclInvalidArgument;
+            }
+        MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
+#else
+        emu::explain("ncclCommInitRank: %d ranks, but this emulation build has no MPI to run them", nranks);
+        delete c;
+        return ncclInvalidUsage;
+#endif
+    }
+    *comm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    cudaDeviceSynchronize(); // its queued collectives complete first, as NCCL's do
+#ifdef USE_MPI
+    if (comm->nranks > 1 && !comm->aborted) MPI_Comm_free(&comm->mpi);
+#endif
+    delete comm;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    comm->aborted = true; // its MPI communicator is left as it is: freeing it would wait for the peers
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
+    if (!comm) return ncclInvalidArgument;
+    *async_error = ncclSuccess; // a failing peer ends its process, and mpirun the others
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+
+// A group's collectives run as they were issued, in order on their streams: the order every rank issues.
+ncclResult_t ncclGroupStart(void) {
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    size_t bytes = count * type_size(type);
+    return enqueue_collective(ALL_REDUCE, sendbuff, bytes, recvbuff, bytes, count, type, op, 0, comm, stream);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t type,
+                           ncclComm_t comm, cudaStream_t stream) {
+    size_t bytes = sendcount * type_size(type);
+    return enqueue_collective(ALL_GATHER, sendbuff, bytes, recvbuff,
+                              bytes * (size_t)(comm ? comm->nranks : 1), sendcount, type, ncclSum, 0, comm,
+                              stream);
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+    size_t bytes = recvcount * type_size(type);
+    return enqueue_collective(REDUCE_SCATTER, sendbuff, bytes * (size_t)(comm ? comm->nranks : 1), recvbuff,
+                              bytes, recvcount, type, op, 0, comm, stream);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t type, int root,
+                           ncclComm_t comm, cudaStream_t stream) {
+    size_t bytes = count * type_size(type);
+    if (comm && (root < 0 || root >= comm->nranks))
+        return usage("%s: root outside the communicator", "ncclBroadcast");
+    return enqueue_collective(BROADCAST, sendbuff, bytes, recvbuff, bytes, count, type, ncclSum, root, comm,
+                              stream);
+}

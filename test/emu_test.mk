@@ -1,0 +1,44 @@
+# emu_test.mk: the CUDA code on the CPU emulation of CUDA (emu/emu.mk builds it; docs/emulation.md).
+#   make test_emu           the emulator against CUDA's documented semantics, and the planted faults it
+#                           must catch (test/test_emu.sh), and gpu/layers.cuh's kernels against the CPU
+#                           reference (dev/bench_kernels.cu, emulated)
+#   make test_gpu_emu       test/test_gpu.sh, the whole GPU test suite, with ./train_emu for ./train
+#   make test_emu_trainer   what only the emulation can show of the trainer: ZeRO-3's stream schedule under
+#                           adversarial stream and thread orders, each cross-stream wait needed, launches per
+#                           step, device memory against --dry_run's plan
+#   make test_dist_emu      ./train_emu under mpirun (2 and 4 processes, ZeRO 0/1/3) against ./train_cpu
+# Included by the main Makefile after emu/emu.mk. This fragment leaves the default goal as it was.
+_emu_test_saved_goal := $(.DEFAULT_GOAL)
+
+test/build/test_emu: test/test_emu.cu test/test_util.h $(GPU_HEADERS) fp8_scaling.h $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,test/test_emu.cu,$(EMU_OBJS),-O2 -g)
+
+test/build/test_emu_sanitize: test/test_emu.cu test/test_util.h $(GPU_HEADERS) fp8_scaling.h $(EMU_SANITIZE_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,test/test_emu.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
+
+test/build/bench_kernels_emu: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,dev/bench_kernels.cu,$(EMU_OBJS),-O2 -g)
+
+test/build/train_emu_sanitize: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_SANITIZE_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,train_gpt_fp8.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
+
+.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu
+test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/bench_kernels_emu
+	bash test/test_emu.sh
+
+test_gpu_emu: train_emu train_cpu test/build/compare_debug_state
+	DATA="$(DATA)" TRAIN=./train_emu bash test/test_gpu.sh
+
+test_emu_trainer: train_emu train_cpu
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_emu_trainer.sh
+
+test_dist_emu: train_emu train_cpu test/build/test_emu test/compare_runs.py
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist_emu.sh
+
+test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu
+
+.DEFAULT_GOAL := $(_emu_test_saved_goal)

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# test_dist_emu.sh: the CUDA trainer's several-process paths (NCCL, ZeRO 0/1/3) on the CPU emulation of
+# CUDA, under mpirun (make test_dist_emu; skipped without MPI).
+#   - 2 processes with ZeRO 0, 1 and 3, and 4 processes with ZeRO 1 and 3, float8 (delayed), a d2 model:
+#     ./train_emu against ./train_cpu with the same processes and flags, within the bounds of
+#     test/compare_runs.py --float32 (the candidate no farther from the reference than the reference is
+#     from float32);
+#   - negative control: the comparison fails for runs of another global batch;
+#   - with 2 processes every cross-rank sum is x0 + x1, which IEEE addition makes order-independent, so
+#     ZeRO 0, 1 and 3 give bit-identical model files, as they do in train_cpu;
+#   - a ZeRO-3 run resumed from its step-3 checkpoint ends with the straight run's model and state files;
+#   - the emulated NCCL across processes: collectives against their definitions (2 and 4 ranks), and a
+#     rank that issues another collective than the others is stopped with one error line.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir TMP test_dist_emu
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 CUDA_EMU_THREADS=1 # several processes share 2 cores
+if ! command -v mpirun >/dev/null; then
+    echo "SKIPPED test_dist_emu: mpirun not found (apt-get install libopenmpi-dev openmpi-bin, then make clean)"
+    exit 0
+fi
+MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x CUDA_EMU_THREADS)
+if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+if ! "${MPIRUN[@]}" -np 2 ./test/build/test_emu nccl >"$TMP/probe.out" 2>&1 || grep -q SKIPPED "$TMP/probe.out"; then
+    echo "SKIPPED test_dist_emu: the emulation was built without MPI (install libopenmpi-dev, then make clean)"
+    exit 0
+fi
+
+test_data_dir "$TMP/data" text
+LR=1e-3
+STEPS=6
+COMMON=(--model_size d2 --vocab 256 --train_data "$TMP/data/text_train_*.bin" --val_data "$TMP/data/text_val_*.bin"
+    --seq_len 64 --steps $STEPS --val_every 3 --val_batches 2 --lr $LR --batch_size 2)
+
+run() { # NAME BINARY PROCESSES FLAGS...: out dir, log and stdout under $TMP/NAME
+    local name=$1 binary=$2 np=$3
+    shift 3
+    "${MPIRUN[@]}" -np "$np" "$binary" "${COMMON[@]}" --output_dir "$TMP/$name" --log_file "$TMP/$name.jsonl" "$@" \
+        >"$TMP/$name.out" 2>&1
+}
+model() { echo "$TMP/$1/model_$(printf %08d "${2:-$STEPS}").bin"; }
+
+for np in 2 4; do
+    run "cpu32_np$np" ./train_cpu "$np" --dtype float32
+    for zero in $([ "$np" = 2 ] && echo 0 1 3 || echo 1 3); do
+        run "cpu_np${np}_z$zero" ./train_cpu "$np" --dtype float8 --zero_stage "$zero"
+        status=0
+        run "emu_np${np}_z$zero" ./train_emu "$np" --dtype float8 --zero_stage "$zero" || status=$?
+        if [ $status != 0 ]; then sed 's/^/     | /' "$TMP/emu_np${np}_z$zero.out" | tail -5; fi
+        status=0
+        out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_np${np}_z$zero.jsonl" "$(model "cpu_np${np}_z$zero")" \
+            --run "$TMP/emu_np${np}_z$zero.jsonl" "$(model "emu_np${np}_z$zero")" \
+            --float32 "$TMP/cpu32_np$np.jsonl" "$(model "cpu32_np$np")" --dtype float8 --rows $((np * 128)) \
+            --lr $LR) || status=$?
+        echo "     $out" | head -3
+        result $status "train_emu = train_cpu, $np processes, ZeRO-$zero, float8"
+    done
+done
+status=0 # the emulated run of 2 processes against the reference of 4 (twice the global batch): must fail
+"$PY" test/compare_runs.py --ref "$TMP/cpu_np4_z1.jsonl" "$(model cpu_np4_z1)" --run "$TMP/emu_np2_z1.jsonl" \
+    "$(model emu_np2_z1)" --float32 "$TMP/cpu32_np4.jsonl" "$(model cpu32_np4)" --dtype float8 --rows 512 --lr $LR \
+    >"$TMP/negative.txt" || status=$?
+[ $status = 1 ]
+result $? "negative control: another global batch fails the comparison ($(head -c 120 "$TMP/negative.txt"))"
+status=0
+cmp -s "$(model emu_np2_z0)" "$(model emu_np2_z1)" && cmp -s "$(model emu_np2_z0)" "$(model emu_np2_z3)" || status=1
+result $status "train_emu, 2 processes: ZeRO 0, 1 and 3 bit-identical"
+
+# resume: the checkpoint of step 3 continued to step 6 equals the straight run, model and state files
+run ckpt_z3 ./train_emu 2 --dtype float8 --zero_stage 3 --ckpt_every 3
+cp -r "$TMP/ckpt_z3" "$TMP/resumed_z3"
+rm "$TMP/resumed_z3"/*_00000006*.bin
+echo 3 >"$TMP/resumed_z3/latest_checkpoint"
+run resumed_z3 ./train_emu 2 --dtype float8 --zero_stage 3 --ckpt_every 3 --resume 1 || true
+identical=0
+for file in "$TMP/ckpt_z3"/*_00000006*.bin; do
+    cmp -s "$file" "$TMP/resumed_z3/$(basename "$file")" || identical=1
+done
+status=0
+grep -q "resumed | step 3" "$TMP/resumed_z3.out" && [ $identical = 0 ] || status=1
+result $status "train_emu, 2 processes, ZeRO-3, float8: resumed at step 3, model and both state files of step 6 identical"
+
+for np in 2 4; do
+    status=0
+    "${MPIRUN[@]}" -np $np ./test/build/test_emu nccl >"$TMP/nccl$np.out" 2>&1 || status=$?
+    result $status "emulated NCCL across $np processes: all-reduce, all-gather, reduce-scatter"
+done
+status=0
+"${MPIRUN[@]}" -np 2 ./test/build/test_emu nccl mismatch >"$TMP/mismatch.out" 2>&1 || status=$?
+grep -q "cuda-emu: error: (rank [01]) NCCL collective #0 differs across ranks" "$TMP/mismatch.out" && [ $status != 0 ]
+result $? "a rank that issues another collective than the others is stopped"
+finish

@@ -1,0 +1,723 @@
+// test/test_emu.cu: the CPU emulation of CUDA (emu/) against what CUDA documents, and the faults it must
+// catch. Built only for the emulation (make test_emu); test/test_emu.sh runs it.
+//   test_emu             the semantics: warp shuffles and votes, barriers and shared memory, atomics from
+//                        blocks on several host threads, launch limits, copies and their directions,
+//                        stream order and events, CUDA Graph capture and replay, what capture refuses,
+//                        the cuBLASLt reference (values against a double-precision product, and every
+//                        documented constraint it enforces), one-rank NCCL and its in-place rules;
+//   test_emu FAULT       one planted fault (the names in FAULTS below): each must end the process with a
+//                        "cuda-emu: error:" line (exit 3), or under the sanitizer build an ASan report;
+//   test_emu streams     a producer on one stream and a consumer on another, with the event wait
+//                        (default) or without (argument "nowait"): prints the value the consumer read,
+//                        so that the script shows which stream orders expose the missing wait;
+//   test_emu nccl        under mpirun: all-reduce, in-place all-gather and reduce-scatter across the ranks
+//                        against their definitions; "nccl mismatch": rank 0 all-reduces while the others
+//                        all-gather, which the emulation must stop.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "../gpu/common.cuh"
+#include "../fp8_scaling.h"
+#include "../gpu/gemm.cuh"
+#include "test_util.h"
+#include <nccl.h>
+
+#ifdef USE_MPI
+#include <mpi.h>
+#endif
+
+// ---------------------------------------------------------------------------------------------------------
+// Kernels
+
+// out[t] = the value of each warp operation for thread t (32 per warp, one block).
+__global__ void warp_ops_kernel(int *out) {
+    const int lane = threadIdx.x % 32, t = threadIdx.x;
+    int *o = out + t * 8;
+    o[0] = __shfl_sync(0xffffffffu, lane * 10, (lane + 3) % 32);
+    o[1] = __shfl_xor_sync(0xffffffffu, lane * 10, 5);
+    o[2] = __shfl_up_sync(0xffffffffu, lane * 10, 2, 8);    // within segments of 8
+    o[3] = __shfl_down_sync(0xffffffffu, lane * 10, 3, 16); // within segments of 16
+    o[4] = (int)__reduce_add_sync(0xffffffffu, (unsigned)lane);
+    o[5] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
+    o[6] = __any_sync(0xffffffffu, lane == 7) + 2 * __all_sync(0xffffffffu, lane < 40);
+    // two halves of the warp in disjoint masks at the same time
+    o[7] = lane < 16 ? __shfl_xor_sync(0x0000ffffu, lane, 1) : __shfl_xor_sync(0xffff0000u, lane, 2);
+}
+
+// out[block] = the sum of in[block * n .. + n), through shared memory and barriers (n = blockDim.x).
+__global__ void block_sum_kernel(float *out, const float *in) {
+    __shared__ float partial[256];
+    partial[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    for (unsigned stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+__global__ void count_kernel(unsigned long long *counter) {
+    atomicAdd(counter, 1ull);
+}
+
+__global__ void add_value_kernel(float *x, float value, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += value;
+}
+
+__global__ void copy_kernel(float *dst, const float *src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+
+// Dynamic shared memory: reverses x within the block.
+__global__ void reverse_kernel(float *x) {
+    float *tile = (float *)emu::dynamic_shared_memory();
+    tile[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    x[threadIdx.x] = tile[blockDim.x - 1 - threadIdx.x];
+}
+
+// The planted faults.
+__global__ void divergent_barrier_kernel(int *x) {
+    if (threadIdx.x < 16) __syncthreads();
+    x[threadIdx.x] = 1;
+}
+
+__global__ void two_barriers_kernel(int *x) {
+    if (threadIdx.x % 2)
+        __syncthreads();
+    else
+        __syncthreads();
+    x[threadIdx.x] = 1;
+}
+
+__global__ void shuffle_outside_mask_kernel(int *x) {
+    if (threadIdx.x < 16) x[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, (int)threadIdx.x, 16);
+}
+
+__global__ void shuffle_exited_lane_kernel(int *x) {
+    if (threadIdx.x >= 16) return;
+    x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+__global__ void shuffle_missing_lane_kernel(int *x) {
+    x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+__global__ void shuffle_divergent_kernel(int *x) {
+    if (threadIdx.x % 2)
+        x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1, 1);
+    else
+        x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 2, 1);
+}
+
+__global__ void out_of_bounds_kernel(float *x, int n) {
+    if (threadIdx.x == 0) x[n] = 1.0f;
+}
+
+__global__ void far_out_of_bounds_kernel(float *x, int n) {
+    if (threadIdx.x == 0) x[n + 1024] = 1.0f;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Helpers
+
+static float *device_floats(const std::vector<float> &host) {
+    float *d = NULL;
+    cuda_check(cudaMalloc((void **)&d, host.size() * sizeof(float)));
+    cuda_check(cudaMemcpy(d, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+static std::vector<float> host_floats(const float *d, size_t n) {
+    std::vector<float> h(n);
+    cuda_check(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+template <auto kernel, typename... Args> static cudaError_t try_launch(LaunchShape shape, Args... args) {
+    return launch_with(kernel, shape, std::index_sequence_for<Args...>(), args...);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Semantics
+
+static void test_warp_ops(void) {
+    int *d = NULL;
+    cuda_check(cudaMalloc((void **)&d, 64 * 8 * sizeof(int)));
+    launch<warp_ops_kernel>({1, 64, 0, 0}, d);
+    std::vector<int> h(64 * 8);
+    cuda_check(cudaMemcpy(h.data(), d, h.size() * sizeof(int), cudaMemcpyDeviceToHost));
+    int ballot = 0;
+    for (int l = 0; l < 32; l++) ballot |= (l % 3 == 0) << l;
+    int bad = 0;
+    for (int t = 0; t < 64; t++) {
+        const int lane = t % 32, *o = &h[t * 8];
+        const int up = lane % 8 >= 2 ? (lane - 2) * 10 : lane * 10,
+                  down = lane % 16 + 3 < 16 ? (lane + 3) * 10 : lane * 10;
+        const int halves = lane < 16 ? lane ^ 1 : lane ^ 2;
+        bad += o[0] != (lane + 3) % 32 * 10 || o[1] != (lane ^ 5) * 10 || o[2] != up || o[3] != down ||
+               o[4] != 496 || o[5] != ballot || o[6] != 3 || o[7] != halves;
+    }
+    expect(bad == 0, "warp shuffles, reductions and votes as CUDA defines them (%d threads wrong)", bad);
+    cuda_check(cudaFree(d));
+}
+
+static void test_block_sum(void) {
+    const int blocks = 37, threads = 256;
+    std::vector<float> in(blocks * threads);
+    for (size_t i = 0; i < in.size(); i++) in[i] = (float)(i % 7) - 3.0f; // small integers: exact sums
+    float *d_in = device_floats(in), *d_out = NULL;
+    cuda_check(cudaMalloc((void **)&d_out, blocks * sizeof(float)));
+    launch<block_sum_kernel>({blocks, threads, 0, 0}, d_out, d_in);
+    std::vector<float> out = host_floats(d_out, blocks);
+    int bad = 0;
+    for (int b = 0; b < blocks; b++) {
+        float sum = 0;
+        for (int t = 0; t < threads; t++) sum += in[b * threads + t];
+        bad += out[b] != sum;
+    }
+    expect(bad == 0, "a shared-memory reduction with barriers in %d blocks (%d wrong)", blocks, bad);
+    cuda_check(cudaFree(d_in));
+    cuda_check(cudaFree(d_out));
+}
+
+static void test_atomics(void) {
+    unsigned long long *d = NULL, h = 0;
+    cuda_check(cudaMalloc((void **)&d, sizeof(h)));
+    cuda_check(cudaMemset(d, 0, sizeof(h)));
+    launch<count_kernel>({dim3(64, 8), dim3(32, 4), 0, 0}, d);
+    cuda_check(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
+    expect(h == 64 * 8 * 32 * 4, "atomicAdd from 512 blocks (on several host threads) counts %llu of %d", h,
+           64 * 8 * 32 * 4);
+    cuda_check(cudaFree(d));
+}
+
+static void test_launch_limits(void) {
+    float *d = NULL;
+    cuda_check(cudaMalloc((void **)&d, 1024 * sizeof(float)));
+    expect(try_launch<add_value_kernel>({1, 1025, 0, 0}, d, 1.0f, 1) == cudaErrorInvalidConfiguration,
+           "1025 threads per block refused");
+    expect(try_launch<add_value_kernel>({1, dim3(1, 1, 65), 0, 0}, d, 1.0f, 1) ==
+               cudaErrorInvalidConfiguration,
+           "a block z dimension of 65 refused");
+    expect(try_launch<add_value_kernel>({dim3(1, 65536), 1, 0, 0}, d, 1.0f, 1) ==
+               cudaErrorInvalidConfiguration,
+           "a grid y dimension of 65536 refused");
+    expect(try_launch<add_value_kernel>({0, 1, 0, 0}, d, 1.0f, 1) == cudaErrorInvalidConfiguration,
+           "an empty grid refused");
+    expect(try_launch<reverse_kernel>({1, 256, 64 * 1024, 0}, d) == cudaErrorInvalidValue,
+           "64 KiB of dynamic shared memory refused without cudaFuncSetAttribute");
+    cudaGetLastError();
+    cuda_check(cudaFuncSetAttribute(reverse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
+    std::vector<float> x(256);
+    for (int i = 0; i < 256; i++) x[i] = (float)i;
+    cuda_check(cudaMemcpy(d, x.data(), 256 * sizeof(float), cudaMemcpyHostToDevice));
+    expect(try_launch<reverse_kernel>({1, 256, 64 * 1024, 0}, d) == cudaSuccess,
+           "64 KiB of dynamic shared memory after cudaFuncSetAttribute");
+    std::vector<float> r = host_floats(d, 256);
+    expect(r[0] == 255.0f && r[255] == 0.0f, "dynamic shared memory holds the block's values (%g %g)", r[0],
+           r[255]);
+    expect(cudaFuncSetAttribute(reverse_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) ==
+               cudaErrorInvalidValue,
+           "more dynamic shared memory than Hopper's 227 KiB refused");
+    cuda_check(cudaFree(d));
+}
+
+static void test_copies(void) {
+    float *d = NULL, host[4] = {1, 2, 3, 4};
+    cuda_check(cudaMalloc((void **)&d, 4 * sizeof(float)));
+    expect(cudaMemcpy(host, d, sizeof(host), cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+           "cudaMemcpyHostToDevice with the device pointer as source refused");
+    expect(cudaMemcpy(d, host, 8 * sizeof(float), cudaMemcpyHostToDevice) == cudaErrorInvalidValue,
+           "a copy past the end of the allocation refused");
+    expect(cudaMemset(host, 0, sizeof(host)) == cudaErrorInvalidValue, "cudaMemset of host memory refused");
+    cudaGetLastError();
+    // pinned memory is read when the copy runs; pageable memory when the call is made (CUDA stages it)
+    float *pinned = NULL;
+    cuda_check(cudaMallocHost((void **)&pinned, 4 * sizeof(float)));
+    cudaStream_t s;
+    cuda_check(cudaStreamCreate(&s));
+    pinned[0] = 1.0f;
+    cuda_check(cudaMemcpyAsync(d, pinned, sizeof(float), cudaMemcpyHostToDevice, s));
+    pinned[0] = 2.0f; // a race on a GPU: the emulation makes the copy see the later value
+    float pageable = 5.0f;
+    cuda_check(cudaMemcpyAsync(d + 1, &pageable, sizeof(float), cudaMemcpyHostToDevice, s));
+    pageable = 6.0f;
+    cuda_check(cudaStreamSynchronize(s));
+    std::vector<float> got = host_floats(d, 2);
+    expect(got[0] == 2.0f && got[1] == 5.0f,
+           "an asynchronous copy reads pinned memory when it runs (%g) and pageable memory when issued (%g)",
+           got[0], got[1]);
+    cuda_check(cudaStreamDestroy(s));
+    cuda_check(cudaFreeHost(pinned));
+    cuda_check(cudaFree(d));
+}
+
+static void test_graphs(void) {
+    const int n = 64;
+    float *d = device_floats(std::vector<float>(n, 0.0f));
+    cudaStream_t s, side;
+    cuda_check(cudaStreamCreate(&s));
+    cuda_check(cudaStreamCreate(&side));
+    cudaEvent_t fork, join, outside;
+    cuda_check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    cuda_check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    cuda_check(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming));
+    float value = 1.0f;
+    cudaGraph_t graph;
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch<add_value_kernel>({1, n, 0, s}, d, value, n);
+    cuda_check(cudaEventRecord(fork, s)); // the side stream joins the capture
+    cuda_check(cudaStreamWaitEvent(side, fork, 0));
+    launch<add_value_kernel>({1, n, 0, side}, d + n / 2, 10.0f, n / 2);
+    cuda_check(cudaEventRecord(join, side));
+    cuda_check(cudaStreamWaitEvent(s, join, 0));
+    cuda_check(cudaStreamEndCapture(s, &graph));
+    value = 100.0f; // the graph keeps the arguments of the capture
+    cudaGraphExec_t exec;
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0));
+    cuda_check(cudaGraphDestroy(graph));
+    std::vector<float> before = host_floats(d, n);
+    cuda_check(cudaGraphLaunch(exec, s));
+    cuda_check(cudaGraphLaunch(exec, s));
+    std::vector<float> after = host_floats(d, n);
+    expect(before[0] == 0.0f && after[0] == 2.0f && after[n - 1] == 22.0f,
+           "capture runs nothing; each replay runs the captured launches with their arguments (%g %g %g)",
+           before[0], after[0], after[n - 1]);
+    cuda_check(cudaGraphExecDestroy(exec));
+
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    void *p = NULL;
+    expect(cudaMalloc(&p, 16) == cudaErrorStreamCaptureUnsupported, "cudaMalloc during capture refused");
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+           "and the capture invalidated");
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    float h = 0;
+    expect(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaErrorStreamCaptureUnsupported,
+           "a synchronous host read during capture refused");
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+           "and the capture invalidated");
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    expect(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, s) == cudaErrorStreamCaptureUnsupported,
+           "an asynchronous copy to pageable memory during capture refused");
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+           "and the capture invalidated");
+    cuda_check(cudaEventRecord(outside, side));
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    expect(cudaStreamWaitEvent(s, outside, 0) == cudaErrorStreamCaptureIsolation,
+           "a wait in the capture on an event recorded outside it refused");
+    cudaStreamEndCapture(s, &graph);
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cuda_check(cudaEventRecord(fork, s));
+    cuda_check(cudaStreamWaitEvent(side, fork, 0));
+    launch<add_value_kernel>({1, n, 0, side}, d, 1.0f, n);
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureUnjoined,
+           "a capture whose forked stream never joins back refused");
+    expect(cudaStreamWaitEvent(s, fork, 0) == cudaErrorCapturedEvent,
+           "a wait outside on an event last recorded inside a capture refused");
+    cudaGetLastError();
+    cuda_check(cudaStreamDestroy(side));
+    cuda_check(cudaStreamDestroy(s));
+    cuda_check(cudaEventDestroy(fork));
+    cuda_check(cudaEventDestroy(join));
+    cuda_check(cudaEventDestroy(outside));
+    cuda_check(cudaFree(d));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cuBLASLt
+
+// A small deterministic pseudo-random value in [-1, 1).
+static float noise(int i, int seed) {
+    unsigned h = (unsigned)i * 2654435761u ^ (unsigned)seed * 40503u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return (float)(h & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+struct GemmCase {
+    cudaDataType_t a_type, b_type, d_type;
+    int trans_a, trans_b, bias, accumulate;
+};
+
+// The trainer's gemm() (gpu/gemm.cuh: row-major D (M,N) = op(A) op(B) [+ bias] [+ D]) on small values,
+// against a double-precision product of the same (quantized) values. Bound: an FP32 sum of K products
+// exact in FP32 (BF16 x BF16, FP8 x FP8 are) is within K * 2^-24 * sum |a b| of the exact one; the
+// result is then rounded once to D's type (2^-9 relative for BF16), after scaling by the inverse scales.
+static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
+    const bool fp8 = is_fp8_type(c.a_type);
+    const size_t a_n = (size_t)M * K, b_n = (size_t)K * N;
+    std::vector<uint8_t> a_bytes(a_n * 2), b_bytes(b_n * 2);
+    std::vector<double> a_val(a_n), b_val(b_n), bias_val(N);
+    const float a_scale = 8.0f, b_scale = 32.0f; // the cast's scales: the GEMM divides them out
+    auto fill = [&](std::vector<uint8_t> &bytes, std::vector<double> &val, cudaDataType_t t, float scale,
+                    int seed) {
+        for (size_t i = 0; i < val.size(); i++) {
+            float x = noise((int)i, seed);
+            if (t == CUDA_R_16BF) {
+                bf16 h = __float2bfloat16_rn(x);
+                memcpy(&bytes[2 * i], &h, 2);
+                val[i] = __bfloat162float(h);
+            } else {
+                Fp8Format f = t == CUDA_R_8F_E4M3 ? FP8_E4M3 : FP8_E5M2;
+                bytes[i] = fp8_quantize(x, scale, f);
+                val[i] = fp8_to_float(bytes[i], f) / scale;
+            }
+        }
+    };
+    fill(a_bytes, a_val, c.a_type, a_scale, 1);
+    fill(b_bytes, b_val, c.b_type, b_scale, 2);
+    std::vector<uint16_t> bias_bits(N);
+    for (int j = 0; j < N; j++) {
+        bf16 h = __float2bfloat16_rn(noise(j, 3));
+        memcpy(&bias_bits[j], &h, 2);
+        bias_val[j] = __bfloat162float(h);
+    }
+    const size_t d_bytes = (size_t)M * N * (c.d_type == CUDA_R_32F ? 4 : 2);
+    std::vector<float> d_init(M * N);
+    for (int i = 0; i < M * N; i++) d_init[i] = c.accumulate ? noise(i, 4) : 0.0f;
+    char *mem = NULL;
+    cuda_check(cudaMalloc((void **)&mem, 1 << 20));
+    char *dA = mem, *dB = mem + 65536, *dD = mem + 131072, *dbias = mem + 393216;
+    float *scales = (float *)(mem + 400000);
+    cuda_check(cudaMemcpy(dA, a_bytes.data(), a_n * (fp8 ? 1 : 2), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(dB, b_bytes.data(), b_n * (fp8 ? 1 : 2), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(dbias, bias_bits.data(), N * 2, cudaMemcpyHostToDevice));
+    float descales[2] = {1.0f / a_scale, 1.0f / b_scale};
+    cuda_check(cudaMemcpy(scales, descales, sizeof(descales), cudaMemcpyHostToDevice));
+    if (c.d_type == CUDA_R_32F) cuda_check(cudaMemcpy(dD, d_init.data(), d_bytes, cudaMemcpyHostToDevice));
+    GemmOperand A = {dA, c.a_type, fp8 ? &scales[0] : NULL}, B = {dB, c.b_type, fp8 ? &scales[1] : NULL};
+    gemm(ctx, dD, c.d_type, A, c.trans_a, B, c.trans_b, M, N, K, c.bias ? (const bf16 *)dbias : NULL,
+         c.accumulate, 0, 0);
+    std::vector<float> d(M * N);
+    if (c.d_type == CUDA_R_32F) {
+        d = host_floats((float *)dD, (size_t)M * N);
+    } else {
+        std::vector<bf16> h(M * N);
+        cuda_check(cudaMemcpy(h.data(), dD, d_bytes, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < M * N; i++) d[i] = __bfloat162float(h[i]);
+    }
+    double worst = 0.0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double exact = 0.0, magnitude = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = c.trans_a ? a_val[(size_t)k * M + i] : a_val[(size_t)i * K + k];
+                double b = c.trans_b ? b_val[(size_t)j * K + k] : b_val[(size_t)k * N + j];
+                exact += a * b;
+                magnitude += fabs(a * b);
+            }
+            if (c.bias) exact += bias_val[j];
+            if (c.accumulate) exact += d_init[i * N + j];
+            double bound = 2 * K * 0x1p-24 * magnitude +
+                           (c.d_type == CUDA_R_32F ? 0x1p-23 : 0x1p-8) * fabs(exact) + 1e-30;
+            worst = fmax(worst, fabs(d[i * N + j] - exact) / bound);
+        }
+    expect(worst <= 1.0,
+           "cuBLASLt reference %s x %s -> %s (trans_a %d, trans_b %d%s%s) within its bound (%.2f of it)",
+           gemm_type_name(c.a_type), gemm_type_name(c.b_type), gemm_type_name(c.d_type), c.trans_a, c.trans_b,
+           c.bias ? ", bias" : "", c.accumulate ? ", accumulate" : "", worst);
+    cuda_check(cudaFree(mem));
+}
+
+// One raw cuBLASLt matmul (column-major, D = op(A) op(B), m = n = k = 32) with the given types, transposes,
+// bias, pointers and workspace: the status of the heuristic if it fails, else of the matmul.
+struct RawGemm {
+    cudaDataType_t a_type = CUDA_R_8F_E4M3, b_type = CUDA_R_8F_E4M3, d_type = CUDA_R_16BF;
+    cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    int64_t ld = 32;
+    size_t a_offset = 0, workspace = 1 << 16, max_workspace = 1 << 16;
+    const void *bias_at_heuristic = NULL, *bias_at_matmul = NULL;
+    int bias_type = -1;
+    uint32_t alignment = 16;
+};
+
+static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
+    cublasLtHandle_t handle;
+    cublas_check(cublasLtCreate(&handle));
+    cublasLtMatmulDesc_t desc;
+    cublas_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublas_check(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &r.trans_a, sizeof(r.trans_a)));
+    cublas_check(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &r.trans_b, sizeof(r.trans_b)));
+    if (r.bias_at_heuristic) {
+        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        cublas_check(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &r.bias_at_heuristic, sizeof(void *)));
+        if (r.bias_type >= 0)
+            cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                        &r.bias_type, sizeof(r.bias_type)));
+    }
+    cublasLtMatrixLayout_t a, b, d;
+    cublas_check(cublasLtMatrixLayoutCreate(&a, r.a_type, 32, 32, r.ld));
+    cublas_check(cublasLtMatrixLayoutCreate(&b, r.b_type, 32, 32, r.ld));
+    cublas_check(cublasLtMatrixLayoutCreate(&d, r.d_type, 32, 32, 32));
+    cublasLtMatmulPreference_t pref;
+    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &r.max_workspace, sizeof(r.max_workspace)));
+    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (auto attr : aligns)
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &r.alignment, sizeof(r.alignment)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &result, &found);
+    if (status == CUBLAS_STATUS_SUCCESS) {
+        if (r.bias_at_heuristic)
+            cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &r.bias_at_matmul, sizeof(void *)));
+        const float alpha = 1.0f, beta = 0.0f;
+        status = cublasLtMatmul(handle, desc, &alpha, mem + r.a_offset, a, mem + 8192, b, &beta, mem + 16384,
+                                d, mem + 16384, d, &result.algo, mem + 65536, r.workspace, 0);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(d);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+    return status;
+}
+
+static void test_cublaslt(void) {
+    GemmContext ctx;
+    void *workspace = NULL;
+    cuda_check(cudaMalloc(&workspace, 1 << 20));
+    gemm_init(&ctx, workspace, 1 << 20);
+    const GemmCase cases[] = {
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 0, 1, 1, 0},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 0, 0, 0, 0},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, 1, 0, 0, 1},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, 1, 1, 0, 0},
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 1, 0},
+        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 0, 0},
+        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1},
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_32F, 0, 1, 0, 0},
+    };
+    for (const GemmCase &c : cases) check_gemm(&ctx, c, 48, 32, 80);
+    gemm_destroy(&ctx);
+    cuda_check(cudaFree(workspace));
+
+    char *mem = NULL;
+    cuda_check(cudaMalloc((void **)&mem, 1 << 20));
+    RawGemm ok;
+    expect(raw_gemm(ok, mem) == CUBLAS_STATUS_SUCCESS, "an FP8 TN matmul runs");
+    RawGemm nn = ok;
+    nn.trans_a = CUBLAS_OP_N;
+    expect(raw_gemm(nn, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "an FP8 matmul in NN form refused (TN only on sm_90)");
+    RawGemm e5m2 = ok;
+    e5m2.a_type = e5m2.b_type = CUDA_R_8F_E5M2;
+    expect(raw_gemm(e5m2, mem) == CUBLAS_STATUS_NOT_SUPPORTED, "E5M2 x E5M2 refused");
+    RawGemm mixed = ok;
+    mixed.b_type = CUDA_R_16BF;
+    expect(raw_gemm(mixed, mem) == CUBLAS_STATUS_NOT_SUPPORTED, "FP8 x BF16 refused");
+    RawGemm misaligned = ok;
+    misaligned.a_offset = 8;
+    misaligned.alignment = 8;
+    expect(raw_gemm(misaligned, mem) == CUBLAS_STATUS_INVALID_VALUE, "an FP8 operand 8-byte aligned refused");
+    RawGemm assumed = ok;
+    assumed.a_offset = 16;
+    assumed.alignment = 256; // cuBLASLt's default preference
+    expect(raw_gemm(assumed, mem) == CUBLAS_STATUS_INVALID_VALUE,
+           "a pointer less aligned than the preference promised the heuristic refused");
+    RawGemm ld = ok;
+    ld.ld = 40; // 40 bytes: not a multiple of 16
+    expect(raw_gemm(ld, mem) == CUBLAS_STATUS_NOT_SUPPORTED, "an FP8 leading dimension of 40 bytes refused");
+    RawGemm bias = ok;
+    bias.bias_at_heuristic = mem + 32768;
+    bias.bias_at_matmul = mem + 32768 + 64;
+    expect(raw_gemm(bias, mem) == CUBLAS_STATUS_INVALID_VALUE,
+           "a bias pointer less aligned than the one the heuristic saw refused");
+    bias.bias_at_matmul = bias.bias_at_heuristic;
+    expect(raw_gemm(bias, mem) == CUBLAS_STATUS_SUCCESS, "the same bias pointer runs");
+    RawGemm bias32 = bias;
+    bias32.a_type = bias32.b_type = CUDA_R_16BF;
+    bias32.trans_a = CUBLAS_OP_N;
+    bias32.d_type = CUDA_R_32F;
+    bias32.bias_type = CUDA_R_16BF;
+    expect(raw_gemm(bias32, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "a BF16 bias with BF16 x BF16 -> FP32 refused");
+    RawGemm workspace_short = ok;
+    workspace_short.workspace = 1024;
+    expect(raw_gemm(workspace_short, mem) == CUBLAS_STATUS_INVALID_VALUE,
+           "less workspace than the heuristic's algorithm needs refused");
+    RawGemm no_workspace = ok;
+    no_workspace.workspace = no_workspace.max_workspace = 0;
+    expect(raw_gemm(no_workspace, mem) == CUBLAS_STATUS_SUCCESS,
+           "no workspace with a preference of none runs");
+    cuda_check(cudaFree(mem));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// NCCL, one rank
+
+static void test_nccl(void) {
+    ncclUniqueId id;
+    ncclComm_t comm;
+    expect(ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess,
+           "a one-rank communicator");
+    float *d = device_floats({1.0f, 2.0f, 3.0f, 4.0f});
+    expect(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, comm, 0) == ncclSuccess &&
+               ncclAllGather(d, d, 4, ncclFloat32, comm, 0) == ncclSuccess &&
+               ncclReduceScatter(d, d, 4, ncclFloat32, ncclSum, comm, 0) == ncclSuccess,
+           "in-place collectives of one rank");
+    std::vector<float> h = host_floats(d, 4);
+    expect(h[0] == 1.0f && h[3] == 4.0f, "one rank's collectives leave the values (%g %g)", h[0], h[3]);
+    expect(ncclAllReduce(d, d + 1, 2, ncclFloat32, ncclSum, comm, 0) == ncclInvalidArgument,
+           "overlapping buffers not in NCCL's in-place form refused");
+    float host[4];
+    expect(ncclAllReduce(host, host, 4, ncclFloat32, ncclSum, comm, 0) == ncclInvalidArgument,
+           "host buffers refused");
+    expect(ncclCommDestroy(comm) == ncclSuccess, "communicator destroyed");
+    cuda_check(cudaFree(d));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Stream order: producer on one stream, consumer on another
+
+static int streams_demo(bool wait) {
+    const int n = 256;
+    float *src = device_floats(std::vector<float>(n, 1.0f)),
+          *dst = device_floats(std::vector<float>(n, 0.0f));
+    cudaStream_t producer, consumer;
+    cuda_check(cudaStreamCreate(&producer));
+    cuda_check(cudaStreamCreate(&consumer));
+    cudaEvent_t produced;
+    cuda_check(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
+    launch<add_value_kernel>({1, n, 0, producer}, src, 41.0f, n); // src = 42
+    cuda_check(cudaEventRecord(produced, producer));
+    if (wait) cuda_check(cudaStreamWaitEvent(consumer, produced, 0));
+    launch<copy_kernel>({1, n, 0, consumer}, dst, src, n);
+    cuda_check(cudaDeviceSynchronize());
+    printf("consumer read %g\n", host_floats(dst, 1)[0]);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Planted faults: each must end the run with the emulator's error (or the sanitizer's report)
+
+static int planted(const char *name) {
+    int *ints = NULL;
+    float *floats = NULL;
+    cuda_check(cudaMalloc((void **)&ints, 256 * sizeof(int)));
+    cuda_check(cudaMalloc((void **)&floats, 1000 * sizeof(float)));
+    if (!strcmp(name, "divergent_syncthreads"))
+        launch<divergent_barrier_kernel>({1, 64, 0, 0}, ints);
+    else if (!strcmp(name, "two_syncthreads"))
+        launch<two_barriers_kernel>({1, 64, 0, 0}, ints);
+    else if (!strcmp(name, "shuffle_outside_mask"))
+        launch<shuffle_outside_mask_kernel>({1, 32, 0, 0}, ints);
+    else if (!strcmp(name, "shuffle_exited_lane"))
+        launch<shuffle_exited_lane_kernel>({1, 32, 0, 0}, ints);
+    else if (!strcmp(name, "shuffle_missing_lane"))
+        launch<shuffle_missing_lane_kernel>({1, 8, 0, 0}, ints);
+    else if (!strcmp(name, "shuffle_divergent"))
+        launch<shuffle_divergent_kernel>({1, 32, 0, 0}, ints);
+    else if (!strcmp(name, "out_of_bounds_write"))
+        launch<out_of_bounds_kernel>({1, 32, 0, 0}, floats, 1000);
+    else if (!strcmp(name, "far_out_of_bounds_write"))
+        launch<far_out_of_bounds_kernel>({1, 32, 0, 0}, floats, 1000);
+    else if (!strcmp(name, "host_pointer_argument")) {
+        static float host[1000];
+        launch<out_of_bounds_kernel>({1, 32, 0, 0}, host, 0);
+    } else if (!strcmp(name, "host_reads_device")) {
+        cuda_check(cudaDeviceSynchronize());
+        printf("%g\n", floats[0]); // a device pointer dereferenced on the host
+    } else {
+        fail("test_emu: no planted fault %s", name);
+    }
+    cuda_check(cudaDeviceSynchronize());
+    printf("the planted fault %s was not caught\n", name);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// NCCL across the processes of mpirun
+
+#define nccl_check(call)                                                                                     \
+    do {                                                                                                     \
+        ncclResult_t result = (call);                                                                        \
+        if (result != ncclSuccess) fail("NCCL: %s: %s", #call, ncclGetErrorString(result));                  \
+    } while (0)
+
+static int nccl_ranks(bool mismatch) {
+#ifdef USE_MPI
+    MPI_Init(NULL, NULL);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ncclUniqueId id;
+    if (rank == 0) ncclGetUniqueId(&id);
+    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm;
+    nccl_check(ncclCommInitRank(&comm, size, id, rank));
+    const int n = 4;
+    std::vector<float> mine(n * size), all(n * size);
+    for (int i = 0; i < n * size; i++) mine[i] = (float)(rank * 100 + i);
+    float *reduced = device_floats(std::vector<float>(mine.begin(), mine.begin() + n));
+    float *gathered = device_floats(std::vector<float>(n * size, -1.0f));
+    float *scattered = device_floats(mine);
+    cuda_check(cudaMemcpy(gathered + rank * n, mine.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    if (mismatch && rank == 0)
+        nccl_check(ncclAllReduce(reduced, reduced, n, ncclFloat32, ncclSum, comm, 0));
+    else if (mismatch)
+        nccl_check(ncclAllGather(gathered + rank * n, gathered, n, ncclFloat32, comm, 0));
+    if (mismatch) cuda_check(cudaDeviceSynchronize());
+    nccl_check(ncclAllReduce(reduced, reduced, n, ncclFloat32, ncclSum, comm, 0));
+    nccl_check(ncclAllGather(gathered + rank * n, gathered, n, ncclFloat32, comm, 0));
+    nccl_check(ncclReduceScatter(scattered, scattered + rank * n, n, ncclFloat32, ncclSum, comm, 0));
+    std::vector<float> r = host_floats(reduced, n), g = host_floats(gathered, n * size),
+                       sc = host_floats(scattered + rank * n, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        float sum = 0, chunk_sum = 0;
+        for (int q = 0; q < size; q++)
+            sum += (float)(q * 100 + i), chunk_sum += (float)(q * 100 + rank * n + i);
+        bad += r[i] != sum || sc[i] != chunk_sum;
+    }
+    for (int q = 0; q < size; q++)
+        for (int i = 0; i < n; i++) bad += g[q * n + i] != (float)(q * 100 + i);
+    expect(bad == 0,
+           "rank %d of %d: all-reduce, all-gather and reduce-scatter as NCCL defines them (%d wrong)", rank,
+           size, bad);
+    nccl_check(ncclCommDestroy(comm));
+    int status = test_summary(), worst = 0;
+    MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return worst;
+#else
+    (void)mismatch;
+    printf("SKIPPED: test_emu was built without MPI\n");
+    return 0;
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "nccl")) return nccl_ranks(argc == 3 && !strcmp(argv[2], "mismatch"));
+    if (argc == 2 && !strcmp(argv[1], "streams")) return streams_demo(true);
+    if (argc == 3 && !strcmp(argv[1], "streams") && !strcmp(argv[2], "nowait")) return streams_demo(false);
+    if (argc == 2) return planted(argv[1]);
+    test_warp_ops();
+    test_block_sum();
+    test_atomics();
+    test_launch_limits();
+    test_copies();
+    test_graphs();
+    test_cublaslt();
+    test_nccl();
+    return test_summary();
+}

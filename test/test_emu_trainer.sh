@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# test_emu_trainer.sh: what the CPU emulation of CUDA shows of the CUDA trainer beyond test_gpu.sh
+# (make test_emu_trainer). A d4-shaped model (4 layers, so that ZeRO-3 prefetches and its slots are reused),
+# float8, 3 steps.
+#   1. ZeRO-3's two-stream schedule is race-free in the orders an adversary picks: one process with ZeRO-3
+#      gives ZeRO-0's model file bit for bit whether the communication stream's work runs as late
+#      (CUDA_EMU_STREAM_ORDER=first-stream) or as early (last-stream) as its events allow, in random
+#      orders, with the threads of every block run last-first, with CUDA Graphs, and with --recompute 1;
+#   2. every cross-stream wait it makes is needed: with the waits of one call site left out
+#      (CUDA_EMU_DROP_WAIT_SITE), some order gives another model file. A site whose every wait the
+#      emulator found already implied by others (its vector clocks) is listed, not required to matter;
+#   3. the emulator's report: kernel launches (and graph launches) per optimizer step, and the peak of
+#      device memory allocated, which must equal the trainer's plan and --dry_run's plan_total_bytes
+#      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1).
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir tmp test_emu_trainer
+test_data_dir "$tmp/data" text
+model=(--model_size d4 --channels 64 --heads 2 --vocab 256 --seq_len 32 --batch_size 4 --steps 3 --lr 1e-3
+       --train_data "$tmp/data/text_train_*.bin" --val_data "" --dtype float8)
+run() { # NAME FLAGS... (environment as set by the caller): model file at $tmp/NAME/model_00000003.bin
+    local name=$1
+    shift
+    ./train_emu "${model[@]}" --output_dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+}
+same_as_reference() { cmp -s "$tmp/z0/model_00000003.bin" "$tmp/$1/model_00000003.bin"; }
+
+run z0 --zero_stage 0 --cuda_graph 0
+for order in issue first-stream last-stream random:1 random:2; do
+    for graph in 0 1; do
+        CUDA_EMU_STREAM_ORDER=$order run "z3_${order}_$graph" --zero_stage 3 --cuda_graph $graph
+        same_as_reference "z3_${order}_$graph"
+        result $? "ZeRO-3, stream order $order, CUDA Graphs $graph: ZeRO-0's model file"
+    done
+done
+CUDA_EMU_THREAD_ORDER=reverse CUDA_EMU_STREAM_ORDER=last-stream run z3_reverse --zero_stage 3 --cuda_graph 0
+same_as_reference z3_reverse
+result $? "ZeRO-3, threads of every block run last-first: ZeRO-0's model file"
+CUDA_EMU_STREAM_ORDER=first-stream run z3_recompute --zero_stage 3 --recompute 1 --cuda_graph 0
+same_as_reference z3_recompute
+result $? "ZeRO-3 with --recompute 1, stream order first-stream: ZeRO-0's model file"
+
+CUDA_EMU_REPORT="$tmp/sites.txt" run sites --zero_stage 3 --cuda_graph 0
+sites=$(grep -c '^wait_site ' "$tmp/sites.txt")
+[ "$sites" -ge 5 ]
+result $? "ZeRO-3 waits between its streams from $sites call sites"
+while read -r _ site _ calls _ redundant _ function; do
+    detected=""
+    for order in first-stream last-stream; do
+        status=0
+        CUDA_EMU_DROP_WAIT_SITE=$site CUDA_EMU_STREAM_ORDER=$order run "drop_$site" --zero_stage 3 --cuda_graph 0 ||
+            status=$?
+        if [ $status != 0 ] || ! same_as_reference "drop_$site"; then detected="$detected $order"; fi
+    done
+    if [ "$redundant" = "$calls" ]; then
+        ok "wait site $site ($function, $calls calls): every wait already implied by others${detected:+; left out, it changes the result in$detected}"
+    else
+        [ -n "$detected" ]
+        result $? "wait site $site ($function, $calls calls, $redundant implied): left out, the result changes in:${detected:- no order}"
+    fi
+done < <(grep '^wait_site ' "$tmp/sites.txt")
+
+for config in bfloat16:0:0 float8:0:0 float8:1:0 float8:3:0 bfloat16:3:1 float8:3:1; do
+    IFS=: read -r dtype zero recompute <<<"$config"
+    flags=(--dtype "$dtype" --zero_stage "$zero" --recompute "$recompute")
+    CUDA_EMU_REPORT="$tmp/report_$config.txt" run "memory_$zero" "${flags[@]}" --cuda_graph 0 --steps 1
+    peak=$(sed -n 's/^device_memory_peak_bytes //p' "$tmp/report_$config.txt")
+    planned=$(sed -n 's/^memory | planned \([0-9]*\) bytes.*/\1/p' "$tmp/memory_$zero.out")
+    dry=$(./train_emu "${model[@]}" "${flags[@]}" --dry_run 1 | sed -n 's/^plan_total_bytes \([0-9]*\) .*/\1/p')
+    [ -n "$peak" ] && [ "$peak" = "$planned" ] && [ "$peak" = "$dry" ]
+    result $? "$dtype, ZeRO-$zero, recompute $recompute: peak device memory $peak bytes = the plan ($planned) = --dry_run's ($dry)"
+done
+CUDA_EMU_REPORT="$tmp/graphs.txt" run graphs --zero_stage 0 --cuda_graph 1 --steps 6
+CUDA_EMU_REPORT="$tmp/eager.txt" run eager --zero_stage 0 --cuda_graph 0 --steps 6
+per_step() { sed -n "s/^range step .* $2 \([0-9.]*\) .*/\1/p" "$1"; }
+echo "     per optimizer step, op by op: $(per_step "$tmp/eager.txt" kernel_launches_per_range) kernel launches, $(per_step "$tmp/eager.txt" matmuls_per_range) cuBLASLt matmuls; with CUDA Graphs (6 steps, 2 captured and replayed from the third): $(per_step "$tmp/graphs.txt" kernel_launches_per_range) kernel and $(per_step "$tmp/graphs.txt" graph_launches_per_range) graph launches"
+awk '/^range step / { ok = $6 > 0 && $12 > 0 } END { exit !ok }' "$tmp/eager.txt"
+result $? "the report counts the launches and executed kernels of every optimizer step"
+
+finish
