@@ -28,9 +28,13 @@ typedef struct {
 } GemmOperand;
 
 // One cached plan per distinct GEMM shape and type: descriptors and the algorithm the heuristic chose.
-// Pointers (data, bias, scales) are set per call, so a plan serves every layer of the same shape.
+// Pointers (data, bias, scales) are set per call, so a plan serves every layer of the same shape, except
+// that the heuristic reads the bias pointer's value for its alignment (cuBLASLt's documentation of
+// CUBLASLT_MATMUL_DESC_BIAS_POINTER) and may choose a kernel that needs it: the bias alignment is part of
+// the key. Layer 0's bias can lie 256-byte aligned and layer 1's only 64-byte aligned.
 typedef struct {
     int M, N, K, trans_a, trans_b, has_bias, accumulate, fast_accum;
+    unsigned bias_alignment; // the largest power of two up to 256 dividing the bias pointer
     cudaDataType_t a_type, b_type, d_type;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
@@ -72,6 +76,13 @@ static inline void gemm_destroy(GemmContext *ctx) {
     cublasLtDestroy(ctx->handle);
 }
 
+// The largest power of two up to 256 that divides p (256 for NULL): what a kernel may assume of p.
+static inline unsigned pointer_alignment(const void *p) {
+    unsigned alignment = 256;
+    while (alignment > 1 && (uintptr_t)p % alignment) alignment >>= 1;
+    return alignment;
+}
+
 static inline int is_fp8_type(cudaDataType_t t) {
     return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2;
 }
@@ -104,11 +115,12 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
                                   int accumulate, int fast_accum) {
     cudaDataType_t a_type = A.type, b_type = B.type;
     int has_bias = bias != NULL;
+    unsigned bias_alignment = pointer_alignment(bias);
     for (int i = 0; i < ctx->num_plans; i++) {
         GemmPlan *p = &ctx->plans[i];
         if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b &&
             p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->has_bias == has_bias &&
-            p->accumulate == accumulate && p->fast_accum == fast_accum)
+            p->accumulate == accumulate && p->fast_accum == fast_accum && p->bias_alignment == bias_alignment)
             return p;
     }
     if (ctx->num_plans == MAX_GEMM_PLANS) fail("cuBLASLt: more than %d distinct GEMM shapes", MAX_GEMM_PLANS);
@@ -123,6 +135,7 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     p->M = M, p->N = N, p->K = K, p->trans_a = trans_a, p->trans_b = trans_b;
     p->a_type = a_type, p->b_type = b_type, p->d_type = d_type;
     p->has_bias = has_bias, p->accumulate = accumulate, p->fast_accum = fast_accum;
+    p->bias_alignment = bias_alignment;
     cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
     cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; // our A
