@@ -248,6 +248,25 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
         fail("memory_plan.h: reduce_scratch_floats is smaller than a kernel's scratch (a bug)");
 }
 
+// Everything gpt_alloc made, and the CUDA Graphs the steps captured.
+static void gpt_free(GPT *model) {
+    if (model->micro_graph) cuda_check(cudaGraphExecDestroy(model->micro_graph));
+    if (model->update_graph) cuda_check(cudaGraphExecDestroy(model->update_graph));
+    gemm_destroy(&model->gemm);
+    cuda_check(cudaStreamDestroy(model->comm_stream));
+    cuda_check(cudaStreamDestroy(model->stream));
+    cudaEvent_t events[] = {model->tokens_copied,     model->forked,        model->joined,
+                            model->layer_gathered[0], model->layer_done[0], model->grads_free[0],
+                            model->layer_gathered[1], model->layer_done[1], model->grads_free[1]};
+    for (cudaEvent_t event : events) cuda_check(cudaEventDestroy(event));
+    free(model->sample_row);
+    free(model->sample_row_bf16);
+    cuda_check(cudaFreeHost(model->tokens_host));
+    cuda_check(cudaFreeHost(model->step_results_host));
+    cuda_check(cudaFreeHost(model->step_params_host));
+    cuda_check(cudaFree(model->memory));
+}
+
 // The communication stream continues after everything enqueued on the compute stream so far.
 static void comm_after_compute(GPT *model) {
     cuda_check(cudaEventRecord(model->forked, model->stream));
@@ -1179,6 +1198,10 @@ static void energy_meter_start(EnergyMeter *meter, int cuda_device) {
         meter->unavailable = "NVML has no energy counter for this GPU";
 }
 
+static void energy_meter_stop(EnergyMeter *meter) {
+    if (meter->library) dlclose(meter->library);
+}
+
 // Joules since energy_meter_start, or -1 when not measured.
 static double energy_meter_joules(EnergyMeter *meter) {
     unsigned long long now = 0;
@@ -1437,8 +1460,14 @@ int main(int argc, char **argv) {
     run_log_close(&log);
     step_guard_free(&guard);
     fp8_stats_free(&stats);
-    gemm_destroy(&model.gemm);
+    if (have_debug) debug_state_free(&debug);
+    if (have_val) dataloader_free(&val_loader);
+    dataloader_free(&train_loader);
+    if (tokenizer.loaded) tokenizer_free(&tokenizer);
+    free(sample_tokens);
+    gpt_free(&model);
     comm_destroy(&model.comm);
+    energy_meter_stop(&energy);
     dist_finalize(&dist);
     return 0;
 }

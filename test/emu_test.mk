@@ -5,7 +5,7 @@
 #   make test_gpu_emu       test/test_gpu.sh, the whole GPU test suite, with ./train_emu for ./train
 #   make test_emu_trainer   what only the emulation can show of the trainer: ZeRO-3's stream schedule under
 #                           adversarial stream and thread orders, each cross-stream wait needed, launches per
-#                           step, device memory against --dry_run's plan
+#                           step, device memory against --dry_run's plan, a run under the sanitizers
 #   make test_dist_emu      ./train_emu under mpirun (2 and 4 processes, ZeRO 0/1/3) against ./train_cpu
 # Included by the main Makefile after emu/emu.mk. This fragment leaves the default goal as it was.
 _emu_test_saved_goal := $(.DEFAULT_GOAL)
@@ -33,7 +33,7 @@ test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/bench_kern
 test_gpu_emu: train_emu train_cpu test/build/compare_debug_state
 	DATA="$(DATA)" TRAIN=./train_emu bash test/test_gpu.sh
 
-test_emu_trainer: train_emu train_cpu
+test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_emu_trainer.sh
 
 test_dist_emu: train_emu train_cpu test/build/test_emu test/compare_runs.py

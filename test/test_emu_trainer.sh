@@ -11,7 +11,10 @@
 #      emulator found already implied by others (its vector clocks) is listed, not required to matter;
 #   3. the emulator's report: kernel launches (and graph launches) per optimizer step, and the peak of
 #      device memory allocated, which must equal the trainer's plan and --dry_run's plan_total_bytes
-#      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1).
+#      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1);
+#   4. the trainer under AddressSanitizer, UBSan and LeakSanitizer (test/build/train_emu_sanitize): a
+#      bfloat16 run with CUDA Graphs, validation and sampling, and a float8 ZeRO-3 run with recompute, end
+#      with status 0 and no report.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -78,4 +81,17 @@ echo "     per optimizer step, op by op: $(per_step "$tmp/eager.txt" kernel_laun
 awk '/^range step / { ok = $6 > 0 && $12 > 0 } END { exit !ok }' "$tmp/eager.txt"
 result $? "the report counts the launches and executed kernels of every optimizer step"
 
+sanitized() { # NAME FLAGS...
+    local name=$1 status=0
+    shift
+    ./test/build/train_emu_sanitize "$@" --output_dir "" >"$tmp/$name.out" 2>&1 || status=$?
+    [ $status = 0 ] && ! grep -qE 'Sanitizer|runtime error' "$tmp/$name.out"
+    result $? "under AddressSanitizer, UBSan and LeakSanitizer: $name (exit $status)"
+    grep -m3 -E 'ERROR|runtime error' "$tmp/$name.out"
+}
+small=(--model_size d2 --channels 96 --heads 3 --vocab 256 --seq_len 32 --batch_size 2 --steps 2
+       --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin" --val_batches 1)
+sanitized "bfloat16, CUDA Graphs, validation, sampling" "${small[@]}" --dtype bfloat16 --cuda_graph 1 \
+    --tokenizer "$tmp/data/text_tokenizer.bin" --sample_every 2 --sample_len 4
+sanitized "float8, ZeRO-3, recompute" "${small[@]}" --dtype float8 --zero_stage 3 --recompute 1
 finish
