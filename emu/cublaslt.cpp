@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cublasLt.h"
+#include "cuda_bf16.h"
 #include "emu.h"
 
 struct cublasLtContext {
@@ -129,20 +130,6 @@ template <typename T> cublasStatus_t set_value(T *field, const void *buf, size_t
     return CUBLAS_STATUS_SUCCESS;
 }
 
-float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t bf16_code(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 // The value of an OCP FP8 code: E4M3 (bias 7, no infinities, S.1111.111 NaN) or E5M2 (bias 15, IEEE-like).
 float fp8_value(uint8_t code, bool e4m3) {
     const int mantissa_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
@@ -161,7 +148,7 @@ float element(const void *base, cudaDataType_t type, int64_t ld, uint64_t row, u
     case CUDA_R_32F:
         return ((const float *)base)[i];
     case CUDA_R_16BF:
-        return bf16_value(((const uint16_t *)base)[i]);
+        return __bfloat162float(((const __nv_bfloat16 *)base)[i]);
     case CUDA_R_8F_E4M3:
         return fp8_value(((const uint8_t *)base)[i], true);
     default:
@@ -174,7 +161,7 @@ void store(void *base, cudaDataType_t type, int64_t ld, uint64_t row, uint64_t c
     if (type == CUDA_R_32F)
         ((float *)base)[i] = v;
     else
-        ((uint16_t *)base)[i] = bf16_code(v);
+        ((__nv_bfloat16 *)base)[i] = __float2bfloat16_rn(v);
 }
 
 // The bytes a column-major layout spans from its first element.

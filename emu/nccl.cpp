@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda_bf16.h"
 #include "emu.h"
 #include "nccl.h"
 
@@ -68,20 +69,6 @@ bool valid_type(ncclDataType_t t) {
     return (int)t >= 0 && (int)t <= 9 && t != ncclFloat16;
 }
 
-float bf16_value(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t bf16_code(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
 template <typename T> T combine(T a, T b, ncclRedOp_t op) {
     switch (op) {
     case ncclProd:
@@ -135,13 +122,14 @@ void reduce(void *out, const void *contributions, size_t count, int nranks, nccl
         reduce_typed((double *)out, (const double *)contributions, count, nranks, op);
         break;
     case ncclBfloat16: {
-        const uint16_t *in = (const uint16_t *)contributions;
-        uint16_t *o = (uint16_t *)out;
+        const __nv_bfloat16 *in = (const __nv_bfloat16 *)contributions;
+        __nv_bfloat16 *o = (__nv_bfloat16 *)out;
         for (size_t i = 0; i < count; i++) {
-            uint16_t acc = in[i];
+            __nv_bfloat16 acc = in[i];
             for (int r = 1; r < nranks; r++)
-                acc = bf16_code(combine(bf16_value(acc), bf16_value(in[(size_t)r * count + i]), op));
-            if (op == ncclAvg) acc = bf16_code(bf16_value(acc) / (float)nranks);
+                acc = __float2bfloat16_rn(
+                    combine(__bfloat162float(acc), __bfloat162float(in[(size_t)r * count + i]), op));
+            if (op == ncclAvg) acc = __float2bfloat16_rn(__bfloat162float(acc) / (float)nranks);
             o[i] = acc;
         }
         break;

@@ -59,13 +59,45 @@ def weights_of(model_path):
     return values[256:].astype(np.float64)
 
 
-def rms(a):
-    return float(np.sqrt(np.mean(a**2)))
+def check_weights(ref_w, run_w, rms_bound, max_bound, failures):
+    """The RMS and the largest weight difference against their bounds; returns both."""
+    if ref_w.shape != run_w.shape:
+        sys.exit("error: the model files hold different shapes")
+    diff = np.abs(run_w - ref_w)
+    distance, largest = float(np.sqrt(np.mean(diff**2))), float(diff.max())
+    if distance > rms_bound:
+        failures.append(f"weights: RMS difference {distance:.3g} > {rms_bound:.3g}")
+    if largest > max_bound:
+        failures.append(f"weights: largest difference {largest:.3g} > {max_bound:.3g}")
+    return distance, largest
 
 
-def compare_to_float32(args, ref_steps, run_steps, f32_path):
-    """The --float32 comparison: candidate vs reference within the reference's distance to float32."""
-    f32_steps = steps_of(f32_path[0])
+def compare_process_counts(args, ref_steps, run_steps):
+    """N processes against one: the float32 summation-order bounds of the docstring."""
+    bound32 = 2 * args.rows * U
+    failures, worst = [], 0.0
+    for step in sorted(ref_steps):
+        bound = bound32 if args.dtype == "float32" or step == 1 else 1e-3
+        for name, ref, run in zip(("loss", "grad_norm"), ref_steps[step], run_steps[step]):
+            rel = abs(run - ref) / abs(ref)
+            worst = max(worst, rel / bound)
+            if rel > bound:
+                failures.append(f"step {step} {name}: {run} vs {ref} (relative {rel:.3g} > {bound:.3g})")
+    steps = len(ref_steps)
+    rms_bound = (bound32 if args.dtype == "float32" else 0.02) * args.lr * steps
+    max_bound = 2 * args.lr * steps
+    distance, largest = check_weights(weights_of(args.ref[1]), weights_of(args.run[1]), rms_bound, max_bound,
+                                      failures)
+    print(
+        f"{args.dtype}: {steps} steps, worst loss/norm difference {worst:.3g} of its bound; "
+        f"weights RMS {distance:.3g} (bound {rms_bound:.3g}), max {largest:.3g} (bound {max_bound:.3g})"
+    )
+    return failures
+
+
+def compare_to_float32(args, ref_steps, run_steps):
+    """Two trainers, same processes and flags: within the reference's distance to float32 (--float32)."""
+    f32_steps = steps_of(args.float32[0])
     if sorted(f32_steps) != sorted(ref_steps):
         sys.exit("error: the float32 log holds other steps than the reference's")
     bound32 = 2 * args.rows * U
@@ -79,16 +111,12 @@ def compare_to_float32(args, ref_steps, run_steps, f32_path):
             if abs(run - ref) > bound:
                 failures.append(f"step {step} {name}: {run} vs {ref} (difference {abs(run - ref):.3g} > {bound:.3g})")
     steps = len(ref_steps)
-    ref_w, run_w, f32_w = weights_of(args.ref[1]), weights_of(args.run[1]), weights_of(f32_path[1])
-    if not (ref_w.shape == run_w.shape == f32_w.shape):
+    ref_w, f32_w = weights_of(args.ref[1]), weights_of(args.float32[1])
+    if ref_w.shape != f32_w.shape:
         sys.exit("error: the model files hold different shapes")
-    distance, rounding = rms(run_w - ref_w), rms(ref_w - f32_w)
-    rms_bound = max(rounding, bound32 * args.lr * steps)
-    largest, max_bound = float(np.abs(run_w - ref_w).max()), 2 * args.lr * steps
-    if distance > rms_bound:
-        failures.append(f"weights: RMS difference {distance:.3g} > {rms_bound:.3g} (reference to float32)")
-    if largest > max_bound:
-        failures.append(f"weights: largest difference {largest:.3g} > {max_bound:.3g}")
+    rms_bound = max(float(np.sqrt(np.mean((ref_w - f32_w) ** 2))), bound32 * args.lr * steps)
+    max_bound = 2 * args.lr * steps
+    distance, largest = check_weights(ref_w, weights_of(args.run[1]), rms_bound, max_bound, failures)
     print(
         f"{args.dtype} vs the reference: {steps} steps, worst loss/norm difference {worst:.3g} of its bound; "
         f"weights RMS {distance:.3g} (bound {rms_bound:.3g}, the reference's distance to float32), "
@@ -108,41 +136,11 @@ def main():
                         help="train_cpu in float32 with the reference's flags: compare trainers, not process counts")
     args = parser.parse_args()
 
-    bound32 = 2 * args.rows * U
     ref_steps, run_steps = steps_of(args.ref[0]), steps_of(args.run[0])
     if sorted(ref_steps) != sorted(run_steps) or not ref_steps:
         sys.exit(f"error: the logs hold different steps: {sorted(ref_steps)} vs {sorted(run_steps)}")
-    if args.float32:
-        failures = compare_to_float32(args, ref_steps, run_steps, args.float32)
-        for failure in failures:
-            print("  " + failure)
-        sys.exit(1 if failures else 0)
-    failures = []
-    worst = 0.0
-    for step in sorted(ref_steps):
-        bound = bound32 if args.dtype == "float32" or step == 1 else 1e-3
-        for name, ref, run in zip(("loss", "grad_norm"), ref_steps[step], run_steps[step]):
-            rel = abs(run - ref) / abs(ref)
-            worst = max(worst, rel / bound)
-            if rel > bound:
-                failures.append(f"step {step} {name}: {run} vs {ref} (relative {rel:.3g} > {bound:.3g})")
-
-    steps = len(ref_steps)
-    ref_w, run_w = weights_of(args.ref[1]), weights_of(args.run[1])
-    if ref_w.shape != run_w.shape:
-        sys.exit("error: the model files hold different shapes")
-    diff = np.abs(run_w - ref_w)
-    rms, largest = float(np.sqrt(np.mean(diff**2))), float(diff.max())
-    rms_bound = (bound32 if args.dtype == "float32" else 0.02) * args.lr * steps
-    max_bound = 2 * args.lr * steps
-    if rms > rms_bound:
-        failures.append(f"weights: RMS difference {rms:.3g} > {rms_bound:.3g}")
-    if largest > max_bound:
-        failures.append(f"weights: largest difference {largest:.3g} > {max_bound:.3g}")
-    print(
-        f"{args.dtype}: {steps} steps, worst loss/norm difference {worst:.3g} of its bound; "
-        f"weights RMS {rms:.3g} (bound {rms_bound:.3g}), max {largest:.3g} (bound {max_bound:.3g})"
-    )
+    compare = compare_to_float32 if args.float32 else compare_process_counts
+    failures = compare(args, ref_steps, run_steps)
     for failure in failures:
         print("  " + failure)
     sys.exit(1 if failures else 0)
