@@ -14,6 +14,7 @@
 #define CHECKPOINT_H
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,15 +30,42 @@
 #define MODEL_FILE_MAGIC 20240326
 #define MODEL_FILE_HEADER_INTS 256
 #define STATE_FILE_MAGIC 20261130
-#define STATE_FILE_VERSION 1
+#define STATE_FILE_VERSION 2 // 2: with the run identity
 #define STATE_FILE_HEADER_INTS 64
 
 // ----------------------------------------------------------------------------
-// Atomic writes: data goes to "<path>.tmp", is flushed to disk, then renamed over <path>.
+// Atomic writes: data goes to "<path>.tmp", is flushed to disk, then renamed over <path>. A run that ends
+// on an error while a temp file is open (a full disk, say) removes it at exit: what it replaces stays as
+// it was, and nothing half-written is left beside it.
+
+#define MAX_OPEN_TEMP_FILES 4
+static char open_temp_files[MAX_OPEN_TEMP_FILES][CHECKPOINT_PATH_LEN];
+
+static inline void remove_open_temp_files(void) {
+    for (int i = 0; i < MAX_OPEN_TEMP_FILES; i++)
+        if (open_temp_files[i][0]) remove(open_temp_files[i]);
+}
+
+static inline void note_temp_file(const char *tmp_path, int open) {
+    static int registered = 0;
+    if (!registered) registered = !atexit(remove_open_temp_files);
+    for (int i = 0; i < MAX_OPEN_TEMP_FILES; i++) {
+        if (open && !open_temp_files[i][0]) {
+            snprintf(open_temp_files[i], CHECKPOINT_PATH_LEN, "%s", tmp_path);
+            return;
+        }
+        if (!open && strcmp(open_temp_files[i], tmp_path) == 0) {
+            open_temp_files[i][0] = '\0';
+            return;
+        }
+    }
+}
 
 static inline FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_len) {
     if ((size_t)snprintf(tmp_path, tmp_len, "%s.tmp", path) >= tmp_len) fail("%s: path too long", path);
-    return fopen_check(tmp_path, "wb");
+    FILE *f = fopen_check(tmp_path, "wb");
+    note_temp_file(tmp_path, 1);
+    return f;
 }
 
 static inline void fsync_parent_dir(const char *path) {
@@ -56,10 +84,12 @@ static inline void fsync_parent_dir(const char *path) {
 }
 
 static inline void atomic_commit(FILE *f, const char *tmp_path, const char *path) {
+    if (ferror(f)) fail("%s: a write failed (disk full?); %s is left as it was", tmp_path, path);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-        fail("%s: cannot flush to disk: %s", tmp_path, strerror(errno));
-    if (fclose(f) != 0) fail("%s: close failed: %s", tmp_path, strerror(errno));
+        fail("%s: cannot flush to disk: %s; %s is left as it was", tmp_path, strerror(errno), path);
+    if (fclose(f) != 0) fail("%s: close failed: %s; %s is left as it was", tmp_path, strerror(errno), path);
     if (rename(tmp_path, path) != 0) fail("%s: cannot rename to %s: %s", tmp_path, path, strerror(errno));
+    note_temp_file(tmp_path, 0);
     fsync_parent_dir(path);
 }
 
@@ -205,8 +235,12 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, int *versio
     if (header[1] != 3 && header[1] != 5)
         fail("%s: unsupported model file version %d (expected 3 fp32 or 5 bf16)", path, header[1]);
     GPTConfig cfg = {header[2], header[3], header[7], header[4], header[5], header[6]};
-    if (cfg.max_seq_len <= 0 || cfg.vocab_size <= 1 || cfg.num_layers <= 0 || cfg.num_heads <= 0 ||
-        cfg.channels <= 0 || cfg.channels % cfg.num_heads != 0 || cfg.padded_vocab_size < cfg.vocab_size)
+    // the flags' ranges (cli.h) bound every dimension, so the sizes computed from them cannot overflow
+    if (cfg.max_seq_len <= 0 || cfg.max_seq_len > MODEL_MAX_SEQ_LEN || cfg.vocab_size <= 1 ||
+        cfg.vocab_size > MODEL_MAX_VOCAB || cfg.num_layers <= 0 || cfg.num_layers > MODEL_MAX_LAYERS ||
+        cfg.num_heads <= 0 || cfg.num_heads > MODEL_MAX_HEADS || cfg.channels <= 0 ||
+        cfg.channels > MODEL_MAX_CHANNELS || cfg.channels % cfg.num_heads != 0 ||
+        cfg.padded_vocab_size < cfg.vocab_size || cfg.padded_vocab_size > MODEL_MAX_VOCAB + 128)
         fail("%s: header describes an invalid model (maxT %d V %d L %d NH %d C %d Vp %d)", path,
              cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels,
              cfg.padded_vocab_size);
@@ -218,15 +252,30 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, int *versio
     return cfg;
 }
 
+// Parameters [begin, begin + count) of a model just read, in values: a NaN or infinity would train on
+// into NaN checkpoints, so it is refused, naming where it is.
+static inline void check_finite_params(const char *path, const GPTConfig *cfg, size_t begin, size_t count,
+                                       const float *values) {
+    for (size_t i = 0; i < count; i++) {
+        if (isfinite(values[i])) continue;
+        int tensor, layer;
+        param_locate(cfg, begin + i, &tensor, &layer);
+        fail("%s: parameter %zu of %s (layer %d) is %s: not a usable model (a diverged run's?)", path,
+             begin + i - param_offset(cfg, tensor, layer), PARAM_TENSOR_NAMES[tensor], layer,
+             isnan(values[i]) ? "NaN" : "infinite");
+    }
+}
+
 // Loads a model file into a freshly allocated FP32 parameter buffer in our layout.
 static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen_regular(path);
     int version;
     GPTConfig cfg = read_model_header(f, path, &version);
     float *params = (float *)malloc_check(param_count(&cfg) * sizeof(float), "model parameters");
     ModelFileIO io = {f, path, version};
     visit_llmc_order(params, &cfg, read_slice, &io);
     fclose(f);
+    check_finite_params(path, &cfg, 0, param_count(&cfg), params);
     *cfg_out = cfg;
     return params;
 }
@@ -248,17 +297,28 @@ static inline float *load_checkpoint_model(const char *path, const GPTConfig *ex
 // Elements [begin, begin + count) of the parameters of a model file whose shape must be `expected`.
 static inline void load_model_range(const char *path, const GPTConfig *expected, size_t begin, size_t count,
                                     float *out) {
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen_regular(path);
     int version;
     GPTConfig cfg = read_model_header(f, path, &version);
     check_model_shape(path, &cfg, expected);
     ModelFileIO io = {f, path, version};
     visit_file_range(&io, &cfg, begin, count, out, read_slice);
     fclose(f);
+    check_finite_params(path, &cfg, begin, count, out);
 }
 
 // ----------------------------------------------------------------------------
 // Training state
+
+// The settings a continuation must share besides the model shape, the dtype and the data order, so that
+// a checkpoint of another run is refused rather than continued into a hybrid of two. --steps is not
+// among them: a run may be extended.
+typedef struct {
+    float lr, final_lr_frac, beta1, beta2, eps, weight_decay, grad_clip, skip_loss_z, skip_norm_z;
+    int lr_schedule, warmup_steps, fp8_margin;
+    int64_t tokens_per_step;   // B * T * accumulation * processes
+    uint64_t data_fingerprint; // of --train_data (dataloader_fingerprint)
+} RunIdentity;
 
 typedef struct {
     int64_t step;            // optimizer steps completed
@@ -271,13 +331,17 @@ typedef struct {
     int seed, shuffle;     // the data order: a resumed run must draw the same
     long long guard_count; // accepted steps recorded in the step guard's window (health.h)
     int zero_stage;        // with world_size, how the moments of this file are sharded (dist.h)
+    RunIdentity identity;
 } TrainState;
 
-// The state of a fresh run with these options; a resume then checks the checkpoint against it.
-static inline TrainState train_state_init(const TrainOptions *opts, int B, int T) {
+// The state of a fresh run with these options on this training data; a resume then checks the checkpoint
+// against it.
+static inline TrainState train_state_init(const TrainOptions *opts, const DataLoader *train, int B, int T,
+                                          int accum_steps, int rank, int world_size) {
     TrainState st;
     memset(&st, 0, sizeof(st));
-    st.world_size = 1;
+    st.rank = rank;
+    st.world_size = world_size;
     st.dtype = opts->dtype;
     st.fp8_recipe = opts->fp8_recipe;
     st.amax_history_len = opts->amax_history;
@@ -286,6 +350,21 @@ static inline TrainState train_state_init(const TrainOptions *opts, int B, int T
     st.seed = opts->seed;
     st.shuffle = opts->shuffle;
     st.zero_stage = opts->zero_stage;
+    RunIdentity *id = &st.identity;
+    id->lr = opts->lr;
+    id->final_lr_frac = opts->final_lr_frac;
+    id->beta1 = opts->beta1;
+    id->beta2 = opts->beta2;
+    id->eps = opts->eps;
+    id->weight_decay = opts->weight_decay;
+    id->grad_clip = opts->grad_clip;
+    id->skip_loss_z = opts->skip_loss_z;
+    id->skip_norm_z = opts->skip_norm_z;
+    id->lr_schedule = opts->lr_schedule;
+    id->warmup_steps = opts->warmup_steps;
+    id->fp8_margin = opts->fp8_margin;
+    id->tokens_per_step = (int64_t)B * T * accum_steps * world_size;
+    id->data_fingerprint = dataloader_fingerprint(train);
     return st;
 }
 
@@ -316,8 +395,48 @@ enum {
     SH_SHUFFLE,
     SH_GUARD_FLOATS,
     SH_GUARD_COUNT,
-    SH_ZERO_STAGE
+    SH_ZERO_STAGE,
+    SH_LR, // the run identity: floats as their bits
+    SH_FINAL_LR_FRAC,
+    SH_BETA1,
+    SH_BETA2,
+    SH_EPS,
+    SH_WEIGHT_DECAY,
+    SH_GRAD_CLIP,
+    SH_SKIP_LOSS_Z,
+    SH_SKIP_NORM_Z,
+    SH_LR_SCHEDULE,
+    SH_WARMUP_STEPS,
+    SH_FP8_MARGIN,
+    SH_TOKENS_PER_STEP,
+    SH_DATA_FINGERPRINT
 };
+
+// The run identity's float settings in header order, with their flags.
+#define RUN_IDENTITY_FLOATS 9
+static const char *const RUN_IDENTITY_FLOAT_FLAGS[RUN_IDENTITY_FLOATS] = {
+    "--lr",           "--final_lr_frac", "--beta1",       "--beta2",      "--eps",
+    "--weight_decay", "--grad_clip",     "--skip_loss_z", "--skip_norm_z"};
+
+static inline void run_identity_floats(const RunIdentity *id, float out[RUN_IDENTITY_FLOATS]) {
+    const float values[RUN_IDENTITY_FLOATS] = {id->lr,        id->final_lr_frac, id->beta1,
+                                               id->beta2,     id->eps,           id->weight_decay,
+                                               id->grad_clip, id->skip_loss_z,   id->skip_norm_z};
+    memcpy(out, values, sizeof(values));
+}
+
+static inline int64_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    return (int64_t)u;
+}
+
+static inline float bits_float(int64_t bits) {
+    uint32_t u = (uint32_t)bits;
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
 
 static inline void model_file_path(const char *dir, long step, char *path, size_t len) {
     snprintf(path, len, "%s/model_%08ld.bin", dir, step);
@@ -375,6 +494,14 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_SHUFFLE] = st->shuffle;
     h[SH_GUARD_COUNT] = st->guard_count;
     h[SH_ZERO_STAGE] = st->zero_stage;
+    float identity_floats[RUN_IDENTITY_FLOATS];
+    run_identity_floats(&st->identity, identity_floats);
+    for (int i = 0; i < RUN_IDENTITY_FLOATS; i++) h[SH_LR + i] = float_bits(identity_floats[i]);
+    h[SH_LR_SCHEDULE] = st->identity.lr_schedule;
+    h[SH_WARMUP_STEPS] = st->identity.warmup_steps;
+    h[SH_FP8_MARGIN] = st->identity.fp8_margin;
+    h[SH_TOKENS_PER_STEP] = st->identity.tokens_per_step;
+    h[SH_DATA_FINGERPRINT] = (int64_t)st->identity.data_fingerprint;
     for (int b = 0; b < NUM_STATE_BLOCKS; b++) h[STATE_BLOCK_FIELD[b]] = (int64_t)blocks[b].count;
     fwrite_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, tmp);
     for (int b = 0; b < NUM_STATE_BLOCKS; b++)
@@ -392,14 +519,14 @@ static inline void check_state_field(const char *path, const int64_t *h, int fie
 // Opens a state file and reads its header, checked to be one of ours.
 static inline FILE *open_state_file(const char *path, int rank, int64_t h[STATE_FILE_HEADER_INTS],
                                     int64_t *size) {
-    FILE *f = fopen(path, "rb");
     // Only ranks below the world size of rank 0's file are opened (another world size is re-sharded), so a
     // missing file is never a checkpoint of fewer processes: one of the writers' files is gone.
-    if (!f && errno == ENOENT && rank > 0)
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT && rank > 0)
         fail("%s: no state file for rank %d: the checkpoint is incomplete (rank 0's state file says more "
              "processes wrote it)",
              path, rank);
-    if (!f) fail("%s: cannot open: %s", path, strerror(errno));
+    FILE *f = fopen_regular(path);
     *size = file_size_check(f, path);
     if (*size < (int64_t)(STATE_FILE_HEADER_INTS * sizeof(int64_t)))
         fail("%s: too short for a training state header (%ld bytes)", path, (long)*size);
@@ -409,6 +536,49 @@ static inline FILE *open_state_file(const char *path, int rank, int64_t h[STATE_
     if (h[SH_VERSION] != STATE_FILE_VERSION)
         fail("%s: unsupported state file version %ld (expected %d)", path, (long)h[1], STATE_FILE_VERSION);
     return f;
+}
+
+// The run identity: a checkpoint of a run with other settings or other training data is refused, naming
+// the setting.
+static inline void check_run_identity(const char *path, const int64_t *h, const RunIdentity *id) {
+    float mine[RUN_IDENTITY_FLOATS];
+    run_identity_floats(id, mine);
+    for (int i = 0; i < RUN_IDENTITY_FLOATS; i++)
+        if (h[SH_LR + i] != float_bits(mine[i]))
+            fail("%s: checkpoint was written with %s %g but this run has %s %g", path,
+                 RUN_IDENTITY_FLOAT_FLAGS[i], (double)bits_float(h[SH_LR + i]), RUN_IDENTITY_FLOAT_FLAGS[i],
+                 (double)mine[i]);
+    const int int_fields[3] = {SH_LR_SCHEDULE, SH_WARMUP_STEPS, SH_FP8_MARGIN};
+    const int64_t int_values[3] = {id->lr_schedule, id->warmup_steps, id->fp8_margin};
+    const char *const int_flags[3] = {"--lr_schedule (0 cosine, 1 linear, 2 constant)", "--warmup_steps",
+                                      "--fp8_margin"};
+    for (int i = 0; i < 3; i++)
+        if (h[int_fields[i]] != int_values[i])
+            fail("%s: checkpoint was written with %s %ld but this run has %ld", path, int_flags[i],
+                 (long)h[int_fields[i]], (long)int_values[i]);
+    if (h[SH_TOKENS_PER_STEP] != id->tokens_per_step)
+        fail("%s: checkpoint was written with %ld tokens per optimizer step but this run has %ld "
+             "(--total_batch_size, or batch_size x seq_len x processes when it is 0)",
+             path, (long)h[SH_TOKENS_PER_STEP], (long)id->tokens_per_step);
+    if ((uint64_t)h[SH_DATA_FINGERPRINT] != id->data_fingerprint)
+        fail("%s: checkpoint was written for other training data than this run's --train_data (the shards' "
+             "number, sizes or contents differ)",
+             path);
+}
+
+// The counters of a state header against each other: every step so far was applied or skipped, the guard's
+// window saw each applied one, the data position is a position.
+static inline void check_state_counters(const char *path, const int64_t *h) {
+    if (h[SH_STEP] < 0 || h[SH_UPDATES] < 0 || h[SH_SKIPPED] < 0 ||
+        h[SH_UPDATES] + h[SH_SKIPPED] != h[SH_STEP])
+        fail("%s: corrupt counters: step %ld, %ld updates applied and %ld skipped (they must add up)", path,
+             (long)h[SH_STEP], (long)h[SH_UPDATES], (long)h[SH_SKIPPED]);
+    if (h[SH_GUARD_COUNT] != h[SH_UPDATES])
+        fail("%s: corrupt step guard count %ld (the window records each of the %ld applied updates)", path,
+             (long)h[SH_GUARD_COUNT], (long)h[SH_UPDATES]);
+    if (h[SH_EPOCH] < 0 || h[SH_SHARD] < 0 || h[SH_BATCH] < 0)
+        fail("%s: corrupt data position (epoch %ld, shard %ld, batch %ld)", path, (long)h[SH_EPOCH],
+             (long)h[SH_SHARD], (long)h[SH_BATCH]);
 }
 
 // The settings a continuation must share (the model, the numerics, the data order), and the file's size
@@ -427,7 +597,11 @@ static inline void check_state_header(const char *path, const int64_t *h, int64_
     check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
     check_state_field(path, h, SH_SEED, st->seed, "seed");
     check_state_field(path, h, SH_SHUFFLE, st->shuffle, "shuffle");
+    check_run_identity(path, h, &st->identity);
     check_state_field(path, h, SH_MOMENTS, moments, STATE_BLOCK_NAMES[STATE_ADAM_M]);
+    if (h[SH_GUARD_FLOATS] != (int64_t)blocks[STATE_GUARD_HISTORY].count)
+        fail("%s: checkpoint was written with --guard_window %ld but this run has --guard_window %ld", path,
+             (long)(h[SH_GUARD_FLOATS] / 2), (long)(blocks[STATE_GUARD_HISTORY].count / 2));
     int64_t expected = STATE_FILE_HEADER_INTS * (int64_t)sizeof(int64_t) + 8 * moments;
     for (int b = STATE_AMAX_HISTORY; b < NUM_STATE_BLOCKS; b++) {
         check_state_field(path, h, STATE_BLOCK_FIELD[b], (int64_t)blocks[b].count, STATE_BLOCK_NAMES[b]);
@@ -436,6 +610,21 @@ static inline void check_state_header(const char *path, const int64_t *h, int64_
     if (size != expected)
         fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
              (long)size, (long)expected);
+    check_state_counters(path, h);
+}
+
+// The arrays of a state file, value by value: moments finite (the second non-negative), amax histories
+// finite and non-negative, the guard's window finite. A NaN would train on into NaN checkpoints.
+static inline void check_state_values(const char *path, const StateBlock blocks[NUM_STATE_BLOCKS]) {
+    static const char *const what[NUM_STATE_BLOCKS] = {"AdamW first moment", "AdamW second moment",
+                                                       "amax history", "step guard window"};
+    for (int b = 0; b < NUM_STATE_BLOCKS; b++)
+        for (size_t i = 0; i < blocks[b].count; i++) {
+            float x = blocks[b].data[i];
+            int signed_ok = b == STATE_ADAM_M || b == STATE_GUARD_HISTORY || x >= 0.0f;
+            if (!isfinite(x) || !signed_ok)
+                fail("%s: %s value %zu is %g: the checkpoint is corrupt", path, what[b], i, (double)x);
+        }
 }
 
 // The run's counters and data position from a checked header.
@@ -521,6 +710,7 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     for (int b = 0; b < NUM_STATE_BLOCKS; b++)
         fread_check(blocks[b].data, sizeof(float), blocks[b].count, f, path);
     fclose(f);
+    check_state_values(path, blocks);
 }
 
 // This rank's training state from checkpoint `step` in dir. Written with this run's number of processes
@@ -579,6 +769,25 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
                          blocks[STATE_ADAM_V].data + u.shard, st, blocks);
     }
     fclose(old.file);
+    check_state_values(path, blocks); // (rank 0's path: the moments came from several files)
+}
+
+// Continues the training data where the checkpoint left it: the position its state files recorded.
+static inline void resume_data_position(DataLoader *loader, const char *dir, const TrainState *st) {
+    char path[CHECKPOINT_PATH_LEN];
+    state_file_path(dir, (long)st->step, 0, path, sizeof(path));
+    dataloader_set_position(loader, st->train_position, path);
+}
+
+// Proves at start-up that the file a flag names can be written, so that a typo in its directory costs
+// nothing instead of the run it ends.
+static inline void check_writable_file(const char *path, const char *flag) {
+    struct stat st;
+    int existed = stat(path, &st) == 0;
+    FILE *f = fopen(path, "ab");
+    if (!f) fail("%s: %s cannot be written: %s", flag, path, strerror(errno));
+    fclose(f);
+    if (!existed) remove(path);
 }
 
 // ----------------------------------------------------------------------------
@@ -596,13 +805,27 @@ static inline void write_latest_checkpoint(const char *dir, long step) {
 static inline long read_latest_checkpoint(const char *dir) {
     char path[CHECKPOINT_PATH_LEN];
     snprintf(path, sizeof(path), "%s/latest_checkpoint", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) fail("--resume: %s: no checkpoint to resume from: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) != 0) fail("--resume: %s: no checkpoint to resume from: %s", path, strerror(errno));
+    FILE *f = fopen_regular(path);
     long step = -1;
     int ok = fscanf(f, "%ld", &step) == 1 && step >= 0;
     fclose(f);
     if (!ok) fail("%s: corrupt (expected a step number)", path);
     return step;
+}
+
+// Whether a --resume run has steps to train: a run resumed at its last step (a requeued job that had
+// finished) says so and has nothing to do; a checkpoint beyond --steps is refused.
+static inline int resume_has_work(const TrainOptions *opts) {
+    long step = read_latest_checkpoint(opts->output_dir);
+    if (step > opts->steps)
+        fail("--steps %d: the latest checkpoint in %s is at step %ld, beyond the end of this run",
+             opts->steps, opts->output_dir, step);
+    if (step < opts->steps) return 1;
+    printf("resumed | step %ld | nothing to train: the run in %s is complete at --steps %d\n", step,
+           opts->output_dir, opts->steps);
+    return 0;
 }
 
 #endif // CHECKPOINT_H

@@ -4,6 +4,7 @@
 #ifndef CLI_H
 #define CLI_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,11 +81,14 @@ static const OptionSpec OPTION_SPECS[] = {
      "preset: d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B"},
     {"debug_state", OPT_STRING, OPT_AT(debug_state), "", 0, 0, NULL,
      "write inputs, logits, loss and gradients of step 1 to this file (GPU test oracle)"},
-    {"layers", OPT_INT, OPT_AT(layers), "0", 0, 1024, NULL, "override the preset's layers (0: preset)"},
-    {"channels", OPT_INT, OPT_AT(channels), "0", 0, 65536, NULL, "override the preset's channels"},
-    {"heads", OPT_INT, OPT_AT(heads), "0", 0, 1024, NULL, "override the preset's heads"},
-    {"vocab", OPT_INT, OPT_AT(vocab), "50257", 2, 1 << 24, NULL, "vocabulary size of the data"},
-    {"max_seq_len", OPT_INT, OPT_AT(max_seq_len), "0", 0, 1 << 20, NULL, "override the preset's maxT"},
+    {"layers", OPT_INT, OPT_AT(layers), "0", 0, MODEL_MAX_LAYERS, NULL,
+     "override the preset's layers (0: preset)"},
+    {"channels", OPT_INT, OPT_AT(channels), "0", 0, MODEL_MAX_CHANNELS, NULL,
+     "override the preset's channels"},
+    {"heads", OPT_INT, OPT_AT(heads), "0", 0, MODEL_MAX_HEADS, NULL, "override the preset's heads"},
+    {"vocab", OPT_INT, OPT_AT(vocab), "50257", 2, MODEL_MAX_VOCAB, NULL, "vocabulary size of the data"},
+    {"max_seq_len", OPT_INT, OPT_AT(max_seq_len), "0", 0, MODEL_MAX_SEQ_LEN, NULL,
+     "override the preset's maxT"},
     {"dtype", OPT_CHOICE, OPT_AT(dtype), "float8", 0, 0, "float32|bfloat16|float8", "matmul precision"},
     {"fp8_recipe", OPT_CHOICE, OPT_AT(fp8_recipe), "delayed", 0, 0, "delayed|current",
      "per-tensor FP8 scaling of activations and gradients"},
@@ -193,10 +197,14 @@ static inline void option_set(TrainOptions *opts, const OptionSpec *spec, const 
     case OPT_FLOAT: {
         errno = 0;
         double v = strtod(value, &end);
-        if (*value == '\0' || *end != '\0' || errno || v != v)
-            fail("--%s: '%s' is not a number", spec->name, value);
-        if (v < spec->min || v > spec->max)
-            fail("--%s: %g is out of range [%g, %g]", spec->name, v, spec->min, spec->max);
+        if (*value == '\0' || *end != '\0' || v != v) fail("--%s: '%s' is not a number", spec->name, value);
+        // a nonzero value below FLT_MIN (1.2e-38), or below a double's range, would become 0 or lose its
+        // precision as a float
+        if ((v != 0.0 && fabs(v) < 1.17549435e-38) || (errno == ERANGE && v == 0.0))
+            fail("--%s: %s is too small for a float (its magnitude must be 0 or at least 1.2e-38)",
+                 spec->name, value);
+        if (v < spec->min || v > spec->max || errno == ERANGE)
+            fail("--%s: %s is out of range [%g, %g]", spec->name, value, spec->min, spec->max);
         *(float *)field = (float)v;
         return;
     }
@@ -211,15 +219,39 @@ static inline void print_usage(const char *program) {
         snprintf(name, sizeof(name), "--%s", s->name);
         printf("  %-20s %s", name, s->help);
         if (s->kind == OPT_CHOICE) printf(" (%s)", s->choices);
-        printf(" [default: %s]\n", *s->default_value ? s->default_value : "\"\"");
+        printf(" [default: %s", *s->default_value ? s->default_value : "\"\"");
+        if (s->kind == OPT_INT) printf("; %.0f..%.0f", s->min, s->max);
+        if (s->kind == OPT_FLOAT) printf("; %g..%g", s->min, s->max);
+        printf("]\n");
     }
 }
 
-// Parses argv into opts (defaults first, then flags in order). --help prints the table and exits 0.
-static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
+// What a bare invocation prints: the defaults describe a 124M model, not a first try.
+static inline void print_short_usage(const char *program) {
+    printf("usage: %s --flag value ... (every flag and its range: %s --help)\n"
+           "  a small first run (byte-level tinyshakespeare from scripts/prepare_data.py --tokenizer byte):\n"
+           "    %s --model_size d2 --vocab 256 --seq_len 128 --batch_size 8 --steps 100 --dtype float8 \\\n"
+           "        --train_data 'data/tinyshakespeare_train_*.bin' --val_data "
+           "'data/tinyshakespeare_val_*.bin'\n"
+           "  make demo runs and compares float32, bfloat16 and float8 on the CPU.\n",
+           program, program, program);
+}
+
+// Parses argv into opts (defaults first, then flags in order). --help prints the table and exits 0; no
+// arguments at all print a short usage and exit 2. A flag given twice is refused: which one was meant?
+static inline void options_defaults(TrainOptions *opts) {
     memset(opts, 0, sizeof(*opts));
     for (int i = 0; i < NUM_OPTION_SPECS; i++)
         option_set(opts, &OPTION_SPECS[i], OPTION_SPECS[i].default_value);
+}
+
+static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
+    options_defaults(opts);
+    if (argc <= 1) {
+        print_short_usage(argv[0]);
+        exit(2);
+    }
+    const char *given[NUM_OPTION_SPECS] = {0};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -238,6 +270,9 @@ static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
         if (!spec) fail("unknown flag '%.*s' (see --help)", (int)(name_len + 2), arg);
         const char *value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!value) fail("--%s: missing value", spec->name);
+        if (given[spec - OPTION_SPECS])
+            fail("--%s: given twice ('%s' and '%s')", spec->name, given[spec - OPTION_SPECS], value);
+        given[spec - OPTION_SPECS] = value;
         option_set(opts, spec, value);
     }
 }
@@ -270,6 +305,10 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--eval_only: needs --init_from (the model to evaluate) and --val_data");
     if (opts->bf16_check_every > 0 && opts->dtype == DTYPE_FLOAT32)
         fail("--bf16_check_every: compares a reduced-precision run with bfloat16; this run is float32");
+    if (opts->resume && !*opts->output_dir)
+        fail("--resume: needs --output_dir, the directory whose latest checkpoint to continue");
+    if (opts->ckpt_every > 0 && !*opts->output_dir)
+        fail("--ckpt_every: checkpoints are written to --output_dir, which is empty");
 }
 
 // Sequence length, micro-batch and accumulation for a model; errors name the flag to change.

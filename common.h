@@ -10,10 +10,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#ifdef FUZZING
+// The fuzz harnesses (test/fuzz/) feed the readers one input after another: a refused input returns to
+// the harness instead of ending the process.
+#include <setjmp.h>
+extern jmp_buf fuzz_refused;
+#endif
 
 // The line is written with one call, so that the errors of several processes sharing a terminal or log
 // (mpirun) do not interleave mid-line.
 __attribute__((noreturn, format(printf, 1, 2))) static inline void fail(const char *fmt, ...) {
+#ifdef FUZZING
+    (void)fmt;
+    longjmp(fuzz_refused, 1);
+#endif
     fflush(stdout);
     char line[2048] = "error: ";
     size_t prefix = strlen(line);
@@ -43,6 +55,23 @@ static inline FILE *fopen_check(const char *path, const char *mode) {
     FILE *f = fopen(path, mode);
     if (!f) fail("%s: cannot open: %s", path, strerror(errno));
     return f;
+}
+
+// Opens an input file once it is known to be a regular one: opening a FIFO blocks until a writer comes,
+// a device reads forever, and a directory would read as a truncated file.
+static inline FILE *fopen_regular(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) fail("%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode)) fail("%s: is a directory, not a file", path);
+    if (!S_ISREG(st.st_mode))
+        fail("%s: not a regular file (a FIFO, device or socket cannot be read as one)", path);
+    return fopen_check(path, "rb");
+}
+
+// Lines reach a pipe or a file as they are printed (a run piped into tee shows its progress), not when a
+// 4 KiB buffer fills.
+static inline void line_buffer_stdout(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
 }
 
 // Reads exactly count elements or fails naming the file: a short read means a truncated file.

@@ -23,6 +23,7 @@
 #ifndef DATALOADER_H
 #define DATALOADER_H
 
+#include <errno.h>
 #include <glob.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -154,7 +155,7 @@ static inline void dataloader_find_shards(DataLoader *loader, const char *patter
     if (!pattern || !pattern[0]) fail("dataloader: empty data file pattern");
     if (!strpbrk(pattern, "*?[")) {
         // one plain path: say why it cannot be opened rather than "no match"
-        fclose(fopen_check(pattern, "rb"));
+        fclose(fopen_regular(pattern));
         loader->num_shards = 1;
         loader->shard_paths = (char **)malloc_check(sizeof(char *), "dataloader: shard paths");
         loader->shard_paths[0] = dataloader_strdup(pattern);
@@ -181,7 +182,7 @@ static inline int32_t dataloader_le_i32(const uint8_t *p) {
 
 // Reads and checks one shard's header and size; returns its token count.
 static inline int64_t dataloader_check_shard(const char *path) {
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen_regular(path);
     int64_t size = file_size_check(f, path);
     if (size < DATALOADER_HEADER_BYTES)
         fail("%s: truncated header: file has %lld bytes, a token shard header has %d", path, (long long)size,
@@ -313,16 +314,41 @@ static inline void dataloader_reset(DataLoader *loader) {
     loader->pos.batch_index = 0;
 }
 
-static inline void dataloader_set_position(DataLoader *loader, DataLoaderPosition pos) {
-    if (pos.epoch < 0) fail("dataloader_set_position: epoch %lld is negative", (long long)pos.epoch);
+// Continues at pos, which `source` (a state file) recorded: refused, naming the source, unless it is a
+// position in this data.
+static inline void dataloader_set_position(DataLoader *loader, DataLoaderPosition pos, const char *source) {
+    if (pos.epoch < 0) fail("%s: data position: epoch %lld is negative", source, (long long)pos.epoch);
     if (pos.shard_index < 0 || pos.shard_index >= loader->num_shards)
-        fail("dataloader_set_position: shard_index %lld out of range [0, %d)", (long long)pos.shard_index,
-             loader->num_shards);
+        fail("%s: data position: shard %lld, but the training data has %d shard(s)", source,
+             (long long)pos.shard_index, loader->num_shards);
     int shard = dataloader_shard_at(loader, pos.epoch, pos.shard_index);
     if (pos.batch_index < 0 || pos.batch_index >= loader->shard_batches[shard])
-        fail("dataloader_set_position: batch_index %lld out of range [0, %lld) for shard %s",
-             (long long)pos.batch_index, (long long)loader->shard_batches[shard], loader->shard_paths[shard]);
+        fail("%s: data position: batch %lld, but shard %s holds %lld", source, (long long)pos.batch_index,
+             loader->shard_paths[shard], (long long)loader->shard_batches[shard]);
     loader->pos = pos;
+}
+
+// A fingerprint of the training data: the shards' count, their token counts, and their first and last
+// 4 KiB of tokens (reading them all would take minutes on a large corpus). A checkpoint records it, so
+// that a run is not continued on other data by mistake.
+static inline uint64_t dataloader_fingerprint(const DataLoader *loader) {
+    uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the values below
+    uint8_t buf[4096];
+    for (int i = 0; i < loader->num_shards; i++) {
+        const char *path = loader->shard_paths[i];
+        int64_t bytes = 2 * loader->shard_tokens[i];
+        size_t n = bytes < (int64_t)sizeof(buf) ? (size_t)bytes : sizeof(buf);
+        FILE *f = fopen_regular(path);
+        for (int end = 0; end < 2; end++) {
+            long at = DATALOADER_HEADER_BYTES + (end ? (long)(bytes - (int64_t)n) : 0L);
+            if (fseek(f, at, SEEK_SET) != 0) fail("%s: cannot seek: %s", path, strerror(errno));
+            fread_check(buf, 1, n, f, path);
+            for (int k = 0; k < 8; k++) h = (h ^ (uint8_t)((uint64_t)bytes >> (8 * k))) * 0x100000001b3ull;
+            for (size_t k = 0; k < n; k++) h = (h ^ buf[k]) * 0x100000001b3ull;
+        }
+        fclose(f);
+    }
+    return h;
 }
 
 static inline void dataloader_free(DataLoader *loader) {

@@ -72,7 +72,7 @@ static inline void debug_state_write(const char *path, const DebugState *d) {
 }
 
 static inline void debug_state_read(const char *path, DebugState *d) {
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen_regular(path);
     int64_t size = file_size_check(f, path);
     int header[256];
     if (size < (int64_t)sizeof(header)) fail("%s: too short for a debug state", path);

@@ -28,6 +28,14 @@ typedef struct {
     int channels;          // C
 } GPTConfig;
 
+// The largest dimensions a model may have (the flags' ranges, and what a model file header may claim):
+// the parameter count, computed in size_t, then stays far inside 64 bits.
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_CHANNELS 65536
+#define MODEL_MAX_HEADS 1024
+#define MODEL_MAX_VOCAB (1 << 24)
+#define MODEL_MAX_SEQ_LEN (1 << 20)
+
 typedef struct {
     const char *name;
     int num_layers, channels, num_heads, max_seq_len;
@@ -81,6 +89,10 @@ enum {
     PT_LNFB,
     NUM_PARAM_TENSORS
 };
+
+static const char *const PARAM_TENSOR_NAMES[NUM_PARAM_TENSORS] = {
+    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
 
 GPT_HD static inline int param_is_per_layer(int tensor) {
     return tensor >= PT_LN1W && tensor <= PT_FCPROJB;

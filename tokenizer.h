@@ -33,7 +33,7 @@ static inline uint32_t tokenizer_le_u32(const uint8_t *p) {
 
 static inline void tokenizer_init(Tokenizer *t, const char *path) {
     memset(t, 0, sizeof(*t));
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen_regular(path);
     int64_t size = file_size_check(f, path);
     if (size < TOKENIZER_HEADER_BYTES)
         fail("%s: truncated header: file has %lld bytes, a tokenizer header has %d", path, (long long)size,

@@ -979,6 +979,7 @@ int main(int argc, char **argv) {
     dist_init(&dist, &argc, &argv);
     dist_require_mpi(&dist, "train_cpu");
     dist_quiet_other_ranks(&dist);
+    line_buffer_stdout();
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
@@ -995,6 +996,12 @@ int main(int argc, char **argv) {
         return status;
     }
     prepare_output_dir(opts.output_dir);
+    if (opts.resume && !resume_has_work(&opts)) {
+        free(init_params);
+        dist_finalize(&dist);
+        return 0;
+    }
+    if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
     if (*opts.debug_state && (accum_steps != 1 || opts.resume || world != 1))
         fail("--debug_state: needs a fresh run (no --resume) of one process without gradient accumulation");
@@ -1018,14 +1025,12 @@ int main(int argc, char **argv) {
         gpt_init_params(model.params, &cfg, (uint64_t)opts.seed);
     free(init_params);
     take_shard(&model);
-    TrainState state = train_state_init(&opts, B, T);
-    state.rank = dist.rank;
-    state.world_size = world;
+    TrainState state = train_state_init(&opts, &train_loader, B, T, accum_steps, dist.rank, world);
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
         load_checkpoint(&model, &opts, &state, &guard);
-        dataloader_set_position(&train_loader, state.train_position);
+        resume_data_position(&train_loader, opts.output_dir, &state);
     }
     refresh_compute_weights(&model);
 

@@ -1012,7 +1012,7 @@ static void load_master(GPT *model, const char *path, uint64_t seed) {
 
 // The model shape of a model file, from its header (its values are read per shard later).
 static GPTConfig read_model_config(const char *path) {
-    FILE *f = fopen_check(path, "rb");
+    FILE *f = fopen_regular(path);
     int version;
     GPTConfig cfg = read_model_header(f, path, &version);
     fclose(f);
@@ -1277,6 +1277,7 @@ int main(int argc, char **argv) {
     Dist dist;
     dist_init(&dist, &argc, &argv);
     dist_quiet_other_ranks(&dist);
+    line_buffer_stdout();
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
@@ -1290,6 +1291,11 @@ int main(int argc, char **argv) {
         return status;
     }
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
+    if (opts.resume && !resume_has_work(&opts)) {
+        dist_finalize(&dist);
+        return 0;
+    }
+    if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;
     int accum_steps = resolve_grad_accum_steps(&opts, T, dist.world_size);
     comm_check_bootstrap(&dist, opts.output_dir);
@@ -1332,14 +1338,12 @@ int main(int argc, char **argv) {
     }
     GPT model;
     gpt_alloc(&model, &cfg, &opts, B, T, accum_steps, &comm);
-    TrainState state = train_state_init(&opts, B, T);
-    state.rank = dist.rank;
-    state.world_size = dist.world_size;
+    TrainState state = train_state_init(&opts, &train_loader, B, T, accum_steps, dist.rank, dist.world_size);
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
         load_checkpoint(&model, &opts, &state, &guard);
-        dataloader_set_position(&train_loader, state.train_position);
+        resume_data_position(&train_loader, opts.output_dir, &state);
     } else {
         load_master(&model, *opts.init_from ? opts.init_from : NULL, (uint64_t)opts.seed);
     }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "common.h"
 
@@ -44,6 +45,8 @@ typedef struct {
 
 // Opens the JSON-lines log. A resumed run (resume_step > 0) keeps the records up to its checkpoint and
 // drops those of steps after it, which the resumed run is about to redo, so the log reads as one run.
+// The kept records go to a temp file that replaces the log only once written in full (atomic_commit), so
+// a full disk during the rewrite leaves the log as it was.
 static inline void run_log_open(RunLog *log, const char *path, long resume_step) {
     log->jsonl = NULL;
     if (!*path) return;
@@ -52,17 +55,17 @@ static inline void run_log_open(RunLog *log, const char *path, long resume_step)
         log->jsonl = fopen_check(path, "wb");
         return;
     }
-    char tmp[1100];
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp)) fail("--log_file: path too long");
-    FILE *kept = fopen_check(tmp, "wb");
+    char tmp[CHECKPOINT_PATH_LEN];
+    FILE *kept = atomic_open(path, tmp, sizeof(tmp));
     char line[4096];
     while (fgets(line, sizeof(line), old)) {
         const char *step = strstr(line, "\"step\":");
-        if (!step || strtol(step + 7, NULL, 10) <= resume_step) fputs(line, kept);
+        if ((!step || strtol(step + 7, NULL, 10) <= resume_step) && fputs(line, kept) == EOF)
+            fail("--log_file: %s: a write failed (disk full?): %s; %s is left as it was", tmp,
+                 strerror(errno), path);
     }
     fclose(old);
-    fclose(kept);
-    if (rename(tmp, path) != 0) fail("--log_file: cannot replace %s: %s", path, strerror(errno));
+    atomic_commit(kept, tmp, path);
     log->jsonl = fopen_check(path, "ab");
 }
 

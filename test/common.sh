@@ -18,6 +18,10 @@
 #   bad WHAT...               a failed check (prints 'FAIL: WHAT')
 #   result STATUS WHAT        ok WHAT when STATUS is 0, else bad WHAT
 #   finish                    prints 'N passed, M failed'; its status is 0 only without failures (end a script with it)
+#   merge_flags BASE... -- EXTRA...
+#                             BASE without the --flags EXTRA gives (and their values), then EXTRA as it is,
+#                             NUL-separated for `mapfile -d '' VAR < <(merge_flags ...)`: a base command line
+#                             with overrides (the trainers refuse a flag given twice)
 # Needs bash; works under `set -euo pipefail` and without it.
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -78,6 +82,26 @@ bad() {
 
 result() { # STATUS WHAT
     if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; fi
+}
+
+merge_flags() {
+    local -a base=() extra=() out=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do base+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    extra=("$@")
+    local -A named=() # the flags the extras give
+    local a i
+    for a in "${extra[@]}"; do [[ "$a" == --* ]] && named["${a%%=*}"]=1; done
+    for ((i = 0; i < ${#base[@]}; i++)); do
+        a=${base[$i]}
+        if [[ "$a" == --* && -n "${named[${a%%=*}]:-}" ]]; then
+            [[ "$a" == *=* ]] || i=$((i + 1)) # its value goes with it
+        else
+            out+=("$a")
+        fi
+    done
+    out+=("${extra[@]}")
+    [ ${#out[@]} -eq 0 ] || printf '%s\0' "${out[@]}"
 }
 
 finish() {

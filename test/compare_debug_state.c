@@ -57,10 +57,6 @@ static int compare_exact(const DebugState *a, const DebugState *b) {
     return failed;
 }
 
-static const char *const TENSOR_NAMES[NUM_PARAM_TENSORS] = {
-    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
-
 // Distance of a tensor (all layers) between two gradient buffers, relative to the reference's norm.
 static double tensor_distance(const GPTConfig *cfg, int tensor, const float *a, const float *b,
                               const float *ref) {
@@ -86,7 +82,7 @@ static int compare_toleranced(const DebugState *cand, const DebugState *ref, con
     check(fabs(cand->loss - ref->loss) <= bound, "loss", fabs(cand->loss - ref->loss), bound);
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         char what[64];
-        snprintf(what, sizeof(what), "gradient %s", TENSOR_NAMES[t]);
+        snprintf(what, sizeof(what), "gradient %s", PARAM_TENSOR_NAMES[t]);
         double d = tensor_distance(&ref->config, t, cand->grads, ref->grads, ref->grads);
         double b = fmax(tensor_distance(&ref->config, t, ref->grads, ref32->grads, ref->grads), 1e-4);
         check(d <= b, what, d, b);

@@ -40,7 +40,8 @@ for bin in "${BINARIES[@]}"; do
         bad "baseline run of $bin failed: $(tail -n 3 "$DIR/baseline.out")"
     fi
 done
-./train_cpu "${BASE[@]}" --steps 2 --output_dir "$DIR/ckpt" >/dev/null
+mapfile -d '' args < <(merge_flags "${BASE[@]}" -- --steps 2 --output_dir "$DIR/ckpt")
+./train_cpu "${args[@]}" >/dev/null
 
 # ---------------------------------------------------------------------------------------------------
 # bad files
@@ -94,6 +95,39 @@ ckpt("ckpt_state_short", short_state)
 ckpt("ckpt_no_state", lambda p: os.remove(os.path.join(p, state)))
 ckpt("ckpt_model_truncated", lambda p: open(os.path.join(p, "model_00000002.bin"), "r+b").truncate(len(model) - 4))
 ckpt("ckpt_bad_latest", lambda p: open(os.path.join(p, "latest_checkpoint"), "w").write("two\n"))
+def header_field(index, value):  # one int64 of the state file header (checkpoint.h's SH_* order)
+    def edit(p):
+        with open(os.path.join(p, state), "r+b") as f:
+            f.seek(8 * index)
+            f.write(struct.pack("<q", value))
+    return edit
+def moment_value(which, index, value):  # which 0: first moment, 1: second
+    def edit(p):
+        path = os.path.join(p, state)
+        moments = struct.unpack("<q", open(path, "rb").read()[80:88])[0]  # SH_MOMENTS
+        with open(path, "r+b") as f:
+            f.seek(512 + 4 * (which * moments + index))
+            f.write(struct.pack("<f", value))
+    return edit
+def state_directory(p):
+    os.remove(os.path.join(p, state))
+    os.mkdir(os.path.join(p, state))
+ckpt("ckpt_guard_count", header_field(25, -5))
+ckpt("ckpt_updates", header_field(5, -1))
+ckpt("ckpt_nan_moment", moment_value(0, 3, float("nan")))
+ckpt("ckpt_negative_v", moment_value(1, 0, -1.0))
+ckpt("ckpt_position", header_field(9, 1000000))
+ckpt("ckpt_version1", header_field(1, 1))
+ckpt("ckpt_state_dir", state_directory)
+h = list(struct.unpack("<256i", model[:1024]))
+maxT, V, L, NH, C, Vp = h[2], h[3], h[4], h[5], h[6], h[7]
+huge = h[:]
+huge[4] = huge[6] = 1 << 30  # L = C = 2^30: sizes computed from them would overflow
+model_file("model_huge.bin", struct.pack("<256i", *huge) + model[1024:])
+qkvw = 1024 + 4 * (Vp * C + maxT * C + 2 * L * C)  # first value of layer 0's qkv weight
+model_file("model_nan.bin", model[:qkvw] + struct.pack("<f", float("nan")) + model[qkvw + 4:])
+model_file("model_inf.bin", model[:1024] + struct.pack("<f", float("inf")) + model[1028:])
+os.mkfifo(os.path.join(d, "fifo.bin"))
 os.mkdir(os.path.join(d, "empty_dir"))
 open(os.path.join(d, "a_file"), "w").write("not a directory\n")
 EOF
@@ -110,7 +144,8 @@ while IFS=$'\t' read -r name args expected when; do
     for bin in "${BINARIES[@]}"; do
         tag="$name [$(basename "$bin")]"
         rc=0
-        "$bin" "${BASE[@]}" --output_dir "$DIR/out_$name" "${extra[@]}" >"$DIR/case.out" 2>"$DIR/case.err" || rc=$?
+        mapfile -d '' args < <(merge_flags "${BASE[@]}" --output_dir "$DIR/out_$name" -- "${extra[@]}")
+        "$bin" "${args[@]}" >"$DIR/case.out" 2>"$DIR/case.err" || rc=$?
         err=$(cat "$DIR/case.err")
         lines=$(wc -l <"$DIR/case.err")
         problems=()

@@ -82,7 +82,13 @@ static void expect_error(void (*fn)(void *), void *arg, const char *needle, cons
 // ----------------------------------------------------------------------------------------------------
 // parse_options
 
+// The options of `train_cpu ARGS...`; no arguments: the defaults parse_options starts from (a bare
+// train_cpu prints its short usage instead).
 static void parse(TrainOptions *o, int n, ...) {
+    if (n == 0) {
+        options_defaults(o);
+        return;
+    }
     char *argv[64];
     argv[0] = "train_cpu";
     va_list ap;
@@ -137,12 +143,12 @@ static void test_parse_options(void) {
                o.resume == 0 && o.seed == 1337 && o.shuffle == 0,
            "default loop settings");
 
-    // both spellings, choices by name, later flags win, '=' inside a value, an empty value
-    parse(&o, 16, "--lr=0.01", "--batch_size", "8", "--dtype=bfloat16", "--fp8_recipe", "current",
-          "--model_size=d4", "--train_data=dir/a=b_*.bin", "--val_data=", "--batch_size=16", "--lr_schedule",
-          "linear", "--eps=1e-30", "--seed", "0", "--final_lr_frac=1");
+    // both spellings, choices by name, '=' inside a value, an empty value
+    parse(&o, 14, "--lr=0.01", "--dtype=bfloat16", "--fp8_recipe", "current", "--model_size=d4",
+          "--train_data=dir/a=b_*.bin", "--val_data=", "--batch_size=16", "--lr_schedule", "linear",
+          "--eps=1e-30", "--seed", "0", "--final_lr_frac=1");
     expect(o.lr == 0.01f, "--lr=0.01 gave %g", o.lr);
-    expect(o.batch_size == 16, "--batch_size 8 then --batch_size=16 gave %d", o.batch_size);
+    expect(o.batch_size == 16, "--batch_size=16 gave %d", o.batch_size);
     expect(o.dtype == DTYPE_BFLOAT16 && o.fp8_recipe == FP8_RECIPE_CURRENT && o.lr_schedule == LR_LINEAR,
            "choices: dtype %d recipe %d schedule %d", o.dtype, o.fp8_recipe, o.lr_schedule);
     expect(strcmp(o.model_size, "d4") == 0, "--model_size=d4 gave '%s'", o.model_size);
@@ -171,6 +177,24 @@ static void test_parse_options(void) {
     expect_parse_error("--no_such_flag", "1", "no_such_flag");
     expect_parse_error("--lrx=1", NULL, "--lrx"); // a flag whose name extends a real one
     expect_parse_error("lr", "1", "lr");
+    expect_parse_error("--lr", "1e-320", "--lr: 1e-320 is too small for a float");
+    expect_parse_error("--lr", "1e-400", "--lr: 1e-400 is"); // below a double: ERANGE, never "not a number"
+    Args twice = {4, {"train_cpu", "--batch_size", "8", "--batch_size=16", NULL}};
+    expect_error(parse_args_fn, &twice, "--batch_size: given twice ('8' and '16')", "a flag given twice");
+    // a bare invocation: the short usage on stdout, exit status 2, not a 124M run
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        in_child = 1;
+        if (!freopen("/dev/null", "w", stdout)) _exit(3);
+        Args bare = {1, {"train_cpu", NULL}};
+        parse_args_fn(&bare);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    expect(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+           "a bare invocation exits with the usage (status %d)", status);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -608,7 +632,9 @@ static void test_state_files(void) {
     st.batch_size = 4;
     st.seq_len = 8;
     st.seed = 99;
-    st.guard_count = 21;
+    st.guard_count = 11;
+    st.identity.lr = 3e-4f;
+    st.identity.data_fingerprint = 0x123456789abcdef0ull;
     float m[8], v[8], h[4], g[16];
     for (int i = 0; i < 16; i++) g[i] = 0.125f * i + 2.0f;
     for (int i = 0; i < 8; i++) {
@@ -629,7 +655,7 @@ static void test_state_files(void) {
     load_state_file(path, &back, &c, blocks2);
     expect(back.step == 12 && back.updates_applied == 11 && back.skipped_steps == 1 &&
                back.train_position.epoch == 3 && back.train_position.shard_index == 0 &&
-               back.train_position.batch_index == 7 && back.seed == 99 && back.guard_count == 21,
+               back.train_position.batch_index == 7 && back.seed == 99 && back.guard_count == 11,
            "state round trip: step %ld updates %ld skipped %ld position (%ld %ld %ld)", (long)back.step,
            (long)back.updates_applied, (long)back.skipped_steps, (long)back.train_position.epoch,
            (long)back.train_position.shard_index, (long)back.train_position.batch_index);
@@ -639,6 +665,14 @@ static void test_state_files(void) {
     StateArgs a = {path, st, c};
     a.st.dtype = DTYPE_BFLOAT16;
     expect_error(load_state_fn, &a, path, "state of another dtype");
+    a.st = st;
+    a.st.identity.lr = 1e-3f;
+    expect_error(load_state_fn, &a, "checkpoint was written with --lr 0.0003 but this run has --lr 0.001",
+                 "state of another learning rate");
+    a.st = st;
+    a.st.identity.data_fingerprint ^= 1;
+    expect_error(load_state_fn, &a, "for other training data than this run's --train_data",
+                 "state of other training data");
     a.st = st;
     a.st.batch_size = 8;
     expect_error(load_state_fn, &a, "batch_size", "state of another batch size");
@@ -687,13 +721,13 @@ typedef struct {
 static void set_moment(size_t at, size_t full, void *ctx) {
     Moments *mo = (Moments *)ctx;
     mo->m[at] = (float)(full + 1);
-    mo->v[at] = -(float)(full + 1);
+    mo->v[at] = 0.5f * (float)(full + 1); // a second moment is never negative
 }
 
 static void check_moment(size_t at, size_t full, void *ctx) {
     Moments *mo = (Moments *)ctx;
     mo->owned[at] = 1;
-    mo->wrong += mo->m[at] != (float)(full + 1) || mo->v[at] != -(float)(full + 1);
+    mo->wrong += mo->m[at] != (float)(full + 1) || mo->v[at] != 0.5f * (float)(full + 1);
 }
 
 // The state files of checkpoint `step` in dir, as `world` processes with ZeRO `zero` write them.
@@ -708,6 +742,8 @@ static void write_reshard_checkpoint(const char *dir, long step, const GPTConfig
         TrainState st = reshard_state(world, zero, r);
         st.step = step;
         st.updates_applied = step - 1;
+        st.skipped_steps = 1;
+        st.guard_count = step - 1;
         st.train_position = (DataLoaderPosition){1, 0, 4};
         StateBlock blocks[NUM_STATE_BLOCKS] = {{mo.m, S}, {mo.v, S}, {h, 4}, {g, 6}};
         char path[CHECKPOINT_PATH_LEN];

@@ -110,7 +110,7 @@ static void run_fail_case(const FailCase *c) {
     }
     DataLoader loader;
     dataloader_init(&loader, c->pattern, c->B, c->T, c->rank, c->world_size, c->shuffle, 1, c->vocab_size);
-    if (c->set_position) dataloader_set_position(&loader, c->pos);
+    if (c->set_position) dataloader_set_position(&loader, c->pos, "the test's position");
     for (int i = 0; i < c->next_batches; i++) dataloader_next_batch(&loader);
     dataloader_free(&loader);
 }
@@ -242,10 +242,11 @@ static void test_errors(void) {
     c = loader_case(p, 2, 4, 65536);
     c.set_position = 1;
     c.pos.batch_index = 5;
-    expect_fail("set_position batch out of range", &c, "batch_index 5", "good.bin");
+    expect_fail("set_position batch out of range", &c, "the test's position: data position: batch 5",
+                "good.bin");
     c.pos.batch_index = 0;
     c.pos.shard_index = 1;
-    expect_fail("set_position shard out of range", &c, "shard_index 1", NULL);
+    expect_fail("set_position shard out of range", &c, "shard 1, but the training data has 1 shard", NULL);
     c.pos.shard_index = 0;
     c.pos.epoch = -1;
     expect_fail("set_position negative epoch", &c, "epoch -1", NULL);
@@ -438,7 +439,7 @@ static void test_set_position(int shuffle, int W) {
     DataLoaderPosition end = l.pos;
     dataloader_init(&resumed, pattern, 1, 4, rank, W, shuffle, 1234, 65536);
     dataloader_next_batch(&resumed); // some other state first
-    dataloader_set_position(&resumed, saved);
+    dataloader_set_position(&resumed, saved, "the saved position");
     int same = 1;
     for (int k = 0; k < NEXT; k++) {
         dataloader_next_batch(&resumed);
@@ -452,7 +453,7 @@ static void test_set_position(int shuffle, int W) {
           "shuffle=%d: resumed loader ends at the same position", shuffle);
     CHECK(end.epoch >= 1, "the resumed stretch crosses an epoch boundary");
     // the same loader rewound
-    dataloader_set_position(&l, saved);
+    dataloader_set_position(&l, saved, "the saved position");
     dataloader_next_batch(&l);
     CHECK(memcmp(expected, l.inputs, 4 * sizeof(int)) == 0, "shuffle=%d: rewinding the same loader", shuffle);
     free(expected);

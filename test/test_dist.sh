@@ -40,10 +40,14 @@ STEPS=6
 COMMON=(--model_size d2 --vocab 256 --train_data "$TMP/data/text_train_*.bin" --val_data "$TMP/data/text_val_*.bin"
     --seq_len 64 --steps $STEPS --val_every 3 --val_batches 2 --lr $LR)
 
-if ! "${MPIRUN[@]}" -np 2 ./train_cpu "${COMMON[@]}" --steps 1 --batch_size 1 --output_dir "$TMP/probe" 2>&1 |
-    grep -q "| 2 processes"; then
+if ! ldd ./train_cpu | grep -q libmpi; then
     echo "SKIPPED test_dist: ./train_cpu was built without MPI (install libopenmpi-dev, then make clean train_cpu)"
     exit 0
+fi
+mapfile -d '' probe < <(merge_flags "${COMMON[@]}" -- --steps 1 --batch_size 1 --output_dir "$TMP/probe")
+if ! "${MPIRUN[@]}" -np 2 ./train_cpu "${probe[@]}" >"$TMP/probe.out" 2>&1 || ! grep -q "| 2 processes" "$TMP/probe.out"; then
+    bad "a 2-process run under mpirun: $(tail -n 3 "$TMP/probe.out")"
+    finish
 fi
 
 # run NAME PROCESSES [FLAGS...]: out dir, log and stdout under $TMP/NAME
@@ -179,7 +183,9 @@ refused_case() { # COPY WHAT NP FLAGS...
     local copy=$1 what=$2 np=$3
     shift 3
     cp -r "$TMP/resumed_z3" "$TMP/$copy"
-    local status=0 cmd=(./train_cpu "${COMMON[@]}" --output_dir "$TMP/$copy" "$@" --resume 1)
+    local status=0 args
+    mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- --steps 9 --output_dir "$TMP/$copy" "$@" --resume 1)
+    local cmd=(./train_cpu "${args[@]}") # --steps 9: the checkpoint of step 6 has steps left to train
     if [ "$np" = 1 ]; then "${cmd[@]}" >"$TMP/$copy.out" 2>&1 || status=$?; else
         "${MPIRUN[@]}" -np "$np" "${cmd[@]}" >"$TMP/$copy.out" 2>&1 || status=$?
     fi

@@ -23,9 +23,10 @@ test_data_dir "$tmp/data" text
 model=(--model_size d4 --channels 64 --heads 2 --vocab 256 --seq_len 32 --batch_size 4 --steps 3 --lr 1e-3
        --train_data "$tmp/data/text_train_*.bin" --val_data "" --dtype float8)
 run() { # NAME FLAGS... (environment as set by the caller): model file at $tmp/NAME/model_00000003.bin
-    local name=$1
+    local name=$1 args
     shift
-    ./train_emu "${model[@]}" --output_dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1
+    mapfile -d '' args < <(merge_flags "${model[@]}" -- --output_dir "$tmp/$name" "$@")
+    ./train_emu "${args[@]}" >"$tmp/$name.out" 2>&1
 }
 same_as_reference() { cmp -s "$tmp/z0/model_00000003.bin" "$tmp/$1/model_00000003.bin"; }
 
@@ -70,7 +71,8 @@ for config in bfloat16:0:0 float8:0:0 float8:1:0 float8:3:0 bfloat16:3:1 float8:
     CUDA_EMU_REPORT="$tmp/report_$config.txt" run "memory_$zero" "${flags[@]}" --cuda_graph 0 --steps 1
     peak=$(sed -n 's/^device_memory_peak_bytes //p' "$tmp/report_$config.txt")
     planned=$(sed -n 's/^memory | planned \([0-9]*\) bytes.*/\1/p' "$tmp/memory_$zero.out")
-    dry=$(./train_emu "${model[@]}" "${flags[@]}" --dry_run 1 | sed -n 's/^plan_total_bytes \([0-9]*\) .*/\1/p')
+    mapfile -d '' args < <(merge_flags "${model[@]}" -- "${flags[@]}" --dry_run 1)
+    dry=$(./train_emu "${args[@]}" | sed -n 's/^plan_total_bytes \([0-9]*\) .*/\1/p')
     [ -n "$peak" ] && [ "$peak" = "$planned" ] && [ "$peak" = "$dry" ]
     result $? "$dtype, ZeRO-$zero, recompute $recompute: peak device memory $peak bytes = the plan ($planned) = --dry_run's ($dry)"
 done

@@ -18,9 +18,10 @@ run() { # binary args... -> sets status and err
 }
 one_error_line() { [ "$status" = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] && [[ "$err" == error:* ]]; }
 same_as_cpu() { # description args...
-    local what="$1"; shift
-    run ./train_cpu "${base[@]}" "$@"; local cpu_status=$status cpu_err="$err"
-    run ./train "${base[@]}" "$@"
+    local what="$1" args; shift
+    mapfile -d '' args < <(merge_flags "${base[@]}" -- "$@")
+    run ./train_cpu "${args[@]}"; local cpu_status=$status cpu_err="$err"
+    run ./train "${args[@]}"
     if one_error_line && [ "$cpu_status" = 1 ] && [ "$err" = "$cpu_err" ]; then
         ok "$what: $err"
     else
@@ -28,8 +29,9 @@ same_as_cpu() { # description args...
     fi
 }
 gpu_error() { # description expected-substring args...
-    local what="$1" want="$2"; shift 2
-    run ./train "${base[@]}" "$@"
+    local what="$1" want="$2" args; shift 2
+    mapfile -d '' args < <(merge_flags "${base[@]}" -- "$@")
+    run ./train "${args[@]}"
     if one_error_line && [[ "$err" == *"$want"* ]]; then
         ok "$what: $err"
     else
@@ -50,6 +52,13 @@ same_as_cpu "missing shard" --train_data "$tmp/none.bin"
 same_as_cpu "shard with a bad header" --train_data "$tmp/bad_magic.bin"
 same_as_cpu "output dir under a file" --output_dir "$tmp/a_file/out"
 same_as_cpu "missing model file" --init_from "$tmp/none_model.bin"
+mkfifo "$tmp/fifo.bin"
+same_as_cpu "a FIFO as a shard (never opened: it would block)" --train_data "$tmp/fifo.bin"
+same_as_cpu "a directory as a model file" --init_from "$tmp"
+same_as_cpu "a flag given twice" --lr 0.1 --lr 0.2
+same_as_cpu "a learning rate below a float's range" --lr 1e-320
+same_as_cpu "checkpoints without an output directory" --ckpt_every 1 --output_dir=
+same_as_cpu "resume without an output directory" --resume 1 --output_dir=
 gpu_error "float32 is the CPU's" "--dtype: float32" --dtype float32
 gpu_error "FP8 needs B*T multiple of 16" "multiple of 16" --dtype float8 --batch_size 3 --seq_len 5
 gpu_error "unsupported attention head size" "head size" --channels 64 --heads 4

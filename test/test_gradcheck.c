@@ -68,10 +68,6 @@ enum { GC_B = 2, GC_T = 8, GC_N = GC_B * GC_T, GC_L = 2, GC_V = 64, GC_C = 16, G
 
 #include "test_util.h"
 
-static const char *TENSOR_NAMES[NUM_PARAM_TENSORS] = {"wte",      "wpe",      "ln1w", "ln1b", "qkvw", "qkvb",
-                                                      "attprojw", "attprojb", "ln2w", "ln2b", "fcw",  "fcb",
-                                                      "fcprojw",  "fcprojb",  "lnfw", "lnfb"};
-
 static GPT model;
 static int inputs[GC_N], targets[GC_N];
 static double eps_L; // rounding bound of the loss
@@ -147,7 +143,7 @@ static void record(SliceReport *r, CheckResult c, double scale, int verbose, con
         r->flagged++;
         if (verbose)
             printf("  %s %s[%d]: |fd - a| = %.3e > bound %.3e (a = %.6e, h = %.3g)\n", what,
-                   TENSOR_NAMES[tensor], layer, c.error, c.bound, c.analytic, c.h);
+                   PARAM_TENSOR_NAMES[tensor], layer, c.error, c.bound, c.analytic, c.h);
     }
     if (c.bound + c.error >= DETECT * scale) r->insensitive++;
 }
@@ -164,7 +160,7 @@ static SliceReport check_slice(const float *grads, int tensor, int layer, uint64
     double *d = (double *)calloc_check(n, sizeof(double), "direction");
     double fd[NUM_STEPS], an[NUM_STEPS];
     if (gnorm == 0.0) {
-        printf("  %s[%d]: zero gradient\n", TENSOR_NAMES[tensor], layer);
+        printf("  %s[%d]: zero gradient\n", PARAM_TENSOR_NAMES[tensor], layer);
         r.checks++;
         r.flagged++;
         free(d);
@@ -244,7 +240,7 @@ static Totals check_all(const float *grads, int verbose, int print_table) {
                 size_t off = param_offset(cfg, tensor, l), n = param_tensor_size(cfg, tensor);
                 double gn = 0.0;
                 for (size_t i = 0; i < n; i++) gn += (double)grads[off + i] * grads[off + i];
-                printf("%-9s %5d %7.1e %14.2e %14.2e%s\n", TENSOR_NAMES[tensor], l, sqrt(gn), r.max_rel,
+                printf("%-9s %5d %7.1e %14.2e %14.2e%s\n", PARAM_TENSOR_NAMES[tensor], l, sqrt(gn), r.max_rel,
                        r.max_bound_rel, r.flagged ? "  <- gradient disagrees" : "");
             }
         }

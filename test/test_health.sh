@@ -89,7 +89,9 @@ result $? "the records: saturation under delayed scaling only, element counts of
 guard=(--dtype float8 --skip_norm_z 0.3 --guard_window 8 --lr_schedule constant --steps 24 --log_file)
 ./train_cpu "${base[@]}" "${guard[@]}" "$tmp/g1.jsonl" --output_dir "$tmp/g1" >"$tmp/g1.txt"
 grep -q 'skipped (gradient norm spike)' "$tmp/g1.txt"; result $? "the norm guard skips steps"
-./train_cpu "${base[@]}" "${guard[@]}" "$tmp/g2.jsonl" --output_dir "$tmp/g2" --ckpt_every 12 --steps 12 >/dev/null
+mapfile -d '' args < <(merge_flags "${base[@]}" "${guard[@]}" "$tmp/g2.jsonl" -- --output_dir "$tmp/g2" --ckpt_every 12 \
+    --steps 12)
+./train_cpu "${args[@]}" >/dev/null
 ./train_cpu "${base[@]}" "${guard[@]}" "$tmp/g2.jsonl" --output_dir "$tmp/g2" --resume 1 >/dev/null
 cmp -s "$tmp/g1/model_00000024.bin" "$tmp/g2/model_00000024.bin"; result $? "with the guard on, resume is bit-exact"
 
@@ -98,11 +100,13 @@ grep -q '^energy | not measured' "$tmp/g1.txt"; result $? "energy: not measured 
 # --eval_only: the same model's validation loss through both paths; each must equal what a training run
 # of that dtype reports for the unchanged model (one step at learning rate 0 leaves every weight as it is)
 model="$tmp/g1/model_00000024.bin"
-./train_cpu "${base[@]}" --init_from "$model" --eval_only 1 --val_batches 3 --output_dir "" \
-    --log_file "$tmp/eval.jsonl" >"$tmp/eval.txt"
+mapfile -d '' args < <(merge_flags "${base[@]}" -- --init_from "$model" --eval_only 1 --val_batches 3 --output_dir "" \
+    --log_file "$tmp/eval.jsonl")
+./train_cpu "${args[@]}" >"$tmp/eval.txt"
 for run in bfloat16:delayed float8:current; do
-    ./train_cpu "${base[@]}" --init_from "$model" --dtype "${run%%:*}" --fp8_recipe "${run#*:}" --lr 0 --steps 1 \
-        --val_batches 3 --output_dir "" --log_file "$tmp/lr0_${run%%:*}.jsonl" >/dev/null
+    mapfile -d '' args < <(merge_flags "${base[@]}" -- --init_from "$model" --dtype "${run%%:*}" \
+        --fp8_recipe "${run#*:}" --lr 0 --steps 1 --val_batches 3 --output_dir "" --log_file "$tmp/lr0_${run%%:*}.jsonl")
+    ./train_cpu "${args[@]}" >/dev/null
 done
 python3 - "$tmp/eval.jsonl" "$tmp/lr0_bfloat16.jsonl" "$tmp/lr0_float8.jsonl" <<'PY'
 import json, sys

@@ -295,8 +295,7 @@ static int run_report(const TrainOptions *opts, const GPTConfig *cfg, int B, int
 
 static TrainOptions default_options(const char *model, int dtype, int zero, int recompute) {
     TrainOptions opts;
-    char *argv[] = {(char *)"test_memory_plan", NULL};
-    parse_options(&opts, 1, argv);
+    options_defaults(&opts);
     snprintf(opts.model_size, sizeof(opts.model_size), "%s", model);
     opts.dtype = dtype;
     opts.zero_stage = zero;

@@ -355,11 +355,10 @@ static void check_layout(GPT *m) {
                           BUFFER_NAMES[id]);
 }
 
-// The trainer's options at their defaults, as parse_options gives them, then the layout's settings.
+// The trainer's options at their defaults, then the layout's settings.
 static TrainOptions layout_options(int dtype, int zero_stage, int recompute, int B, int T) {
     TrainOptions opts;
-    char program[] = "test_plan_bounds", *argv[] = {program, NULL};
-    parse_options(&opts, 1, argv);
+    options_defaults(&opts);
     opts.dtype = dtype;
     opts.zero_stage = zero_stage;
     opts.recompute = recompute;

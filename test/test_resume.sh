@@ -16,9 +16,11 @@
 # bfloat16 accumulates 2 micro-batches (--total_batch_size 2*B*T); float8 delayed does both with
 # --amax_history 4 (the ring buffer wraps before and after the resume).
 # Then: a run killed with SIGKILL at an arbitrary moment while checkpointing every step resumes to the
-# same final files; --resume 1 with other flags (dtype, batch_size, fp8_recipe, layers) is refused with
-# one error line naming the file; and with another --seed or --shuffle (which define the data order the
-# saved position refers to) the resumed run is either refused or identical to the straight run.
+# same final files; --resume 1 with other flags (dtype, batch_size, fp8_recipe, layers, and the run
+# identity: lr, total_batch_size, guard_window, other training data) is refused with one error line
+# naming the file and the setting, and so is --steps below the checkpoint's step; with another --seed or
+# --shuffle (which define the data order the saved position refers to) the resumed run is either refused
+# or identical to the straight run; a resume of a finished run trains nothing, exits 0, leaves the log.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -96,11 +98,12 @@ compare_files() { # WHAT FILE_A FILE_B
     if cmp -s "$2" "$3"; then ok; else bad "$1: $(basename "$2") differs ($(cmp "$2" "$3" 2>&1 | head -c 200))"; fi
 }
 
-# expect_refusal WHAT NEEDLE ARGS...: exit status 1, stderr one line 'error: ...' containing NEEDLE
+# expect_refusal WHAT NEEDLE ARGS... -- OVERRIDES...: exit status 1, stderr one line 'error: ...' containing NEEDLE
 expect_refusal() {
-    local what=$1 needle=$2 rc=0
+    local what=$1 needle=$2 rc=0 args
     shift 2
-    ./train_cpu "$@" >"$TMP/refuse.out" 2>"$TMP/refuse.err" || rc=$?
+    mapfile -d '' args < <(merge_flags "$@")
+    ./train_cpu "${args[@]}" >"$TMP/refuse.out" 2>"$TMP/refuse.err" || rc=$?
     local lines first
     lines=$(wc -l <"$TMP/refuse.err")
     first=$(head -n 1 "$TMP/refuse.err")
@@ -188,19 +191,27 @@ read -r -a X <<<"${EXTRA[float32]}"
 R=(--lr_schedule constant "${COMMON[@]}" --steps "$N" --resume 1 --output_dir "$TMP/float32.H.copy")
 F32=("${X[@]}")
 STATE=$TMP/float32.H.copy/state_00000010_00000.bin
-expect_refusal "resume with --dtype bfloat16" "$STATE" "${R[@]}" "${F32[@]}" --dtype bfloat16
-expect_refusal "resume with --dtype bfloat16 (names the field)" "dtype" "${R[@]}" "${F32[@]}" --dtype bfloat16
-expect_refusal "resume with --batch_size 8" "$STATE" "${R[@]}" "${F32[@]}" --batch_size 8 --seq_len 16
-expect_refusal "resume with --batch_size 8 (names the field)" "batch_size" "${R[@]}" "${F32[@]}" --batch_size 8
-expect_refusal "resume with --layers 3" "$TMP/float32.H.copy/model_00000010.bin" "${R[@]}" "${F32[@]}" --layers 3
+expect_refusal "resume with --dtype bfloat16" "$STATE" "${R[@]}" "${F32[@]}" -- --dtype bfloat16
+expect_refusal "resume with --dtype bfloat16 (names the field)" "dtype" "${R[@]}" "${F32[@]}" -- --dtype bfloat16
+expect_refusal "resume with --batch_size 8" "$STATE" "${R[@]}" "${F32[@]}" -- --batch_size 8 --seq_len 16
+expect_refusal "resume with --batch_size 8 (names the field)" "batch_size" "${R[@]}" "${F32[@]}" -- --batch_size 8
+expect_refusal "resume with --layers 3" "$TMP/float32.H.copy/model_00000010.bin" "${R[@]}" "${F32[@]}" -- --layers 3
 read -r -a X8 <<<"${EXTRA[fp8_delayed]}"
 R8=(--lr_schedule constant "${COMMON[@]}" --steps "$N" --resume 1 --output_dir "$TMP/fp8_delayed.H.copy" "${X8[@]}")
 expect_refusal "resume float8 delayed with --fp8_recipe current" "$TMP/fp8_delayed.H.copy/state_00000010_00000.bin" \
-    "${R8[@]}" --fp8_recipe current
+    "${R8[@]}" -- --fp8_recipe current
 expect_refusal "resume float8 with --amax_history 8" "$TMP/fp8_delayed.H.copy/state_00000010_00000.bin" \
-    "${R8[@]}" --amax_history 8
+    "${R8[@]}" -- --amax_history 8
+expect_refusal "resume with another --lr (the run identity)" "checkpoint was written with --lr 0.001 but this run has --lr 0.002" \
+    "${R[@]}" "${F32[@]}" -- --lr 2e-3
+expect_refusal "resume on other training data" "for other training data than this run's --train_data" \
+    "${R[@]}" "${F32[@]}" -- --train_data "$TRAIN"
+expect_refusal "resume with another --total_batch_size" "tokens per optimizer step" "${R8[@]}" -- --total_batch_size 512
+expect_refusal "resume with another --guard_window" "checkpoint was written with --guard_window 50 but this run has --guard_window 16" \
+    "${R[@]}" "${F32[@]}" -- --guard_window 16
+expect_refusal "resume with --steps below the checkpoint's" "--steps 5: the latest checkpoint" "${R[@]}" "${F32[@]}" -- --steps 5
 mkdir -p "$TMP/empty"
-expect_refusal "resume from a directory without checkpoint" "latest_checkpoint" "${R[@]}" "${F32[@]}" --output_dir "$TMP/empty"
+expect_refusal "resume from a directory without checkpoint" "latest_checkpoint" "${R[@]}" "${F32[@]}" -- --output_dir "$TMP/empty"
 
 # Data order: the saved position (epoch, shard, batch) indexes the order drawn from --seed with --shuffle 1.
 # A resume under another seed or shuffle setting cannot continue that run: it must be refused, or (if the
@@ -211,7 +222,8 @@ for change in "--seed 5" "--shuffle 0"; do
     cp "$TMP/float32.H.jsonl" "$TMP/order.jsonl" 2>/dev/null || true
     read -r -a CH <<<"$change"
     rc=0
-    ./train_cpu --lr_schedule constant "${COMMON[@]}" "${F32[@]}" "${CH[@]}" --steps $N --resume 1 --ckpt_every 0 \
+    mapfile -d '' args < <(merge_flags --lr_schedule constant "${COMMON[@]}" "${F32[@]}" -- "${CH[@]}")
+    ./train_cpu "${args[@]}" --steps $N --resume 1 --ckpt_every 0 \
         --output_dir "$TMP/order" >"$TMP/order.out" 2>"$TMP/order.err" || rc=$?
     if [ "$rc" -eq 1 ] && [ "$(wc -l <"$TMP/order.err")" -eq 1 ] && grep -q "^error: .*state_00000010_00000.bin" "$TMP/order.err"; then
         ok # refused, naming the state file
@@ -222,5 +234,40 @@ for change in "--seed 5" "--shuffle 0"; do
             "run neither was refused nor continued the saved data order (final model differs from the straight run)"
     fi
 done
+
+# A full disk, simulated by a file-size limit (ulimit -f with SIGXFSZ ignored: a write past it fails, as on a
+# full disk). (1) the resumed run's rewrite of its log fails: one error line, the log as it was; (2) its
+# final checkpoint fails: one error line, latest_checkpoint still names step 10; neither leaves a .tmp file.
+full_disk() { # NAME LIMIT_KB: resumes the step-10 float32 checkpoint with writes limited to LIMIT_KB
+    rm -rf "$TMP/$1"
+    cp -r "$TMP/float32.H.copy" "$TMP/$1"
+    cp "$TMP/float32.H.jsonl" "$TMP/$1.jsonl"
+    local args
+    mapfile -d '' args < <(merge_flags --lr_schedule constant "${COMMON[@]}" "${F32[@]}" -- --steps $N --resume 1 \
+        --output_dir "$TMP/$1" --log_file "$TMP/$1.jsonl")
+    status=0
+    (trap '' XFSZ && ulimit -f "$2" && exec ./train_cpu "${args[@]}") >"$TMP/$1.out" 2>"$TMP/$1.err" || status=$?
+}
+full_disk full_log 1
+[ $status = 1 ] && [ "$(wc -l <"$TMP/full_log.err")" = 1 ] && grep -q "^error: .*full_log.jsonl.*full_log.jsonl is left as it was" "$TMP/full_log.err" &&
+    cmp -s "$TMP/float32.H.jsonl" "$TMP/full_log.jsonl" && [ -z "$(ls "$TMP"/*.tmp "$TMP/full_log"/*.tmp 2>/dev/null)" ]
+result $? "a disk that fills during the log's rewrite: one error line, the log kept as it was, no .tmp left ($(head -c 160 "$TMP/full_log.err"))"
+full_disk full_ckpt 64
+[ $status = 1 ] && [ "$(wc -l <"$TMP/full_ckpt.err")" = 1 ] && grep -q "^error: $TMP/full_ckpt/model_00000020.bin.tmp" "$TMP/full_ckpt.err" &&
+    [ "$(cat "$TMP/full_ckpt/latest_checkpoint")" = 10 ] && [ ! -e "$TMP/full_ckpt/model_00000020.bin" ] &&
+    [ -z "$(ls "$TMP/full_ckpt"/*.tmp 2>/dev/null)" ]
+result $? "a disk that fills during a checkpoint: one error line, latest_checkpoint still step 10, no .tmp left ($(head -c 160 "$TMP/full_ckpt.err"))"
+
+# a resume of a run that has finished (a requeued job): says so, trains nothing, exits 0, and leaves the
+# checkpoint and the log as they were
+cp -r "$TMP/float32.S" "$TMP/done"
+cp "$TMP/float32.S.jsonl" "$TMP/done.jsonl"
+rc=0
+mapfile -d '' args < <(merge_flags --lr_schedule constant "${COMMON[@]}" "${F32[@]}" --steps $N -- --resume 1 \
+    --output_dir "$TMP/done" --log_file "$TMP/done.jsonl")
+./train_cpu "${args[@]}" >"$TMP/done.out" 2>&1 || rc=$?
+[ $rc = 0 ] && grep -q "nothing to train: the run in $TMP/done is complete at --steps $N" "$TMP/done.out" &&
+    ! grep -q '^step' "$TMP/done.out" && cmp -s "$TMP/float32.S.jsonl" "$TMP/done.jsonl"
+result $? "resume of a finished run: nothing to train, exit 0, log unchanged (no second energy record)"
 
 finish
