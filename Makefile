@@ -42,12 +42,21 @@ train_cpu: train_gpt.c $(HEADERS)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BLAS_FLAGS) $(MPI_CFLAGS) -o $@ train_gpt.c $(BLAS_LIBS) $(MPI_LIBS) $(LDLIBS)
 
 check_blas:
-	@if [ "$(HAVE_OPENBLAS)" != 1 ]; then echo "note: OpenBLAS not found (apt-get install libopenblas-dev): using the plain-C GEMM, slower"; fi
+	@if [ "$(HAVE_OPENBLAS)" != 1 ]; then echo "note: OpenBLAS not found (apt-get install libopenblas-dev): the CPU trainer uses its plain-C GEMM"; fi
 
 # Sanitized build for the bad-input tests: every error path must end cleanly, never crash.
 test/build/train_cpu_asan: train_gpt.c $(HEADERS)
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -o $@ train_gpt.c $(LDLIBS)
+
+# numpy and matplotlib for the Python tools and tests: the interpreter's own, else pip-installed into
+# build/python/ (scripts/python_deps.sh), which every command make runs finds on PYTHONPATH.
+PYTHON_DEPS_DIR := $(CURDIR)/build/python
+export PYTHONPATH := $(PYTHON_DEPS_DIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+.PHONY: python_deps
+python_deps: $(PYTHON_DEPS_DIR)/.ready
+$(PYTHON_DEPS_DIR)/.ready: scripts/python_deps.sh
+	@PYTHON=$(PYTHON) bash scripts/python_deps.sh $(PYTHON_DEPS_DIR)
 
 DATA ?= ../shared/data/tinyshakespeare.txt
 demo: check_blas train_cpu
@@ -61,6 +70,7 @@ include test/compare_test.mk
 include test/dist_test.mk
 include test/dry_run_test.mk
 include test/launch_test.mk
+include test/fuzz/fuzz.mk
 
 test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 	mkdir -p test/build
@@ -95,15 +105,28 @@ test/build/test_fp8_stats: test/test_fp8_stats.c test/test_util.h train_gpt.c $(
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_fp8_stats.c $(LDLIBS)
 
-.PHONY: test_fp8_stats test_health
+.PHONY: test_fp8_stats test_health test_cpu_kernels
 test_fp8_stats: test/build/test_fp8_stats
 	./test/build/test_fp8_stats
+
+# The fast kernels with the trainer's own optimisation flags: the plain-C GEMM, and OpenBLAS's when present.
+test/build/test_cpu_kernels: test/test_cpu_kernels.c test/test_util.h train_gpt.c $(HEADERS)
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ test/test_cpu_kernels.c $(LDLIBS)
+
+test/build/test_cpu_kernels_blas: test/test_cpu_kernels.c test/test_util.h train_gpt.c $(HEADERS)
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BLAS_FLAGS) -o $@ test/test_cpu_kernels.c $(BLAS_LIBS) $(LDLIBS)
+
+test_cpu_kernels: test/build/test_cpu_kernels $(if $(BLAS_FLAGS),test/build/test_cpu_kernels_blas)
+	./test/build/test_cpu_kernels
+	$(if $(BLAS_FLAGS),./test/build/test_cpu_kernels_blas,@echo "SKIPPED the OpenBLAS GEMM: OpenBLAS not found")
 
 test_health: train_cpu
 	DATA="$(DATA)" bash test/test_health.sh
 
 test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
-          test_health test_export test_compare
+          test_cpu_kernels test_health test_export test_compare
 
 test: test_cpu
 	@echo "all CPU tests passed"

@@ -738,10 +738,11 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
             fail("%s: checkpoint has step %ld but this run has %ld", path, (long)st->step, step);
         return;
     }
-    if (h[SH_WORLD] < 1 || h[SH_WORLD] > (1 << 20) ||
+    // the flags' ranges (cli.h): their product cannot overflow
+    if (h[SH_WORLD] < 1 || h[SH_WORLD] > (1 << 20) || h[SH_BATCH_SIZE] < 1 || h[SH_BATCH_SIZE] > (1 << 20) ||
         (h[SH_ZERO_STAGE] != 0 && h[SH_ZERO_STAGE] != 1 && h[SH_ZERO_STAGE] != 3))
-        fail("%s: corrupt header (world size %ld, ZeRO stage %ld)", path, (long)h[SH_WORLD],
-             (long)h[SH_ZERO_STAGE]);
+        fail("%s: corrupt header (world size %ld, batch size %ld, ZeRO stage %ld)", path, (long)h[SH_WORLD],
+             (long)h[SH_BATCH_SIZE], (long)h[SH_ZERO_STAGE]);
     int64_t global_batch = h[SH_WORLD] * h[SH_BATCH_SIZE];
     if (global_batch != (int64_t)st->world_size * st->batch_size && global_batch % st->world_size != 0)
         fail("%s: written by %ld processes of --batch_size %ld: its global batch of %ld rows does not split "

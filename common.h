@@ -13,10 +13,27 @@
 #include <sys/stat.h>
 
 #ifdef FUZZING
-// The fuzz harnesses (test/fuzz/) feed the readers one input after another: a refused input returns to
-// the harness instead of ending the process.
+// The fuzz harnesses (test/fuzz/fuzz.h) feed the readers one input after another in one process: a refused
+// input jumps back to the harness, which then releases what the reader held, so that a million refusals
+// exhaust neither file descriptors nor memory. malloc_check, calloc_check and fopen_check record what they
+// hand out; free and fclose, redefined for the code below, strike it off.
 #include <setjmp.h>
 extern jmp_buf fuzz_refused;
+void fuzz_hold(void *resource, int is_file);
+void fuzz_forget(void *resource);
+static inline void fuzz_free(void *p) {
+    fuzz_forget(p);
+    free(p);
+}
+static inline int fuzz_fclose(FILE *f) {
+    fuzz_forget(f);
+    return fclose(f);
+}
+#define free fuzz_free
+#define fclose fuzz_fclose
+#define FUZZ_HOLD(resource, is_file) fuzz_hold(resource, is_file)
+#else
+#define FUZZ_HOLD(resource, is_file) ((void)0)
 #endif
 
 // The line is written with one call, so that the errors of several processes sharing a terminal or log
@@ -42,18 +59,21 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void fail(const ch
 static inline void *malloc_check(size_t bytes, const char *what) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) fail("%s: out of host memory allocating %zu bytes", what, bytes);
+    FUZZ_HOLD(p, 0);
     return p;
 }
 
 static inline void *calloc_check(size_t count, size_t size, const char *what) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p) fail("%s: out of host memory allocating %zu bytes", what, count * size);
+    FUZZ_HOLD(p, 0);
     return p;
 }
 
 static inline FILE *fopen_check(const char *path, const char *mode) {
     FILE *f = fopen(path, mode);
     if (!f) fail("%s: cannot open: %s", path, strerror(errno));
+    FUZZ_HOLD(f, 1);
     return f;
 }
 

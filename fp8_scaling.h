@@ -154,6 +154,25 @@ FP8_HD static inline float fp8_round(float x, Fp8Format f) {
     return fp8_to_float(fp8_from_float(x, f), f);
 }
 
+// fp8_round's value computed in the float domain with selects instead of branches, so that the CPU
+// trainer's bulk casts vectorise: in the normal range round to nearest even on the dropped mantissa bits
+// (a carry moves into the exponent by itself), in the subnormal range let the FPU's own round to nearest
+// even snap the value to the fixed grid of 2^(emin - mbits) (adding and removing 2^(emin - mbits + 23)),
+// then saturate at the largest finite value. Equal to fp8_round on every one of the 2^32 floats
+// (test/test_cpu_kernels.c). Host code; the GPU converts with the hardware.
+static inline float fp8_round_value(float x, Fp8Format f) {
+    const int mbits = fp8_mantissa_bits(f), emin = 1 - fp8_exponent_bias(f), dropped = 23 - mbits;
+    const uint32_t u = fp8_f32_to_bits(x), sign = u & 0x80000000u, a = u ^ sign;
+    const uint32_t normal =
+        (a + (1u << (dropped - 1)) - 1u + ((a >> dropped) & 1u)) & ~((1u << dropped) - 1u);
+    const float grid = fp8_bits_to_f32((uint32_t)(emin - mbits + 23 + 127) << 23);
+    const float subnormal = (fp8_bits_to_f32(a) + grid) - grid;
+    const float rounded = fp8_bits_to_f32(normal),
+                max = fp8_max_finite(f); // a compare, not fminf: no libm call
+    const float magnitude = a < ((uint32_t)(emin + 127) << 23) ? subnormal : rounded > max ? max : rounded;
+    return fp8_bits_to_f32(a > 0x7F800000u ? FP8_CANONICAL_NAN_BITS : fp8_f32_to_bits(magnitude) | sign);
+}
+
 // Round to nearest even on the dropped 16 bits. Finite values past the largest bf16 round to inf, as IEEE
 // does; any NaN becomes 0x7FFF, CUDA's canonical bf16 NaN.
 FP8_HD static inline uint16_t bf16_from_float(float x) {

@@ -43,7 +43,12 @@
 // ----------------------------------------------------------------------------
 // Precision emulation
 
-// Rounds a tensor to the storage format of activations in this dtype (BF16 unless float32).
+// x in the storage format of activations in this dtype (BF16 unless float32). The ops that produce a
+// tensor round it as they write it; round_to_storage is for what a GEMM or an accumulation produces.
+static inline float to_storage(float x, int dtype) {
+    return dtype == DTYPE_FLOAT32 ? x : bf16_round(x);
+}
+
 static void round_to_storage(float *x, size_t n, int dtype) {
     if (dtype == DTYPE_FLOAT32) return;
 #pragma omp parallel for
@@ -53,55 +58,214 @@ static void round_to_storage(float *x, size_t n, int dtype) {
 static float abs_max(const float *x, size_t n) {
     float amax = 0.0f;
 #pragma omp parallel for reduction(max : amax)
-    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
+    for (size_t i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax; // NaN ignored, as by fmaxf
     return amax;
 }
 
-// out[i] = the FP8 value of x[i] * scale (the scale is not divided back out: the GEMM does that).
-// With stats, the values saturated and flushed to zero by this cast are added to its counters.
-static void quantize(float *out, const float *x, size_t n, float scale, Fp8Format format, Fp8Stats *stats,
-                     int tensor) {
+// The FP8 value of x * scale as fp8_quantize_value gives it (a subnormal x is a zero of its sign), in the
+// vectorisable form.
+static inline float quantize_one(float x, float scale, Fp8Format format) {
+    uint32_t bits = fp8_f32_to_bits(x);
+    float zero = fp8_bits_to_f32(bits & 0x80000000u);
+    return (bits & 0x7F800000u) == 0 ? zero : fp8_round_value(x * scale, format);
+}
+
+// out[i] = the FP8 value of x[i] * scale (the scale is not divided back out: the GEMM does that); returns
+// max |x[i]| (NaN ignored), which the delayed recipe records. With stats, the values saturated and flushed
+// to zero by this cast are added to its counters (of the product itself, as fp8_is_flushed counts it).
+static float quantize(float *out, const float *x, size_t n, float scale, Fp8Format format, Fp8Stats *stats,
+                      int tensor) {
+    float amax = 0.0f;
     if (!stats) { // evaluation: no telemetry, no counting
-#pragma omp parallel for
-        for (size_t i = 0; i < n; i++) out[i] = fp8_quantize_value(x[i], scale, format);
-        return;
+#pragma omp parallel for simd reduction(max : amax)
+        for (size_t i = 0; i < n; i++) {
+            out[i] = quantize_one(x[i], scale, format);
+            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        }
+        return amax;
     }
     unsigned long long saturated = 0, flushed = 0;
-#pragma omp parallel for reduction(+ : saturated, flushed)
+#pragma omp parallel for simd reduction(+ : saturated, flushed) reduction(max : amax)
     for (size_t i = 0; i < n; i++) {
-        out[i] = fp8_quantize_value(x[i], scale, format);
-        saturated += fp8_is_saturated(x[i] * scale, format);
-        flushed += fp8_is_flushed(x[i] * scale, format);
+        out[i] = quantize_one(x[i], scale, format);
+        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float scaled = x[i] * scale;
+        saturated += fp8_is_saturated(scaled, format);
+        flushed += (fp8_f32_to_bits(scaled) & 0x7FFFFFFFu) != 0 &&
+                   (fp8_f32_to_bits(fp8_round_value(scaled, format)) & 0x7FFFFFFFu) == 0;
     }
     stats->saturated[tensor] += saturated;
     stats->flushed[tensor] += flushed;
     stats->elements[tensor] += n;
+    return amax;
 }
 
 // ----------------------------------------------------------------------------
 // GEMM, row-major: C (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * C, op = transpose when trans_*.
+// beta == 0 does not read C. Each element's sum runs over k in the same order whatever the thread count,
+// so results do not depend on OMP_NUM_THREADS.
 
-static void gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, const float *B,
-                 float beta, float *C) {
-    int lda = trans_a ? M : K, ldb = trans_b ? K : N;
 #ifdef USE_BLAS
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, B, ldb, beta, C, N);
-#else
+// OpenBLAS runs single-threaded (main calls openblas_set_num_threads(1)) inside OpenMP's threads, each on
+// its band of C: Debian's pthread OpenBLAS spinning beside OpenMP's own threads made some steps 2-10x slower.
+static size_t gemm_pack_floats(size_t max_dim) {
+    (void)max_dim;
+    return 0;
+}
+
+static const char *gemm_name(void) {
+    static char name[64];
+    snprintf(name, sizeof(name), "OpenBLAS %s", openblas_get_corename());
+    return name;
+}
+
+// OpenBLAS 0.3.21 (Debian 12) takes CPUs newer than it knows, such as recent Xeons in VMs, for a Prescott
+// and runs SSE3 kernels there, 2.5x slower than its own AVX-512 ones and slower than the plain-C GEMM.
+static void gemm_check_kernels(void) {
+    const char *core = openblas_get_corename();
+    int old_core = !strcmp(core, "Prescott") || !strcmp(core, "Core2") || !strcmp(core, "Penryn") ||
+                   !strcmp(core, "Nehalem") || !strcmp(core, "Atom");
+    if (old_core && __builtin_cpu_supports("avx2"))
+        printf(
+            "note: OpenBLAS chose its %s kernels on a CPU with AVX2: start with OPENBLAS_CORETYPE=%s for its "
+            "fast ones\n",
+            core, __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+}
+
+static void gemm(float *pack, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                 const float *B, float beta, float *C) {
+    (void)pack;
+    int lda = trans_a ? M : K, ldb = trans_b ? K : N, bands = omp_get_max_threads(), by_rows = M >= N;
+    CBLAS_TRANSPOSE op_a = trans_a ? CblasTrans : CblasNoTrans, op_b = trans_b ? CblasTrans : CblasNoTrans;
 #pragma omp parallel for
-    for (int i = 0; i < M; i++) {
-        for (int j = 0; j < N; j++) {
-            float sum = 0.0f;
-            for (int k = 0; k < K; k++) {
-                float a = trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
-                float b = trans_b ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-                sum += a * b;
+    for (int band = 0; band < bands; band++) {
+        int extent = by_rows ? M : N, begin = (int)((long)extent * band / bands),
+            end = (int)((long)extent * (band + 1) / bands);
+        if (end == begin) continue;
+        if (by_rows) // rows begin..end of op(A) and of C
+            cblas_sgemm(CblasRowMajor, op_a, op_b, end - begin, N, K, alpha,
+                        A + (trans_a ? (size_t)begin : (size_t)begin * lda), lda, B, ldb, beta,
+                        C + (size_t)begin * N, N);
+        else // columns begin..end of op(B) and of C
+            cblas_sgemm(CblasRowMajor, op_a, op_b, M, end - begin, K, alpha, A, lda,
+                        B + (trans_b ? (size_t)begin * ldb : (size_t)begin), ldb, beta, C + begin, N);
+    }
+}
+#else
+// Plain C, tiled for registers and caches: for each block of GEMM_KC terms, op(A) is packed into panels of
+// GEMM_MR rows and op(B) into panels of GEMM_NR columns, both k-major and zero-padded at the edges, so that
+// the micro-kernel reads both with unit stride and keeps its GEMM_MR x GEMM_NR sums in vector registers
+// (6 x 16 floats: 12 AVX2 or 6 AVX-512 registers). Tiles of GEMM_MC rows x GEMM_NC columns go to the
+// threads; a tile's A panels stay in L2 while it walks its B panels.
+#define GEMM_MR 6
+#define GEMM_NR 16
+#define GEMM_KC 256
+#define GEMM_MC (16 * GEMM_MR)
+#define GEMM_NC (16 * GEMM_NR)
+
+#ifdef __FMA__
+#define GEMM_FMA(a, b, c) fmaf(a, b, c) // one vfmadd once vectorised
+#else
+#define GEMM_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+static size_t round_up(size_t n, size_t multiple) {
+    return (n + multiple - 1) / multiple * multiple;
+}
+
+// The pack buffer of a GEMM whose M and N are at most max_dim: one block of KC terms of op(A) and op(B).
+static size_t gemm_pack_floats(size_t max_dim) {
+    return GEMM_KC * (round_up(max_dim, GEMM_MR) + round_up(max_dim, GEMM_NR));
+}
+
+// op(X) rows [0,rows) x terms [k0,k0+kc) -> panels of `width` rows: panel p, term k, row r at
+// dst[(p * kc + k) * width + r], rows past the end zero. op(X)(r,k) = X[r*ld + k], or X[k*ld + r] when
+// transposed.
+static void gemm_pack(float *dst, int width, int transposed, const float *X, int ld, int rows, int k0,
+                      int kc) {
+    int panels = (rows + width - 1) / width;
+#pragma omp parallel for
+    for (int p = 0; p < panels; p++) {
+        float *panel = dst + (size_t)p * kc * width;
+        int first = p * width, valid = rows - first < width ? rows - first : width;
+        for (int r = valid; r < width; r++)
+            for (int k = 0; k < kc; k++) panel[(size_t)k * width + r] = 0.0f;
+        if (transposed) { // at each term the panel's rows are contiguous in X
+            for (int k = 0; k < kc; k++) {
+                const float *src = X + (size_t)(k0 + k) * ld + first;
+                for (int r = 0; r < valid; r++) panel[(size_t)k * width + r] = src[r];
             }
-            C[(size_t)i * N + j] = alpha * sum + (beta == 0.0f ? 0.0f : beta * C[(size_t)i * N + j]);
+        } else { // each row's terms are contiguous in X
+            for (int r = 0; r < valid; r++) {
+                const float *src = X + (size_t)(first + r) * ld + k0;
+                for (int k = 0; k < kc; k++) panel[(size_t)k * width + r] = src[k];
+            }
         }
     }
-#endif
 }
+
+// The GEMM_MR x GEMM_NR sums over kc terms of an A panel and a B panel.
+static void gemm_micro_kernel(int kc, const float *a_panel, const float *b_panel,
+                              float sums[GEMM_MR][GEMM_NR]) {
+    for (int i = 0; i < GEMM_MR; i++)
+        for (int j = 0; j < GEMM_NR; j++) sums[i][j] = 0.0f;
+    for (int k = 0; k < kc; k++) {
+        const float *a = a_panel + (size_t)k * GEMM_MR, *b = b_panel + (size_t)k * GEMM_NR;
+        for (int i = 0; i < GEMM_MR; i++) {
+#pragma omp simd
+            for (int j = 0; j < GEMM_NR; j++) sums[i][j] = GEMM_FMA(a[i], b[j], sums[i][j]);
+        }
+    }
+}
+
+// C's tile at (row, col), clipped to M x N: beta * C + alpha * sums on the first block of terms, then
+// + alpha * sums.
+static void gemm_store(float *C, int N, int row, int col, int M, float alpha, float beta, int first_block,
+                       float sums[GEMM_MR][GEMM_NR]) {
+    int rows = M - row < GEMM_MR ? M - row : GEMM_MR, cols = N - col < GEMM_NR ? N - col : GEMM_NR;
+    for (int i = 0; i < rows; i++) {
+        float *c = C + (size_t)(row + i) * N + col;
+        for (int j = 0; j < cols; j++) {
+            float kept = !first_block ? c[j] : beta == 0.0f ? 0.0f : beta * c[j];
+            c[j] = kept + alpha * sums[i][j];
+        }
+    }
+}
+
+static const char *gemm_name(void) {
+    return "plain C";
+}
+
+static void gemm_check_kernels(void) {}
+
+static void gemm(float *pack, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                 const float *B, float beta, float *C) {
+    int lda = trans_a ? M : K, ldb = trans_b ? K : N;
+    float *a_packed = pack, *b_packed = pack + GEMM_KC * round_up((size_t)M, GEMM_MR);
+    int row_tiles = (M + GEMM_MC - 1) / GEMM_MC, col_tiles = (N + GEMM_NC - 1) / GEMM_NC;
+    for (int k0 = 0; k0 < K || k0 == 0; k0 += GEMM_KC) {
+        int kc = K - k0 < GEMM_KC ? K - k0 : GEMM_KC;
+        gemm_pack(a_packed, GEMM_MR, trans_a, A, lda, M, k0, kc);
+        gemm_pack(b_packed, GEMM_NR, !trans_b, B, ldb, N, k0, kc);
+#pragma omp parallel for collapse(2)
+        for (int rt = 0; rt < row_tiles; rt++) {
+            for (int ct = 0; ct < col_tiles; ct++) {
+                int row_end = (rt + 1) * GEMM_MC < M ? (rt + 1) * GEMM_MC : M;
+                int col_end = (ct + 1) * GEMM_NC < N ? (ct + 1) * GEMM_NC : N;
+                for (int col = ct * GEMM_NC; col < col_end; col += GEMM_NR) {
+                    const float *b_panel = b_packed + (size_t)(col / GEMM_NR) * kc * GEMM_NR;
+                    for (int row = rt * GEMM_MC; row < row_end; row += GEMM_MR) {
+                        float sums[GEMM_MR][GEMM_NR];
+                        gemm_micro_kernel(kc, a_packed + (size_t)(row / GEMM_MR) * kc * GEMM_MR, b_panel,
+                                          sums);
+                        gemm_store(C, N, row, col, M, alpha, beta, k0 == 0, sums);
+                    }
+                }
+            }
+        }
+    }
+}
+#endif
 
 // ----------------------------------------------------------------------------
 // The model
@@ -165,6 +329,7 @@ typedef struct {
     float *params_compute; // what the ops read: params itself (float32) or its BF16 rounding
     float *weights_fp8;    // float8: FP8 values of the linear weights (scaled by weight_scale), same layout
     float *grads;          // FP32, accumulated over micro-batches
+    float *gemm_pack;      // the GEMM's packed operands (none with BLAS)
     // ZeRO (dist.h): this rank's shard of the vector, S elements. With one way (ZeRO-0, or one process)
     // the shard is the whole vector and master, grad_shard alias params, grads. The CPU reference keeps
     // the gathered params and full grads at every stage: its stages differ in what is reduced, when, and
@@ -228,19 +393,18 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
 // scale of x itself. In training (record) the step's amax and the telemetry counts are kept.
 static float fp8_cast(Fp8State *s, int index, const float *x, size_t n, float *out, int record) {
     Fp8Format format = (index % 2) ? FP8_E5M2 : FP8_E4M3;
-    float amax = (record || s->recipe == FP8_RECIPE_CURRENT) ? abs_max(x, n)
-                                                             : 0.0f; // delayed evaluation reads no amax
-    if (s->recipe == FP8_RECIPE_CURRENT) s->scale[index] = fp8_compute_scale(amax, format, s->margin);
+    if (s->recipe == FP8_RECIPE_CURRENT)
+        s->scale[index] = fp8_compute_scale(abs_max(x, n), format, s->margin);
+    float amax = quantize(out, x, n, s->scale[index], format, record ? &s->stats : NULL, index);
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
-    quantize(out, x, n, s->scale[index], format, record ? &s->stats : NULL, index);
     return s->scale[index];
 }
 
 // After every change of the master weights: the BF16 copy and the FP8 weight casts (exact amax).
 static void refresh_compute_weights(GPT *model) {
     if (model->dtype == DTYPE_FLOAT32) return;
-    memcpy(model->params_compute, model->params, model->num_params * sizeof(float));
-    round_to_storage(model->params_compute, model->num_params, model->dtype);
+#pragma omp parallel for
+    for (size_t i = 0; i < model->num_params; i++) model->params_compute[i] = bf16_round(model->params[i]);
     if (model->dtype != DTYPE_FLOAT8) return;
     const GPTConfig *cfg = &model->config;
     for (int l = 0; l < cfg->num_layers; l++) {
@@ -289,6 +453,8 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
     model->weights_fp8 = dtype == DTYPE_FLOAT8 ? arena_take(arena, P) : NULL;
     model->grads = arena_take(arena, P);
+    size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= 4C) or Vp
+    model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > 4 * C ? widest : 4 * C));
     size_t S = model->shard_count;
     model->master = model->ways == 1 ? model->params : arena_take(arena, S);
     model->grad_shard = model->ways == 1 ? model->grads : arena_take(arena, S);
@@ -368,11 +534,11 @@ static void gpt_free(GPT *model) {
 
 // out (B,T,C) = wte[token] + wpe[t]
 static void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
-                            int C) {
+                            int C, int dtype) {
 #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const float *te = wte + (size_t)tokens[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) out[(size_t)bt * C + c] = te[c] + pe[c];
+        for (int c = 0; c < C; c++) out[(size_t)bt * C + c] = to_storage(te[c] + pe[c], dtype);
     }
 }
 
@@ -388,9 +554,9 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
     }
 }
 
-// (N,C) -> (N,C), saving the row statistics mean, rstd (N) for the backward
+// (N,C) -> (N,C) in storage, saving the row statistics mean, rstd (N) for the backward
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                              const float *bias, int N, int C) {
+                              const float *bias, int N, int C, int dtype) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -399,15 +565,17 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
         m /= C;
         for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
         float s = 1.0f / sqrtf(var / C + 1e-5f);
-        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+        for (int c = 0; c < C; c++)
+            out[(size_t)n * C + c] = to_storage((x[c] - m) * s * weight[c] + bias[c], dtype);
         mean[n] = m;
         rstd[n] = s;
     }
 }
 
-// dinp (N,C) += the input gradient; dweight, dbias (C) += their gradients
+// dinp (N,C) += the input gradient, the sum in storage; dweight, dbias (C) += their gradients
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                               const float *weight, const float *mean, const float *rstd, int N, int C) {
+                               const float *weight, const float *mean, const float *rstd, int N, int C,
+                               int dtype) {
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
@@ -421,7 +589,8 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
         dnorm_norm_mean /= C;
         for (int c = 0; c < C; c++) {
             float norm = (x[c] - mean[n]) * rstd[n];
-            dinp[(size_t)n * C + c] += (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
+            float d = (weight[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
+            dinp[(size_t)n * C + c] = to_storage(dinp[(size_t)n * C + c] + d, dtype);
         }
     }
 #pragma omp parallel for
@@ -450,14 +619,15 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
         float scale = fp8_cast(&model->fp8, index, inp, (size_t)N * IC, input_q, record_amax);
         model->fp8.input_scale_used[lw] = scale;
         float descale = 1.0f / (scale * model->fp8.weight_scale[lw]);
-        gemm(0, 1, N, OC, IC, descale, input_q, model->weights_fp8 + weight_offset, 0.0f, out);
+        gemm(model->gemm_pack, 0, 1, N, OC, IC, descale, input_q, model->weights_fp8 + weight_offset, 0.0f,
+             out);
     } else {
-        gemm(0, 1, N, OC, IC, 1.0f, inp, model->params_compute + weight_offset, 0.0f, out);
+        gemm(model->gemm_pack, 0, 1, N, OC, IC, 1.0f, inp, model->params_compute + weight_offset, 0.0f, out);
     }
 #pragma omp parallel for
     for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
-    round_to_storage(out, (size_t)N * OC, model->dtype);
+        for (int o = 0; o < OC; o++)
+            out[(size_t)n * OC + o] = to_storage(out[(size_t)n * OC + o] + bias[o], model->dtype);
 }
 
 // dinp (N,IC) = dout . W (rounded to storage); dW (OC,IC) += dout^T . inp; dbias (OC) += column sums of dout.
@@ -479,19 +649,21 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
         float *dout_q = model->dacts.dout_q;
         float scale = fp8_cast(&model->fp8, index, dout, (size_t)N * OC, dout_q, 1);
-        gemm(0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
+        gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
              model->weights_fp8 + weight_offset, 0.0f, dinp);
-        gemm(1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q, input_q, 1.0f,
-             dweight);
+        gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q,
+             input_q, 1.0f, dweight);
     } else {
-        gemm(0, 0, N, IC, OC, 1.0f, dout, model->params_compute + weight_offset, 0.0f, dinp);
-        gemm(1, 0, OC, IC, N, 1.0f, dout, inp, 1.0f, dweight);
+        gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f, dout, model->params_compute + weight_offset, 0.0f,
+             dinp);
+        gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f, dout, inp, 1.0f, dweight);
     }
     round_to_storage(dinp, (size_t)N * IC, model->dtype);
 }
 
-// Causal self-attention: qkv (B,T,3C) -> out (B,T,C), saving the probabilities att (B,NH,T,T).
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+// Causal self-attention: qkv (B,T,3C) -> out (B,T,C) in storage, saving the probabilities att (B,NH,T,T).
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+                              int dtype) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3)
@@ -520,6 +692,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                     const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
                     for (int i = 0; i < hs; i++) o[i] += p[t2] * v[i];
                 }
+                for (int i = 0; i < hs; i++) o[i] = to_storage(o[i], dtype);
             }
         }
     }
@@ -569,17 +742,17 @@ static void attention_backward(float *dqkv, float *att_row, const float *dout, c
 
 #define GELU_SCALE 0.7978845608028654f // sqrt(2/pi)
 
-// tanh-approximate GELU, elementwise over n
-static void gelu_forward(float *out, const float *inp, size_t n) {
+// tanh-approximate GELU, elementwise over n, out in storage
+static void gelu_forward(float *out, const float *inp, size_t n, int dtype) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        out[i] = to_storage(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))), dtype);
     }
 }
 
-// dinout: the output gradient in, the input gradient out
-static void gelu_backward(float *dinout, const float *inp, size_t n) {
+// dinout: the output gradient in, the input gradient (in storage) out
+static void gelu_backward(float *dinout, const float *inp, size_t n, int dtype) {
 #pragma omp parallel for
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -587,15 +760,14 @@ static void gelu_backward(float *dinout, const float *inp, size_t n) {
         float th = tanhf(u);
         float sech2 = 1.0f - th * th;
         float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinout[i] *= local;
+        dinout[i] = to_storage(dinout[i] * local, dtype);
     }
 }
 
 // out (N,C) = a + b, rounded to storage
 static void residual_forward(float *out, const float *a, const float *b, size_t n, int dtype) {
 #pragma omp parallel for
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
-    round_to_storage(out, n, dtype);
+    for (size_t i = 0; i < n; i++) out[i] = to_storage(a[i] + b[i], dtype);
 }
 
 // probs (N,Vp) = softmax over the first V logits; losses (N) = -log prob of the target
@@ -623,9 +795,8 @@ static void softmax_crossentropy_backward(float *probs, const int *targets, floa
     for (int n = 0; n < N; n++) {
         float *p = probs + (size_t)n * Vp;
         p[targets[n]] -= 1.0f;
-        for (int v = 0; v < Vp; v++) p[v] *= dloss;
+        for (int v = 0; v < Vp; v++) p[v] = to_storage(p[v] * dloss, dtype);
     }
-    round_to_storage(probs, (size_t)N * Vp, dtype);
 }
 
 // ----------------------------------------------------------------------------
@@ -726,19 +897,15 @@ static void block_forward(GPT *model, int l, int record_amax) {
     float *w = model->params_compute, *proj_out = model->acts.proj_out;
     LayerActs la = layer_acts(model, l);
     layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, param_ptr(w, cfg, PT_LN1W, l),
-                      param_ptr(w, cfg, PT_LN1B, l), N, C);
-    round_to_storage(la.ln1, NC, dtype);
+                      param_ptr(w, cfg, PT_LN1B, l), N, C, dtype);
     linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax);
-    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH);
-    round_to_storage(la.atty, NC, dtype);
+    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, dtype);
     linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax);
     residual_forward(la.residual2, la.residual, proj_out, NC, dtype);
     layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, param_ptr(w, cfg, PT_LN2W, l),
-                      param_ptr(w, cfg, PT_LN2B, l), N, C);
-    round_to_storage(la.ln2, NC, dtype);
+                      param_ptr(w, cfg, PT_LN2B, l), N, C, dtype);
     linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax);
-    gelu_forward(la.fch_gelu, la.fch, NC * 4);
-    round_to_storage(la.fch_gelu, NC * 4, dtype);
+    gelu_forward(la.fch_gelu, la.fch, NC * 4, dtype);
     linear_forward(model, l, LIN_FCPROJ, proj_out, la.fch_gelu, la.input_q[LIN_FCPROJ], N, record_amax);
     residual_forward(la.residual3, la.residual2, proj_out, NC, dtype);
 }
@@ -752,14 +919,13 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
     size_t NC = (size_t)N * C;
     Activations *a = &model->acts;
     float *w = model->params_compute;
-    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0), param_ptr(w, cfg, PT_WPE, 0), B, T, C);
-    round_to_storage(a->encoded, NC, dtype);
+    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0), param_ptr(w, cfg, PT_WPE, 0), B, T, C,
+                    dtype);
     for (int l = 0; l < L; l++) block_forward(model, l, record_amax);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC,
-                      param_ptr(w, cfg, PT_LNFW, 0), param_ptr(w, cfg, PT_LNFB, 0), N, C);
-    round_to_storage(a->lnf, NC, dtype);
+                      param_ptr(w, cfg, PT_LNFW, 0), param_ptr(w, cfg, PT_LNFB, 0), N, C, dtype);
     // LM head, tied to wte: (B,T,C) -> (B,T,Vp), BF16 compute (the black list keeps it out of FP8)
-    gemm(0, 1, N, Vp, C, 1.0f, a->lnf, param_ptr(w, cfg, PT_WTE, 0), 0.0f, a->logits);
+    gemm(model->gemm_pack, 0, 1, N, Vp, C, 1.0f, a->lnf, param_ptr(w, cfg, PT_WTE, 0), 0.0f, a->logits);
     round_to_storage(a->logits, (size_t)N * Vp, dtype);
     softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
     if (!targets) return;
@@ -780,19 +946,16 @@ static void block_backward(GPT *model, int l) {
     if (model->recompute) block_forward(model, l, 0);
     LayerActs la = layer_acts(model, l);
     linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N);
-    gelu_backward(g->dfch, la.fch, NC * 4);
-    round_to_storage(g->dfch, NC * 4, dtype);
+    gelu_backward(g->dfch, la.fch, NC * 4, dtype);
     linear_backward(model, l, LIN_FC, g->dc, g->dfch, la.ln2, la.input_q[LIN_FC], N);
     layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN2W, l), param_ptr(dw, cfg, PT_LN2B, l), g->dc,
-                       la.residual2, param_ptr(w, cfg, PT_LN2W, l), la.ln2_mean, la.ln2_rstd, N, C);
-    round_to_storage(g->dresidual, NC, dtype);
+                       la.residual2, param_ptr(w, cfg, PT_LN2W, l), la.ln2_mean, la.ln2_rstd, N, C, dtype);
     linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N);
     attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH);
     round_to_storage(g->dqkv, NC * 3, dtype);
     linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N);
     layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN1W, l), param_ptr(dw, cfg, PT_LN1B, l), g->dc,
-                       la.residual, param_ptr(w, cfg, PT_LN1W, l), la.ln1_mean, la.ln1_rstd, N, C);
-    round_to_storage(g->dresidual, NC, dtype);
+                       la.residual, param_ptr(w, cfg, PT_LN1W, l), la.ln1_mean, la.ln1_rstd, N, C, dtype);
 }
 
 // Backward of the last forward; gradients accumulate into model->grads, the loss gradient scaled by
@@ -807,14 +970,13 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
     float *w = model->params_compute, *dw = model->grads;
     softmax_crossentropy_backward(a->probs, targets, dloss, N, Vp, dtype);
     float *dlogits = a->probs;
-    gemm(0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, PT_WTE, 0), 0.0f, g->dc);
+    gemm(model->gemm_pack, 0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, PT_WTE, 0), 0.0f, g->dc);
     round_to_storage(g->dc, NC, dtype);
-    gemm(1, 0, Vp, C, N, 1.0f, dlogits, a->lnf, 1.0f, param_ptr(dw, cfg, PT_WTE, 0));
+    gemm(model->gemm_pack, 1, 0, Vp, C, N, 1.0f, dlogits, a->lnf, 1.0f, param_ptr(dw, cfg, PT_WTE, 0));
     memset(g->dresidual, 0, NC * sizeof(float));
     layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LNFW, 0), param_ptr(dw, cfg, PT_LNFB, 0), g->dc,
                        a->residual3 + (L - 1) * NC, param_ptr(w, cfg, PT_LNFW, 0), a->lnf_mean, a->lnf_rstd,
-                       N, C);
-    round_to_storage(g->dresidual, NC, dtype);
+                       N, C, dtype);
     for (int l = L - 1; l >= 0; l--) {
         block_backward(model, l);
         unit_gradients_done(model, 1 + l);
@@ -980,6 +1142,9 @@ int main(int argc, char **argv) {
     dist_require_mpi(&dist, "train_cpu");
     dist_quiet_other_ranks(&dist);
     line_buffer_stdout();
+#ifdef USE_BLAS
+    openblas_set_num_threads(1); // OpenMP's threads call it (gemm)
+#endif
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
@@ -1040,9 +1205,10 @@ int main(int argc, char **argv) {
 #endif
     printf(
         "train_cpu | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d threads | %d processes, ZeRO-%d\n",
+        "%d threads, GEMM %s | %d processes, ZeRO-%d\n",
         cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
-        dtype_name(opts.dtype), B, T, accum_steps, threads, world, opts.zero_stage);
+        dtype_name(opts.dtype), B, T, accum_steps, threads, gemm_name(), world, opts.zero_stage);
+    gemm_check_kernels();
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {

@@ -266,8 +266,7 @@ static void bench_encoder(const Shape *s, cudaStream_t stream) {
     Vec wte = randn((size_t)Vp * C, 0.0f, 1.0f, 1), wpe = randn((size_t)T * C, 0.0f, 1.0f, 1);
 
     Vec out(NC);
-    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-    round_to_storage(out.data(), NC, DTYPE_BFLOAT16);
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, DTYPE_BFLOAT16);
     int *d_tokens = new_ints(tokens);
     bf16 *d_wte = new_bf16(wte), *d_wpe = new_bf16(wpe), *d_out = dev_alloc<bf16>(NC);
     encoder_forward(d_out, d_tokens, d_wte, d_wpe, B, T, C, stream);
@@ -311,8 +310,8 @@ static void bench_layernorm(const Shape *s, cudaStream_t stream) {
     Vec inp = randn(NC, 0.3f, 1.5f, 1), weight = randn(C, 1.0f, 0.1f, 1), bias = randn(C, 0.0f, 0.1f, 1);
 
     Vec out(NC), mean(N), rstd(N);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
-    round_to_storage(out.data(), NC, DTYPE_BFLOAT16);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C,
+                      DTYPE_BFLOAT16);
     bf16 *d_inp = new_bf16(inp), *d_weight = new_bf16(weight), *d_bias = new_bf16(bias),
          *d_out = dev_alloc<bf16>(NC);
     float *d_mean = dev_alloc<float>(N), *d_rstd = dev_alloc<float>(N);
@@ -331,8 +330,7 @@ static void bench_layernorm(const Shape *s, cudaStream_t stream) {
         dbias0 = randn(C, 0.0f, 1.0f, 0);
     Vec dres = dres0, dweight = dweight0, dbias = dbias0;
     layernorm_backward(dres.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
-                       mean.data(), rstd.data(), N, C);
-    round_to_storage(dres.data(), NC, DTYPE_BFLOAT16);
+                       mean.data(), rstd.data(), N, C, DTYPE_BFLOAT16);
     bf16 *d_dout = new_bf16(dout), *d_dres = new_bf16(dres0);
     float *d_dweight = new_f32(dweight0), *d_dbias = new_f32(dbias0);
     to_dev(d_mean, mean.data(), N * sizeof(float));
@@ -378,8 +376,7 @@ static void bench_elementwise(const Shape *s, cudaStream_t stream) {
                 [&] { residual_forward(d_out, d_a, d_b, n, stream); });
 
     Vec x = randn(ng, 0.0f, 2.0f, 1), y(ng);
-    gelu_forward(y.data(), x.data(), ng);
-    round_to_storage(y.data(), ng, DTYPE_BFLOAT16);
+    gelu_forward(y.data(), x.data(), ng, DTYPE_BFLOAT16);
     bf16 *d_x = new_bf16(x), *d_y = dev_alloc<bf16>(ng);
     gelu_forward(d_y, d_x, ng, stream);
     cuda_check(cudaStreamSynchronize(stream));
@@ -387,8 +384,7 @@ static void bench_elementwise(const Shape *s, cudaStream_t stream) {
     time_kernel("gelu", "forward", 2.0 * ng * 2, stream, [&] { gelu_forward(d_y, d_x, ng, stream); });
 
     Vec dy = randn(ng, 0.0f, 1.0f, 1), dx = dy;
-    gelu_backward(dx.data(), x.data(), ng);
-    round_to_storage(dx.data(), ng, DTYPE_BFLOAT16);
+    gelu_backward(dx.data(), x.data(), ng, DTYPE_BFLOAT16);
     bf16 *d_d = new_bf16(dy);
     gelu_backward(d_d, d_x, ng, stream);
     cuda_check(cudaStreamSynchronize(stream));
@@ -444,8 +440,7 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     Vec qkv = randn(3 * NC, 0.0f, 1.5f, 1);
 
     Vec out(NC), att(BHT * T);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-    round_to_storage(out.data(), NC, DTYPE_BFLOAT16);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, DTYPE_BFLOAT16);
     bf16 *d_qkv = new_bf16(qkv), *d_out = dev_alloc<bf16>(NC);
     float *d_lse = dev_alloc<float>(BHT);
     auto forward = [&] { attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, stream); };

@@ -22,6 +22,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$root/build/python" # matplotlib, when make python_deps put it there
 
 usage() {
     echo "usage: scripts/compare.sh [--cpu|--gpu] [--out DIR] [--target_loss X] -- <trainer flags...>" >&2

@@ -64,7 +64,8 @@ import tempfile
 try:
     import numpy as np
 except ImportError:
-    print("error: export_hf.py needs numpy (python3 -m pip install numpy)", file=sys.stderr)
+    print("error: export_hf.py needs numpy (python3 -m pip install numpy, or make python_deps and run with "
+          "PYTHONPATH=build/python)", file=sys.stderr)
     sys.exit(1)
 
 MODEL_MAGIC = 20240326

@@ -354,7 +354,8 @@ def main():
         import matplotlib  # noqa: F401
     except ImportError:
         print("plot_compare.py: matplotlib is not installed for " + sys.executable + ": "
-              "apt-get install python3-matplotlib, or pip install matplotlib", file=sys.stderr)
+              "apt-get install python3-matplotlib, or pip install matplotlib, or make python_deps (into build/python/, "
+              "which compare.sh uses)", file=sys.stderr)
         sys.exit(1)
     description = model_description(runs["bfloat16"]["text"])
     title = "float8 vs bfloat16" + (f": {description}" if description else "") + f" ({os.path.basename(trainer)})"

@@ -22,6 +22,9 @@
 #                             BASE without the --flags EXTRA gives (and their values), then EXTRA as it is,
 #                             NUL-separated for `mapfile -d '' VAR < <(merge_flags ...)`: a base command line
 #                             with overrides (the trainers refuse a flag given twice)
+#   need_python_modules TEST MODULE...
+#                             exits 0 after one 'SKIPPED TEST: ...' line when $PY cannot import a MODULE (make
+#                             installs numpy and matplotlib into build/python/ when it can: make python_deps)
 # Needs bash; works under `set -euo pipefail` and without it.
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,6 +35,18 @@ test_init() {
     DATA=${DATA:-$root/../shared/data/tinyshakespeare.txt}
     passed=0
     failed=0
+}
+
+need_python_modules() { # TEST MODULE...
+    local _test=$1 _module
+    shift
+    for _module in "$@"; do
+        if ! "$PY" -c "import $_module" 2>/dev/null; then
+            echo "SKIPPED $_test: $_module is not importable by $PY ($(command -v "$PY")); make python_deps installs" \
+                "it into build/python/ with pip (Debian without pip: apt-get install python3-pip)"
+            exit 0
+        fi
+    done
 }
 
 test_tmpdir() { # VAR NAME

@@ -8,7 +8,7 @@ _compare_test_saved_goal := $(.DEFAULT_GOAL)
 PYTHON ?= python3
 
 .PHONY: test_compare
-test_compare: train_cpu test/test_compare.sh scripts/compare.sh scripts/plot_compare.py
+test_compare: train_cpu python_deps test/test_compare.sh scripts/compare.sh scripts/plot_compare.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_compare.sh
 
 .DEFAULT_GOAL := $(_compare_test_saved_goal)

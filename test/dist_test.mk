@@ -3,7 +3,7 @@
 #                    float8), amax agreement across ranks, bit-exact resume, refused resumes
 # Included by the main Makefile (PYTHON, DATA, train_cpu). Skips with a message where MPI is missing.
 .PHONY: test_dist
-test_dist: train_cpu test/test_dist.sh test/compare_runs.py
+test_dist: train_cpu python_deps test/test_dist.sh test/compare_runs.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist.sh
 
 test_cpu: test_dist

@@ -36,7 +36,7 @@ test_gpu_emu: train_emu train_cpu test/build/compare_debug_state
 test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_emu_trainer.sh
 
-test_dist_emu: train_emu train_cpu test/build/test_emu test/compare_runs.py
+test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist_emu.sh
 
 test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu

@@ -12,7 +12,7 @@ PYTHON ?= python3
 CC ?= gcc
 
 .PHONY: test_export
-test_export: train_cpu test/test_export.sh scripts/export_hf.py test/gpt2_reference.py fp8_scaling.h
+test_export: train_cpu python_deps test/test_export.sh scripts/export_hf.py test/gpt2_reference.py fp8_scaling.h
 	DATA="$(DATA)" PYTHON=$(PYTHON) CC="$(CC)" bash test/test_export.sh
 
 .DEFAULT_GOAL := $(_export_test_saved_goal)

@@ -23,9 +23,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} # one thread: as fast for this tiny
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 
 [ -x ./train_cpu ] || make train_cpu >/dev/null || { echo "FAIL: cannot build train_cpu"; exit 1; }
-if ! "$PY" -c 'import matplotlib' 2>/dev/null; then
-    bad "matplotlib is not importable by $PY ($(command -v "$PY")): pip install matplotlib (or, for /usr/bin/python3, apt-get install python3-matplotlib)"
-fi
+need_python_modules test_compare matplotlib
 
 test_data_dir "$TMP/data" text || { echo "FAIL: data preparation"; exit 1; }
 tiny=(--model_size d2 --vocab 256 --seq_len 32 --batch_size 4 --steps 20 --val_every 10 --val_batches 2

@@ -26,6 +26,7 @@ test_init
 test_tmpdir TMP test_dist
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 # several processes share 2 cores
 
+need_python_modules test_dist numpy # compare_runs.py
 if ! command -v mpirun >/dev/null; then
     echo "SKIPPED test_dist: mpirun not found (apt-get install libopenmpi-dev openmpi-bin, then make clean train_cpu)"
     exit 0

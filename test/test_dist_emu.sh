@@ -16,6 +16,7 @@ set -euo pipefail
 test_init
 test_tmpdir TMP test_dist_emu
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 CUDA_EMU_THREADS=1 # several processes share 2 cores
+need_python_modules test_dist_emu numpy # compare_runs.py
 if ! command -v mpirun >/dev/null; then
     echo "SKIPPED test_dist_emu: mpirun not found (apt-get install libopenmpi-dev openmpi-bin, then make clean)"
     exit 0

@@ -17,10 +17,7 @@ set -euo pipefail
 test_init
 test_tmpdir tmp test_export
 
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    bad "numpy is not installed for $PY (python3 -m pip install numpy, or apt-get install python3-numpy)"
-    finish
-fi
+need_python_modules test_export numpy
 
 # --- a trained tiny model and the trainer's float32 logits of its first batch -------------------------------
 test_data_dir "$tmp/data" text
