@@ -614,14 +614,16 @@ static inline void check_state_header(const char *path, const int64_t *h, int64_
 }
 
 // The arrays of a state file, value by value: moments finite (the second non-negative), amax histories
-// finite and non-negative, the guard's window finite. A NaN would train on into NaN checkpoints.
+// finite and non-negative or FP8_AMAX_UNRECORDED, the guard's window finite. A NaN would train on into NaN
+// checkpoints.
 static inline void check_state_values(const char *path, const StateBlock blocks[NUM_STATE_BLOCKS]) {
     static const char *const what[NUM_STATE_BLOCKS] = {"AdamW first moment", "AdamW second moment",
                                                        "amax history", "step guard window"};
     for (int b = 0; b < NUM_STATE_BLOCKS; b++)
         for (size_t i = 0; i < blocks[b].count; i++) {
             float x = blocks[b].data[i];
-            int signed_ok = b == STATE_ADAM_M || b == STATE_GUARD_HISTORY || x >= 0.0f;
+            int signed_ok = b == STATE_ADAM_M || b == STATE_GUARD_HISTORY || x >= 0.0f ||
+                            (b == STATE_AMAX_HISTORY && fp8_f32_to_bits(x) == FP8_AMAX_UNRECORDED_BITS);
             if (!isfinite(x) || !signed_ok)
                 fail("%s: %s value %zu is %g: the checkpoint is corrupt", path, what[b], i, (double)x);
         }

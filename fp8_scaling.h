@@ -258,6 +258,21 @@ FP8_HD static inline float fp8_history_max(const float *amax_history, int histor
     return fp8_bits_to_f32(m);
 }
 
+// A ring slot no step has written yet: a fresh run's histories, and what a skipped first step leaves. A
+// history of nothing else is empty (fp8_history_empty): the tensor has never been cast in an applied step,
+// and the delayed recipe measures it before casting it instead of casting it blind with scale 1 (at
+// llm.c-size batches, dloss ~ 2e-6, nearly every E5M2 code of a first backward cast with scale 1 would be
+// zero). Checkpoints keep these slots, so a resumed run knows which tensors have a history. Negative, so
+// fp8_history_max skips it.
+#define FP8_AMAX_UNRECORDED (-1.0f)
+#define FP8_AMAX_UNRECORDED_BITS 0xBF800000u
+
+FP8_HD static inline int fp8_history_empty(const float *amax_history, int history_len) {
+    for (int i = 0; i < history_len; i++)
+        if (fp8_f32_to_bits(amax_history[i]) != FP8_AMAX_UNRECORDED_BITS) return 0;
+    return 1;
+}
+
 // Called once per optimizer step after all of its micro-batches: the amax measured during `step` (the max
 // over its micro-batches, in *amax_current) replaces the value recorded history_len steps ago in ring slot
 // step % history_len, the scale for the next step becomes fp8_compute_scale of the window's max, and

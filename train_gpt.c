@@ -357,8 +357,9 @@ static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts
     s->history_len = opts->amax_history;
     s->margin = opts->fp8_margin;
     s->num_tensors = num_layers * NUM_BLOCK_LINEARS * 2;
-    s->amax_history =
-        (float *)calloc_check((size_t)s->num_tensors * s->history_len, sizeof(float), "amax history");
+    size_t history_floats = (size_t)s->num_tensors * s->history_len;
+    s->amax_history = (float *)malloc_check(history_floats * sizeof(float), "amax history");
+    for (size_t i = 0; i < history_floats; i++) s->amax_history[i] = FP8_AMAX_UNRECORDED;
     s->amax_current = (float *)calloc_check(s->num_tensors, sizeof(float), "amax");
     s->scale = (float *)malloc_check(s->num_tensors * sizeof(float), "fp8 scales");
     s->input_scale_used = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
@@ -366,7 +367,8 @@ static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts
     fp8_stats_alloc(&s->stats, num_layers);
 }
 
-// Scales of the next step from the histories: with an empty history (a fresh run) this is 1.
+// Scales of the next step from the histories: with an empty history (a fresh run) this is 1, and unused
+// (fp8_cast measures such a tensor).
 static void fp8_scales_from_history(Fp8State *s) {
     for (int i = 0; i < s->num_tensors; i++) {
         Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
@@ -389,12 +391,20 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
     }
 }
 
-// Casts tensor `index` (x, n elements) into out. delayed: with this step's scale; current: with the exact
-// scale of x itself. In training (record) the step's amax and the telemetry counts are kept.
-static float fp8_cast(Fp8State *s, int index, const float *x, size_t n, float *out, int record) {
+// Casts tensor `index` (x, n elements) into out. delayed: with this step's scale, or while the tensor's
+// history is empty with the exact scale of x's amax, the max over the ranks (every rank scales alike, as
+// with a history); current: with the exact scale of this rank's x. In training (record) the step's amax
+// and the telemetry counts are kept.
+static float fp8_cast(Fp8State *s, const Dist *dist, int index, const float *x, size_t n, float *out,
+                      int record) {
     Fp8Format format = (index % 2) ? FP8_E5M2 : FP8_E4M3;
-    if (s->recipe == FP8_RECIPE_CURRENT)
-        s->scale[index] = fp8_compute_scale(abs_max(x, n), format, s->margin);
+    int unrecorded = s->recipe == FP8_RECIPE_DELAYED &&
+                     fp8_history_empty(s->amax_history + (size_t)index * s->history_len, s->history_len);
+    if (s->recipe == FP8_RECIPE_CURRENT || unrecorded) {
+        float amax = abs_max(x, n);
+        if (unrecorded) dist_max_floats(dist, &amax, 1);
+        s->scale[index] = fp8_compute_scale(amax, format, s->margin);
+    }
     float amax = quantize(out, x, n, s->scale[index], format, record ? &s->stats : NULL, index);
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
     return s->scale[index];
@@ -616,7 +626,7 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
     if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
-        float scale = fp8_cast(&model->fp8, index, inp, (size_t)N * IC, input_q, record_amax);
+        float scale = fp8_cast(&model->fp8, model->dist, index, inp, (size_t)N * IC, input_q, record_amax);
         model->fp8.input_scale_used[lw] = scale;
         float descale = 1.0f / (scale * model->fp8.weight_scale[lw]);
         gemm(model->gemm_pack, 0, 1, N, OC, IC, descale, input_q, model->weights_fp8 + weight_offset, 0.0f,
@@ -648,7 +658,7 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
         float *dout_q = model->dacts.dout_q;
-        float scale = fp8_cast(&model->fp8, index, dout, (size_t)N * OC, dout_q, 1);
+        float scale = fp8_cast(&model->fp8, model->dist, index, dout, (size_t)N * OC, dout_q, 1);
         gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
              model->weights_fp8 + weight_offset, 0.0f, dinp);
         gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q,

@@ -61,6 +61,8 @@
 typedef struct {
     GPTConfig config;
     int dtype, recipe, margin, B, T, accum_steps;
+    int histories_empty;   // delayed recipe: some tensor's amax history has no applied step yet (its casts
+                           // measure)
     int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every kept layer are kept
     int fp8_weights;       // planned for float8: the FP8 copies of the weights exist
     int zero_stage, recompute;
@@ -204,6 +206,17 @@ static void gpt_carve(GPT *model, char *memory) {
     model->step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
 }
 
+// A fresh run's amax histories: every slot FP8_AMAX_UNRECORDED (a resume overwrites them).
+static void fill_unrecorded_histories(GPT *model) {
+    size_t H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
+    model->histories_empty = 1;
+    if (model->plan.bytes[BUF_FP8_STATE] == 0) return;
+    float *host = (float *)malloc_check(H * sizeof(float), "amax histories");
+    for (size_t i = 0; i < H; i++) host[i] = FP8_AMAX_UNRECORDED;
+    copy_to_device(model->scaling.amax_history, host, H * sizeof(float));
+    free(host);
+}
+
 // One allocation of the plan's size, carved by gpt_carve, and the model's host side (pinned staging,
 // events, streams, cuBLASLt); says how much device memory that allocation really took (NCCL's and
 // cuBLASLt's own buffers are outside the plan).
@@ -225,6 +238,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
            model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
            (free_before - free_after) / 1073741824.0);
     gpt_carve(model, memory);
+    fill_unrecorded_histories(model);
     cuda_check(cudaMallocHost((void **)&model->step_params_host, sizeof(StepParams)));
     cuda_check(cudaMallocHost((void **)&model->step_results_host, sizeof(StepResults)));
     cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS]));
@@ -475,8 +489,8 @@ static void publish_weights(GPT *model, int end_step) {
         reduce_fp8_amaxes(model);
         if (model->zero_stage != 0) {
             launch<scale_from_amax_kernel>({ceil_div(s->num_weights, 128), 128, 0, stream}, s->weight_scale,
-                                           s->weight_descale, s->weight_amax, s->num_weights, FP8_E4M3,
-                                           model->margin);
+                                           s->weight_descale, s->weight_amax, (const float *)NULL, 0,
+                                           s->num_weights, FP8_E4M3, model->margin);
         }
         if (end_step) {
             launch<fp8_end_step_kernel>({ceil_div(s->num_tensors, 128), 128, 0, stream}, *s,
@@ -512,15 +526,31 @@ static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const float *d
     return op;
 }
 
-// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. delayed: this step's scale;
-// current: measure first, then cast with the exact scale. In training (record) the cast adds to the
-// step's amax and telemetry counts, as the CPU's fp8_cast.
+// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. delayed: this step's scale, or
+// while the tensor's history is empty the exact scale of x's amax, the max over the ranks (the kernels
+// check the history on the device; the host only knows whether any is empty); current: measure first,
+// then cast with the exact scale. In training (record) the cast adds to the step's amax and telemetry
+// counts, as the CPU's fp8_cast.
 static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, fp8 *out_t,
                      int record, Fp8Format format) {
     Fp8DeviceState *s = &model->scaling;
-    if (model->recipe == FP8_RECIPE_CURRENT)
-        measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x,
-                            (size_t)rows * cols, format, model->margin, model->stream);
+    size_t n = (size_t)rows * cols;
+    if (model->recipe == FP8_RECIPE_CURRENT) {
+        measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x, n, format,
+                            model->margin, model->stream);
+    } else if (model->histories_empty) {
+        const float *history = s->amax_history + (size_t)index * s->history_len;
+        measure_amax<bf16>(&s->amax_measure[index], history, s->history_len, x, n, model->stream);
+        if (model->comm.comm) {
+            comm_after_compute(model);
+            comm_all_reduce(&model->comm, &s->amax_measure[index], 1, ncclFloat32, ncclMax,
+                            model->comm_stream);
+            compute_after_comm(model);
+        }
+        launch<scale_from_amax_kernel>({1, 32, 0, model->stream}, &s->scale[index], &s->descale[index],
+                                       &s->amax_measure[index], history, s->history_len, 1, format,
+                                       model->margin);
+    }
     cast_transpose<bf16>(out, out_t, record ? &s->amax_current[index] : NULL,
                          record ? &s->counts[2 * index] : NULL, x, rows, cols, &s->scale[index], format,
                          model->stream);
@@ -1115,6 +1145,11 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     copy_to_device(model->m, blocks[STATE_ADAM_M].data, S * sizeof(float));
     copy_to_device(model->v, blocks[STATE_ADAM_V].data, S * sizeof(float));
     copy_to_device(model->scaling.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
+    model->histories_empty = 0;
+    for (int t = 0; t < model->scaling.num_tensors; t++)
+        model->histories_empty |=
+            fp8_history_empty(blocks[STATE_AMAX_HISTORY].data + (size_t)t * model->scaling.history_len,
+                              model->scaling.history_len);
     free(host);
     printf("resumed | step %ld | %s\n", step, model_path);
 }
@@ -1395,7 +1430,9 @@ int main(int argc, char **argv) {
             if (have_debug && step == 0) {
                 debug_first_micro_step(&model, &debug, train_loader.inputs, train_loader.targets);
             } else {
-                run_captured(&model, micro_step, &model.micro_graph, use_graph, &micro_calls);
+                // graphs only once no cast measures first: a captured step replays the same kernels
+                run_captured(&model, micro_step, &model.micro_graph, use_graph && !model.histories_empty,
+                             &micro_calls);
             }
             if (bf16_check && micro == 0) {
                 read_step_results(&model); // loss_sum holds this first micro-batch's loss alone
@@ -1405,10 +1442,12 @@ int main(int argc, char **argv) {
                                (float)(losses[1] / dist.world_size));
             }
         }
-        run_captured(&model, update_step, &model.update_graph, use_graph, &update_calls);
+        run_captured(&model, update_step, &model.update_graph, use_graph && !model.histories_empty,
+                     &update_calls);
         read_step_results(&model);
         nvtxRangePop();
         const StepResults *r = model.step_results_host;
+        if (!r->skipped) model.histories_empty = 0; // the step's amaxes entered every history
         if (r->skipped) {
             state.skipped_steps++;
         } else {

@@ -148,7 +148,11 @@ __global__ void cast_transpose_kernel(fp8 *out, fp8 *out_t, float *amax, unsigne
     }
 }
 
-template <typename T> __global__ void amax_kernel(float *amax, const T *in, size_t n) {
+// max |x| into *amax (atomically). With a history given, only while that history is empty (the delayed
+// recipe's measurement of a tensor no applied step has recorded yet); otherwise it returns at once.
+template <typename T>
+__global__ void amax_kernel(float *amax, const float *history, int history_len, const T *in, size_t n) {
+    if (history && !fp8_history_empty(history, history_len)) return;
     float local = 0.0f;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         local = fmaxf(local, fabsf(to_float(in[i])));
@@ -156,11 +160,13 @@ template <typename T> __global__ void amax_kernel(float *amax, const T *in, size
     if (threadIdx.x == 0) atomic_max_nonneg(amax, block);
 }
 
-// The current recipe's exact scale (and its inverse) from a freshly measured amax.
-__global__ void scale_from_amax_kernel(float *scale, float *descale, const float *amax, int n,
-                                       Fp8Format format, int margin) {
+// The exact scale (and its inverse) of n freshly measured amaxes. With histories (n of history_len), only
+// the tensors whose history is empty: the others keep the delayed recipe's scale.
+__global__ void scale_from_amax_kernel(float *scale, float *descale, const float *amax, const float *history,
+                                       int history_len, int n, Fp8Format format, int margin) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
+    if (history && !fp8_history_empty(history + (size_t)i * history_len, history_len)) return;
     scale[i] = fp8_compute_scale(amax[i], format, margin);
     descale[i] = 1.0f / scale[i];
 }
@@ -176,18 +182,27 @@ static inline void cast_transpose(fp8 *out, fp8 *out_t, float *amax, unsigned lo
                                      scale, format);
 }
 
-// Measures max |x| into *amax (overwritten) and derives the exact scale: the current recipe, and the
-// weights' casts in both recipes.
+// Measures max |x| into *amax (overwritten); with a history, only while it is empty (amax_kernel).
+template <typename T>
+static inline void measure_amax(float *amax, const float *history, int history_len, const T *in, size_t n,
+                                cudaStream_t stream) {
+    cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream));
+    int blocks = (int)(n / 4096 + 1 < 1024 ? n / 4096 + 1 : 1024);
+    launch<amax_kernel<T>>({blocks, 256, 0, stream}, amax, history, history_len, in, n);
+}
+
+// Measures max |x| into *amax and derives the exact scale: the current recipe, and the weights' casts in
+// both recipes.
 template <typename T>
 static inline void measure_scale(float *amax, float *scale, float *descale, const T *in, size_t n,
                                  Fp8Format format, int margin, cudaStream_t stream) {
-    cuda_check(cudaMemsetAsync(amax, 0, sizeof(float), stream));
-    int blocks = (int)(n / 4096 + 1 < 1024 ? n / 4096 + 1 : 1024);
-    launch<amax_kernel<T>>({blocks, 256, 0, stream}, amax, in, n);
-    launch<scale_from_amax_kernel>({1, 32, 0, stream}, scale, descale, amax, 1, format, margin);
+    measure_amax<T>(amax, NULL, 0, in, n, stream);
+    launch<scale_from_amax_kernel>({1, 32, 0, stream}, scale, descale, amax, (const float *)NULL, 0, 1,
+                                   format, margin);
 }
 
-// Scales of every delayed tensor from its history (a fresh run: all 1), as after a resume.
+// Scales of every delayed tensor from its history (a fresh run: all 1, unused while the history is empty:
+// the casts measure), as after a resume.
 __global__ void scales_from_history_kernel(Fp8DeviceState s, int margin) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= s.num_tensors) return;

@@ -2,7 +2,10 @@
 //  - quantize() counts, on synthetic tensors built with a known number of values beyond the format's
 //    reach (saturated) and of nonzero values far below its smallest subnormal (flushed), exactly those;
 //  - the step guard's thresholds equal mean + z * sample std of the window, computed here in long double,
-//    the window slides, and a guard is off (infinite) until it has enough samples.
+//    the window slides, and a guard is off (infinite) until it has enough samples;
+//  - the delayed recipe's first-step rule: a tensor whose history is empty is cast with the exact scale of
+//    its own amax, also after a skipped step (which records nothing), and with the history's scale once an
+//    applied step has recorded it.
 #define TRAIN_GPT_NO_MAIN
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "../train_gpt.c"
@@ -94,8 +97,61 @@ static void test_guard(void) {
     step_guard_free(&g);
 }
 
+// A tensor of n values whose largest magnitude is amax.
+static void tensor_with_amax(float *x, int n, float amax) {
+    for (int i = 0; i < n; i++) x[i] = amax * (float)((i * 37) % 101) / 100.0f * (i % 2 ? -1.0f : 1.0f);
+}
+
+static void test_first_step(void) {
+    TrainOptions opts;
+    options_defaults(&opts);
+    Dist dist = {0};
+    dist.world_size = 1;
+    Fp8State s;
+    fp8_state_init(&s, 1, &opts);
+    enum { N = 1000 };
+    static float x[N], q[N];
+    int input = fp8_tensor_index(0, LIN_FC, FP8_ROLE_INPUT),
+        grad = fp8_tensor_index(0, LIN_FC, FP8_ROLE_GRAD_OUTPUT);
+    check(fp8_history_empty(s.amax_history + (size_t)input * s.history_len, s.history_len),
+          "a fresh run's histories are empty");
+    fp8_scales_from_history(&s);
+    tensor_with_amax(x, N, 3e-6f); // a first backward's gradients at llm.c-size batches
+    float scale = fp8_cast(&s, &dist, grad, x, N, q, 1);
+    expect(scale == fp8_compute_scale(3e-6f, FP8_E5M2, s.margin),
+           "empty history: the gradient is cast with its exact "
+           "scale (%g), not 1",
+           scale);
+    int nonzero = 0;
+    for (int i = 0; i < N; i++) nonzero += q[i] != 0.0f;
+    expect(nonzero >= N * 98 / 100, "and keeps its values (%d of %d nonzero codes)", nonzero, N);
+    fp8_end_step(&s, 0, 1); // a skipped step records nothing
+    tensor_with_amax(x, N, 5.0f);
+    scale = fp8_cast(&s, &dist, input, x, N, q, 1);
+    expect(scale == fp8_compute_scale(5.0f, FP8_E4M3, s.margin),
+           "after a skipped step the history is still empty: "
+           "measured again (%g)",
+           scale);
+    fp8_end_step(&s, 1, 0); // applied: 5 enters the input's history
+    check(!fp8_history_empty(s.amax_history + (size_t)input * s.history_len, s.history_len),
+          "an applied step records the amax");
+    tensor_with_amax(x, N, 50.0f);
+    scale = fp8_cast(&s, &dist, input, x, N, q, 1);
+    expect(scale == fp8_compute_scale(5.0f, FP8_E4M3, s.margin),
+           "with a history the delayed scale (%g) is the "
+           "history's, not this tensor's",
+           scale);
+    fp8_stats_free(&s.stats);
+    free(s.amax_history);
+    free(s.amax_current);
+    free(s.scale);
+    free(s.input_scale_used);
+    free(s.weight_scale);
+}
+
 int main(void) {
     test_counts();
     test_guard();
+    test_first_step();
     return test_summary();
 }

@@ -48,9 +48,13 @@ status=$?
 [ $status = 1 ] && [ "$(wc -l <"$tmp/stop.err")" = 1 ] && grep -q '^error: --bf16_check_tolerance: at step 2' "$tmp/stop.err"
 result $? "with --bf16_check_stop 1: one error line, exit 1"
 
-# FP8 telemetry on a model built to saturate
+# FP8 telemetry on a model built to saturate (every ln1 weight 1000). A fresh delayed run has no amax
+# history: its first casts measure, so the hot model saturates nothing at step 1. Swapped into the checkpoint
+# of an ordinary first step, it saturates at step 2 under delayed scaling (the scales of that step's history),
+# and not under current scaling.
 ./train_cpu "${base[@]}" --steps 1 --dtype float32 --output_dir "$tmp/init" >/dev/null
-python3 - "$tmp/init/model_00000001.bin" "$tmp/hot.bin" <<'PY'
+make_hot() { # MODEL_IN MODEL_OUT
+    python3 - "$1" "$2" <<'PY'
 import struct, sys
 data = bytearray(open(sys.argv[1], "rb").read())
 h = struct.unpack("<256i", data[:1024])
@@ -59,21 +63,38 @@ offset = 1024 + 4 * (Vp * C + maxT * C)            # llm.c order: wte, wpe, then
 data[offset:offset + 4 * L * C] = struct.pack(f"<{L * C}f", *([1000.0] * (L * C)))
 open(sys.argv[2], "wb").write(data)
 PY
+}
+make_hot "$tmp/init/model_00000001.bin" "$tmp/hot.bin"
+./train_cpu "${base[@]}" --steps 1 --dtype float8 --init_from "$tmp/hot.bin" --fp8_stats_every 1 --output_dir "" \
+    --log_file "$tmp/hot_fresh.jsonl" >"$tmp/hot_fresh.txt"
+python3 - "$tmp/hot_fresh.jsonl" <<'PY'
+import json, sys
+records = [json.loads(l) for l in open(sys.argv[1]) if '"fp8_stats"' in l]
+fmax = {"e4m3": 448.0, "e5m2": 57344.0}
+# measured: scale = fmax / amax in float32, so amax * scale is fmax within a few float32 ulps
+ok = all(abs(r["amax"] * r["scale"] / fmax[r["format"]] - 1) < 1e-6 for r in records if r["amax"] > 0)
+ok &= sum(r["saturated"] for r in records if "weight" not in r["tensor"]) == 0 and len(records) > 0
+sys.exit(0 if ok else 1)
+PY
+result $? "delayed recipe, a fresh run's step 1: every activation and gradient cast measured, nothing saturated"
 for recipe in delayed current; do
-    ./train_cpu "${base[@]}" --steps 2 --dtype float8 --fp8_recipe $recipe --init_from "$tmp/hot.bin" \
-        --fp8_stats_every 1 --output_dir "" --log_file "$tmp/hot_$recipe.jsonl" >"$tmp/hot_$recipe.txt"
+    ./train_cpu "${base[@]}" --steps 1 --dtype float8 --fp8_recipe $recipe --ckpt_every 1 \
+        --output_dir "$tmp/warm_$recipe" >/dev/null
+    make_hot "$tmp/warm_$recipe/model_00000001.bin" "$tmp/warm_$recipe/model_00000001.bin"
+    ./train_cpu "${base[@]}" --steps 2 --dtype float8 --fp8_recipe $recipe --resume 1 --fp8_stats_every 1 \
+        --output_dir "$tmp/warm_$recipe" --log_file "$tmp/hot_$recipe.jsonl" >"$tmp/hot_$recipe.txt"
 done
-grep -qE '^fp8       1 \| [0-9]+ values saturated in .*layer [0-9]+ qkv input' "$tmp/hot_delayed.txt"
-result $? "delayed recipe, step 1 at scale 1: the summary line names the saturated qkv input"
+grep -qE '^fp8       2 \| [0-9]+ values saturated in .*layer [0-9]+ qkv input' "$tmp/hot_delayed.txt"
+result $? "delayed recipe, the hot model at step 2: the summary line names the saturated qkv input"
 python3 - "$tmp/hot_delayed.jsonl" "$tmp/hot_current.jsonl" <<'PY'
 import json, sys
 def records(path):
     return [json.loads(l) for l in open(path) if '"fp8_stats"' in l]
 delayed, current = records(sys.argv[1]), records(sys.argv[2])
-first = {r["tensor"]: r for r in delayed if r["step"] == 1}
-qkv = first["layer 0 qkv input"]
+second = {r["tensor"]: r for r in delayed if r["step"] == 2}
+qkv = second["layer 0 qkv input"]
 B, T, C = 4, 32, 64
-ok = qkv["saturated"] > 0 and qkv["scale"] == 1.0 and qkv["amax"] > 448
+ok = qkv["saturated"] > 0 and qkv["scale"] != 1.0 and qkv["amax"] * qkv["scale"] > 448
 ok &= all(r["saturated"] == 0 for r in current if "input" in r["tensor"])
 sizes = {"qkv input": B * T * C, "fc grad_output": B * T * 4 * C, "fcproj input": B * T * 4 * C,
          "qkv weight": 3 * C * C, "fcproj weight": 4 * C * C}
