@@ -125,8 +125,13 @@ test_cpu_kernels: test/build/test_cpu_kernels $(if $(BLAS_FLAGS),test/build/test
 test_health: train_cpu
 	DATA="$(DATA)" bash test/test_health.sh
 
+# scripts/study_report.py, the FP8 recipe study's tables (scripts/study_recipes.sh), on a miniature study
+.PHONY: test_study_report
+test_study_report: train_cpu python_deps
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_study_report.sh
+
 test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
-          test_cpu_kernels test_health test_export test_compare
+          test_cpu_kernels test_health test_study_report test_export test_compare
 
 test: test_cpu
 	@echo "all CPU tests passed"

@@ -315,7 +315,7 @@ static inline void load_model_range(const char *path, const GPTConfig *expected,
 // among them: a run may be extended.
 typedef struct {
     float lr, final_lr_frac, beta1, beta2, eps, weight_decay, grad_clip, skip_loss_z, skip_norm_z;
-    int lr_schedule, warmup_steps, fp8_margin;
+    int lr_schedule, warmup_steps, fp8_margin, fp8_pow2_scales;
     int64_t tokens_per_step;   // B * T * accumulation * processes
     uint64_t data_fingerprint; // of --train_data (dataloader_fingerprint)
 } RunIdentity;
@@ -363,6 +363,7 @@ static inline TrainState train_state_init(const TrainOptions *opts, const DataLo
     id->lr_schedule = opts->lr_schedule;
     id->warmup_steps = opts->warmup_steps;
     id->fp8_margin = opts->fp8_margin;
+    id->fp8_pow2_scales = opts->fp8_pow2_scales;
     id->tokens_per_step = (int64_t)B * T * accum_steps * world_size;
     id->data_fingerprint = dataloader_fingerprint(train);
     return st;
@@ -409,7 +410,8 @@ enum {
     SH_WARMUP_STEPS,
     SH_FP8_MARGIN,
     SH_TOKENS_PER_STEP,
-    SH_DATA_FINGERPRINT
+    SH_DATA_FINGERPRINT,
+    SH_FP8_POW2_SCALES // 0 in version-2 files, which predate it: the default
 };
 
 // The run identity's float settings in header order, with their flags.
@@ -500,6 +502,7 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_LR_SCHEDULE] = st->identity.lr_schedule;
     h[SH_WARMUP_STEPS] = st->identity.warmup_steps;
     h[SH_FP8_MARGIN] = st->identity.fp8_margin;
+    h[SH_FP8_POW2_SCALES] = st->identity.fp8_pow2_scales;
     h[SH_TOKENS_PER_STEP] = st->identity.tokens_per_step;
     h[SH_DATA_FINGERPRINT] = (int64_t)st->identity.data_fingerprint;
     for (int b = 0; b < NUM_STATE_BLOCKS; b++) h[STATE_BLOCK_FIELD[b]] = (int64_t)blocks[b].count;
@@ -548,11 +551,11 @@ static inline void check_run_identity(const char *path, const int64_t *h, const 
             fail("%s: checkpoint was written with %s %g but this run has %s %g", path,
                  RUN_IDENTITY_FLOAT_FLAGS[i], (double)bits_float(h[SH_LR + i]), RUN_IDENTITY_FLOAT_FLAGS[i],
                  (double)mine[i]);
-    const int int_fields[3] = {SH_LR_SCHEDULE, SH_WARMUP_STEPS, SH_FP8_MARGIN};
-    const int64_t int_values[3] = {id->lr_schedule, id->warmup_steps, id->fp8_margin};
-    const char *const int_flags[3] = {"--lr_schedule (0 cosine, 1 linear, 2 constant)", "--warmup_steps",
-                                      "--fp8_margin"};
-    for (int i = 0; i < 3; i++)
+    const int int_fields[4] = {SH_LR_SCHEDULE, SH_WARMUP_STEPS, SH_FP8_MARGIN, SH_FP8_POW2_SCALES};
+    const int64_t int_values[4] = {id->lr_schedule, id->warmup_steps, id->fp8_margin, id->fp8_pow2_scales};
+    const char *const int_flags[4] = {"--lr_schedule (0 cosine, 1 linear, 2 constant)", "--warmup_steps",
+                                      "--fp8_margin", "--fp8_pow2_scales"};
+    for (int i = 0; i < 4; i++)
         if (h[int_fields[i]] != int_values[i])
             fail("%s: checkpoint was written with %s %ld but this run has %ld", path, int_flags[i],
                  (long)h[int_fields[i]], (long)int_values[i]);
@@ -592,7 +595,8 @@ static inline void check_state_header(const char *path, const int64_t *h, int64_
     check_state_field(path, h, SH_MAXT, cfg->max_seq_len, "max_seq_len");
     check_state_field(path, h, SH_HEADS, cfg->num_heads, "heads");
     check_state_field(path, h, SH_DTYPE, st->dtype, "dtype (0 float32, 1 bfloat16, 2 float8)");
-    check_state_field(path, h, SH_RECIPE, st->fp8_recipe, "fp8_recipe (0 delayed, 1 current)");
+    check_state_field(path, h, SH_RECIPE, st->fp8_recipe,
+                      "fp8_recipe (0 delayed, 1 current, 2 blockwise, 3 mxfp8)");
     check_state_field(path, h, SH_HISTORY_LEN, st->amax_history_len, "amax_history");
     check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
     check_state_field(path, h, SH_SEED, st->seed, "seed");

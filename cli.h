@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "fp8_scaling.h"
 #include "gpt_model.h"
 
 typedef enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1, DTYPE_FLOAT8 = 2 } Dtype;
@@ -30,7 +31,7 @@ typedef struct {
     int layers, channels, heads, vocab, max_seq_len;
     int dtype;      // Dtype
     int fp8_recipe; // Fp8Recipe
-    int amax_history, fp8_margin;
+    int amax_history, fp8_margin, fp8_pow2_scales;
     int batch_size, seq_len, total_batch_size;
     int steps;
     float lr;
@@ -90,10 +91,12 @@ static const OptionSpec OPTION_SPECS[] = {
     {"max_seq_len", OPT_INT, OPT_AT(max_seq_len), "0", 0, MODEL_MAX_SEQ_LEN, NULL,
      "override the preset's maxT"},
     {"dtype", OPT_CHOICE, OPT_AT(dtype), "float8", 0, 0, "float32|bfloat16|float8", "matmul precision"},
-    {"fp8_recipe", OPT_CHOICE, OPT_AT(fp8_recipe), "delayed", 0, 0, "delayed|current",
-     "per-tensor FP8 scaling of activations and gradients"},
+    {"fp8_recipe", OPT_CHOICE, OPT_AT(fp8_recipe), "delayed", 0, 0, "delayed|current|blockwise|mxfp8",
+     "FP8 scaling: per tensor (delayed, current) or per block (blockwise 1x128/128x128, mxfp8 1x32 E8M0)"},
     {"amax_history", OPT_INT, OPT_AT(amax_history), "16", 1, 1024, NULL, "delayed scaling window (steps)"},
     {"fp8_margin", OPT_INT, OPT_AT(fp8_margin), "0", 0, 16, NULL, "FP8 scale headroom: scale /= 2^margin"},
+    {"fp8_pow2_scales", OPT_INT, OPT_AT(fp8_pow2_scales), "0", 0, 1, NULL,
+     "blockwise: round each block's scale down to a power of two"},
     {"batch_size", OPT_INT, OPT_AT(batch_size), "4", 1, 1 << 20, NULL, "micro-batch size B per process"},
     {"seq_len", OPT_INT, OPT_AT(seq_len), "0", 0, 1 << 20, NULL, "sequence length T (0: the model's maxT)"},
     {"total_batch_size", OPT_INT, OPT_AT(total_batch_size), "0", 0, 1 << 30, NULL,
@@ -309,6 +312,23 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--resume: needs --output_dir, the directory whose latest checkpoint to continue");
     if (opts->ckpt_every > 0 && !*opts->output_dir)
         fail("--ckpt_every: checkpoints are written to --output_dir, which is empty");
+    if (opts->fp8_pow2_scales && opts->fp8_recipe != FP8_RECIPE_BLOCKWISE)
+        fail("--fp8_pow2_scales: only for --fp8_recipe blockwise (mxfp8's scales are powers of two already)");
+}
+
+// A block recipe's blocks must tile every FP8 GEMM operand, as cuBLASLt's block-scaled GEMMs require: the
+// channels (so 3C and 4C) and the tokens of a micro-batch, B*T (the weight gradient reduces over them), are
+// multiples of the block.
+static inline void check_fp8_recipe_shape(const TrainOptions *opts, const GPTConfig *cfg, int B, int T) {
+    if (opts->dtype != DTYPE_FLOAT8 || !fp8_recipe_is_block(opts->fp8_recipe)) return;
+    int block = fp8_block_size(opts->fp8_recipe);
+    const char *recipe = opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise";
+    if (cfg->channels % block != 0)
+        fail("--fp8_recipe %s: the channels (%d) must be a multiple of its %d-element blocks", recipe,
+             cfg->channels, block);
+    if ((long)B * T % block != 0)
+        fail("--fp8_recipe %s: batch_size x seq_len (%d x %d) must be a multiple of its %d-element blocks",
+             recipe, B, T, block);
 }
 
 // Sequence length, micro-batch and accumulation for a model; errors name the flag to change.

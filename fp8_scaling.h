@@ -199,14 +199,21 @@ FP8_HD static inline float bf16_round(float x) {
 // steps (no extra pass over the data, but a sudden growth saturates until the history catches up); CURRENT
 // measures the amax of the tensor itself just before quantizing it.
 
-typedef enum { FP8_RECIPE_DELAYED = 0, FP8_RECIPE_CURRENT = 1 } Fp8Recipe;
+// BLOCKWISE and MXFP8 scale blocks of a tensor instead of the whole (see "Block scaling" below).
+typedef enum {
+    FP8_RECIPE_DELAYED = 0,
+    FP8_RECIPE_CURRENT = 1,
+    FP8_RECIPE_BLOCKWISE = 2,
+    FP8_RECIPE_MXFP8 = 3
+} Fp8Recipe;
 
 // Roles of the FP8 operands of a linear layer. The hybrid recipe: forward operands need precision (E4M3),
-// gradients need range (E5M2).
+// gradients need range (E5M2). MXFP8 is E4M3 throughout (the OCP format; each 32-element block has its own
+// scale, so gradients need no extra range).
 typedef enum { FP8_ROLE_INPUT = 0, FP8_ROLE_WEIGHT = 1, FP8_ROLE_GRAD_OUTPUT = 2 } Fp8Role;
 
-FP8_HD static inline Fp8Format fp8_role_format(Fp8Role r) {
-    return r == FP8_ROLE_GRAD_OUTPUT ? FP8_E5M2 : FP8_E4M3;
+FP8_HD static inline Fp8Format fp8_role_format(int recipe, Fp8Role r) {
+    return r == FP8_ROLE_GRAD_OUTPUT && recipe != FP8_RECIPE_MXFP8 ? FP8_E5M2 : FP8_E4M3;
 }
 
 // 2^k as a float, exactly, for k in [-126, 127] (a normal float, so built from its exponent field alone).
@@ -271,6 +278,72 @@ FP8_HD static inline int fp8_history_empty(const float *amax_history, int histor
     for (int i = 0; i < history_len; i++)
         if (fp8_f32_to_bits(amax_history[i]) != FP8_AMAX_UNRECORDED_BITS) return 0;
     return 1;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Block scaling.
+//
+// BLOCKWISE (DeepSeek-V3): one FP32 scale per 1 x 128 tile of activations and gradients along the reduction
+// dimension of the GEMM that reads them, and per 128 x 128 block of weights, from the block's own amax.
+// MXFP8 (OCP microscaling): one E8M0 (power-of-two) scale per 32 elements along the reduction dimension, for
+// every operand. Each GEMM reduces over another dimension (forward over the input features, data gradient
+// over the output features, weight gradient over the tokens), so an activation is cast twice (tiles along
+// its features for the forward, along the tokens for the weight gradient), an output gradient twice likewise,
+// and an MXFP8 weight twice (along the input features, along the output features); BLOCKWISE's square weight
+// blocks serve both of its GEMMs. The GEMM multiplies each block's products by the two blocks' dequantization
+// factors (1/scale). Every block is measured: no history.
+
+#define FP8_BLOCKWISE_TILE 128
+#define FP8_MX_BLOCK 32
+
+FP8_HD static inline int fp8_recipe_is_block(int recipe) {
+    return recipe == FP8_RECIPE_BLOCKWISE || recipe == FP8_RECIPE_MXFP8;
+}
+
+FP8_HD static inline int fp8_block_size(int recipe) {
+    return recipe == FP8_RECIPE_MXFP8 ? FP8_MX_BLOCK : FP8_BLOCKWISE_TILE;
+}
+
+// The largest power of two at or below a positive normal float: its exponent field alone.
+FP8_HD static inline float fp8_pow2_floor(float x) {
+    return fp8_bits_to_f32(fp8_f32_to_bits(x) & 0x7F800000u);
+}
+
+// The quantization scale of a block whose amax is `amax` (elements are cast as fp8(x * scale)):
+// fp8_compute_scale, and for MXFP8, or BLOCKWISE with pow2 (--fp8_pow2_scales), the power of two at or below
+// it, so that dequantizing is exact. Rounding down keeps amax * scale <= fmax: nothing saturates. (The OCP
+// spec's reference rule, 2^(floor(log2 amax) - emax), saturates a block's values in [fmax, 2^(emax+1)) x its
+// factor; ours gives up that half binade of range instead.) MXFP8 keeps the scale <= 2^126, so that its
+// dequantization factor 2^-k is a normal float (an E8M0 code of 1 or more).
+FP8_HD static inline float fp8_block_scale(float amax, int recipe, Fp8Format f, int margin, int pow2) {
+    float scale = fp8_compute_scale(amax, f, margin);
+    if (recipe == FP8_RECIPE_MXFP8 || pow2) scale = fp8_pow2_floor(scale);
+    if (recipe == FP8_RECIPE_MXFP8 && scale > fp8_pow2(126)) scale = fp8_pow2(126);
+    return scale;
+}
+
+// The dequantization factor the GEMM multiplies by: 1/scale, correctly rounded on host and device alike
+// (exact for a power of two).
+FP8_HD static inline float fp8_block_descale(float scale) {
+#ifdef __CUDA_ARCH__
+    return __frcp_rn(scale);
+#else
+    return 1.0f / scale;
+#endif
+}
+
+// E8M0, the MX scale format: eight exponent bits, value 2^(code - 127); code 0xFF is NaN. A power-of-two
+// factor 2^k, k in [-126, 127], has its float exponent field as its code.
+#define FP8_E8M0_NAN 0xFFu
+
+FP8_HD static inline uint8_t fp8_e8m0_from_pow2(float pow2) {
+    return (uint8_t)(fp8_f32_to_bits(pow2) >> 23);
+}
+
+FP8_HD static inline float fp8_e8m0_to_float(uint8_t code) {
+    if (code == FP8_E8M0_NAN) return fp8_bits_to_f32(FP8_CANONICAL_NAN_BITS);
+    if (code == 0) return fp8_bits_to_f32(0x00400000u); // 2^-127, a float subnormal
+    return fp8_bits_to_f32((uint32_t)code << 23);
 }
 
 // Called once per optimizer step after all of its micro-batches: the amax measured during `step` (the max

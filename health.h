@@ -77,8 +77,10 @@ static inline void step_guard_record(StepGuard *g, float loss, float norm) {
 // (t/2) % 4 of layer t/8; the L*4 weights follow.
 
 typedef struct {
-    int num_layers, num_tensors; // activations and gradients: L*4*2; then L*4 weights
-    float *amax, *scale;         // (num_tensors + L*4)
+    int num_layers, num_tensors;  // activations and gradients: L*4*2; then L*4 weights
+    int recipe;                   // Fp8Recipe: which format the gradients have
+    float *amax, *scale;          // (num_tensors + L*4); a block recipe's scale is that of its largest block
+    float *scale_min, *scale_max; // (num_tensors + L*4) the spread of a block recipe's block scales
     unsigned long long *saturated, *flushed, *elements;
 } Fp8Stats;
 
@@ -86,26 +88,34 @@ static inline int fp8_stats_count(int num_layers) {
     return num_layers * NUM_BLOCK_LINEARS * 3;
 }
 
-static inline void fp8_stats_alloc(Fp8Stats *s, int num_layers) {
+static inline void fp8_stats_reset_counts(Fp8Stats *s);
+static inline void fp8_stats_alloc(Fp8Stats *s, int num_layers, int recipe) {
     int n = fp8_stats_count(num_layers);
     s->num_layers = num_layers;
     s->num_tensors = num_layers * NUM_BLOCK_LINEARS * 2;
+    s->recipe = recipe;
     s->amax = (float *)calloc_check(n, sizeof(float), "fp8 stats");
     s->scale = (float *)calloc_check(n, sizeof(float), "fp8 stats");
+    s->scale_min = (float *)calloc_check(n, sizeof(float), "fp8 stats");
+    s->scale_max = (float *)calloc_check(n, sizeof(float), "fp8 stats");
     s->saturated = (unsigned long long *)calloc_check(n, sizeof(unsigned long long), "fp8 stats");
     s->flushed = (unsigned long long *)calloc_check(n, sizeof(unsigned long long), "fp8 stats");
     s->elements = (unsigned long long *)calloc_check(n, sizeof(unsigned long long), "fp8 stats");
+    fp8_stats_reset_counts(s);
 }
 
 static inline void fp8_stats_free(Fp8Stats *s) {
-    free(s->amax), free(s->scale), free(s->saturated), free(s->flushed), free(s->elements);
+    free(s->amax), free(s->scale), free(s->scale_min), free(s->scale_max);
+    free(s->saturated), free(s->flushed), free(s->elements);
 }
 
+// Fresh counters, and an empty spread (a block cast widens it from [+inf, 0]).
 static inline void fp8_stats_reset_counts(Fp8Stats *s) {
-    size_t n = (size_t)fp8_stats_count(s->num_layers) * sizeof(unsigned long long);
-    memset(s->saturated, 0, n);
-    memset(s->flushed, 0, n);
-    memset(s->elements, 0, n);
+    int n = fp8_stats_count(s->num_layers);
+    memset(s->saturated, 0, n * sizeof(unsigned long long));
+    memset(s->flushed, 0, n * sizeof(unsigned long long));
+    memset(s->elements, 0, n * sizeof(unsigned long long));
+    for (int t = 0; t < n; t++) s->scale_min[t] = INFINITY, s->scale_max[t] = 0.0f;
 }
 
 static inline void fp8_tensor_name(const Fp8Stats *s, int t, char *out, size_t len) {
@@ -117,21 +127,23 @@ static inline void fp8_tensor_name(const Fp8Stats *s, int t, char *out, size_t l
 }
 
 static inline Fp8Format fp8_stats_format(const Fp8Stats *s, int t) {
-    return (t < s->num_tensors && (t % 2)) ? FP8_E5M2 : FP8_E4M3;
+    return fp8_role_format(s->recipe, t < s->num_tensors && (t % 2) ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT);
 }
 
-// One JSON-lines record per tensor.
+// One JSON-lines record per tensor. scale_min and scale_max are null when no block had a nonzero amax.
 static inline void log_fp8_stats(RunLog *log, int step, const Fp8Stats *s) {
     if (!log->jsonl) return;
     for (int t = 0; t < fp8_stats_count(s->num_layers); t++) {
-        char name[64];
+        char name[64], spread[96] = "\"scale_min\":null,\"scale_max\":null";
         fp8_tensor_name(s, t, name, sizeof(name));
+        if (s->scale_min[t] <= s->scale_max[t])
+            snprintf(spread, sizeof(spread), "\"scale_min\":%.9g,\"scale_max\":%.9g", s->scale_min[t],
+                     s->scale_max[t]);
         fprintf(log->jsonl,
                 "{\"type\":\"fp8_stats\",\"step\":%d,\"tensor\":\"%s\",\"format\":\"%s\",\"amax\":%.9g,"
-                "\"scale\":%.9g,"
-                "\"saturated\":%llu,\"flushed\":%llu,\"elements\":%llu}\n",
-                step, name, fp8_format_name(fp8_stats_format(s, t)), s->amax[t], s->scale[t], s->saturated[t],
-                s->flushed[t], s->elements[t]);
+                "\"scale\":%.9g,%s,\"saturated\":%llu,\"flushed\":%llu,\"elements\":%llu}\n",
+                step, name, fp8_format_name(fp8_stats_format(s, t)), s->amax[t], s->scale[t], spread,
+                s->saturated[t], s->flushed[t], s->elements[t]);
     }
     fflush(log->jsonl);
 }

@@ -4,7 +4,8 @@
 //     even after each op), the weights the ops read are a BF16 copy of the FP32 master weights;
 //   --dtype float8: as bfloat16, and in addition the four linear layers of every block run their three
 //     GEMMs on FP8 operands: forward E4M3 input x E4M3 weight, data gradient E5M2 output gradient x
-//     E4M3 weight, weight gradient E5M2 output gradient x E4M3 input, with per-tensor scales.
+//     E4M3 weight, weight gradient E5M2 output gradient x E4M3 input, with per-tensor scales, or with
+//     per-block scales (--fp8_recipe blockwise, mxfp8; mxfp8 is E4M3 throughout).
 // GEMMs then run in FP32, which is what an FP8/BF16 GEMM with FP32 accumulation computes up to
 // summation order. Weight gradients, master weights and AdamW moments are FP32 in every dtype.
 // Attention scores and softmax, LayerNorm statistics and the cross-entropy are computed in FP32 and
@@ -14,6 +15,7 @@
 // state (and, on the GPU, the weights and gradients), and the FP8 amaxes are max-reduced so that with the
 // delayed recipe every rank casts with the same scales (the current recipe scales each rank's cast by its
 // own amax). --recompute 1 keeps one layer of activations.
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +100,56 @@ static float quantize(float *out, const float *x, size_t n, float scale, Fp8Form
     stats->flushed[tensor] += flushed;
     stats->elements[tensor] += n;
     return amax;
+}
+
+// Block-scaled cast of x (rows, cols), row-major, in tiles of tile_rows x tile_cols (1 x b along the rows,
+// b x 1 down the columns, or b x b; partial tiles at the edges): out = fp8(x * s) * fp8_block_descale(s),
+// the dequantized values the GEMM multiplies, s the tile's fp8_block_scale. Returns max |x| (NaN ignored).
+// With stats, the saturated and flushed counts and the spread of the scales of the tiles that are not all
+// zero go to tensor `tensor`.
+static float quantize_blocks(float *out, const float *x, int rows, int cols, int tile_rows, int tile_cols,
+                             int recipe, Fp8Format format, int margin, int pow2, Fp8Stats *stats,
+                             int tensor) {
+    int row_tiles = (rows + tile_rows - 1) / tile_rows, col_tiles = (cols + tile_cols - 1) / tile_cols;
+    float amax_all = 0.0f, scale_min = INFINITY, scale_max = 0.0f;
+    unsigned long long saturated = 0, flushed = 0;
+#pragma omp parallel for collapse(2) reduction(max : amax_all, scale_max) reduction(min : scale_min) \
+    reduction(+ : saturated, flushed)
+    for (int tr = 0; tr < row_tiles; tr++) {
+        for (int tc = 0; tc < col_tiles; tc++) {
+            int r0 = tr * tile_rows, r1 = r0 + tile_rows < rows ? r0 + tile_rows : rows;
+            int c0 = tc * tile_cols, c1 = c0 + tile_cols < cols ? c0 + tile_cols : cols;
+            float amax = 0.0f;
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) {
+                    float a = fabsf(x[(size_t)r * cols + c]);
+                    amax = a > amax ? a : amax;
+                }
+            float scale = fp8_block_scale(amax, recipe, format, margin, pow2),
+                  descale = fp8_block_descale(scale);
+            for (int r = r0; r < r1; r++)
+                for (int c = c0; c < c1; c++) {
+                    float v = x[(size_t)r * cols + c], scaled = v * scale;
+                    out[(size_t)r * cols + c] = quantize_one(v, scale, format) * descale;
+                    saturated += fp8_is_saturated(scaled, format);
+                    flushed += (fp8_f32_to_bits(scaled) & 0x7FFFFFFFu) != 0 &&
+                               (fp8_f32_to_bits(fp8_round_value(scaled, format)) & 0x7FFFFFFFu) == 0;
+                }
+            amax_all = amax > amax_all ? amax : amax_all;
+            if (amax > 0.0f && amax <= FLT_MAX) { // an all-zero block's scale says nothing
+                scale_min = scale < scale_min ? scale : scale_min;
+                scale_max = scale > scale_max ? scale : scale_max;
+            }
+        }
+    }
+    if (stats) {
+        stats->saturated[tensor] += saturated;
+        stats->flushed[tensor] += flushed;
+        stats->elements[tensor] += (unsigned long long)rows * cols;
+        stats->scale_min[tensor] = fminf(stats->scale_min[tensor], scale_min);
+        stats->scale_max[tensor] = fmaxf(stats->scale_max[tensor], scale_max);
+    }
+    return amax_all;
 }
 
 // ----------------------------------------------------------------------------
@@ -301,13 +353,16 @@ typedef struct {
     float *dqkv;      // (B,T,3C)
     float *dfch;      // (B,T,4C) gradient of the GELU output, then (in place) of its input
     float *dout_q;    // (B,T,4C) float8: the quantized output gradient of the linear being differentiated
+                      // (block recipes: in tiles along its features, and the forward's input tiles too)
+    float *dout_qc;   // (B,T,4C) block recipes: that gradient in tiles along the tokens (weight gradient)
     float *att_row;   // (B,NH,T) scratch for the attention backward
 } Gradients;
 
-// Per-tensor FP8 scaling state of the activations and gradients: for every layer and linear, one
-// E4M3 input tensor and one E5M2 output-gradient tensor.
+// FP8 scaling state of the activations and gradients: for every layer and linear, one input tensor
+// (E4M3) and one output-gradient tensor (E5M2; mxfp8 E4M3). The block recipes measure every block and
+// keep only the step's amaxes.
 typedef struct {
-    int recipe, history_len, margin;
+    int recipe, history_len, margin, pow2_scales;
     int num_tensors;         // L * NUM_BLOCK_LINEARS * 2
     float *amax_history;     // (num_tensors, history_len) ring buffers, slot step % history_len
     float *amax_current;     // (num_tensors) max |x| seen in the current step
@@ -327,7 +382,10 @@ typedef struct {
     float *memory;         // the one allocation every buffer below is carved from
     float *params;         // FP32 master weights
     float *params_compute; // what the ops read: params itself (float32) or its BF16 rounding
-    float *weights_fp8;    // float8: FP8 values of the linear weights (scaled by weight_scale), same layout
+    float *weights_fp8;    // float8: FP8 values of the linear weights (scaled by weight_scale), same layout;
+                           // block recipes: their dequantized values (blockwise 128x128 blocks, mxfp8 1x32
+                           // along the input features)
+    float *weights_fp8_t;  // mxfp8: the weights in 32x1 blocks along the output features (data gradient)
     float *grads;          // FP32, accumulated over micro-batches
     float *gemm_pack;      // the GEMM's packed operands (none with BLAS)
     // ZeRO (dist.h): this rank's shard of the vector, S elements. With one way (ZeRO-0, or one process)
@@ -352,10 +410,15 @@ static int fp8_tensor_index(int layer, int linear, Fp8Role role) {
     return (layer * NUM_BLOCK_LINEARS + linear) * 2 + (role == FP8_ROLE_GRAD_OUTPUT);
 }
 
+static Fp8Format fp8_tensor_format(const Fp8State *s, int index) {
+    return fp8_role_format(s->recipe, index % 2 ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT);
+}
+
 static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts) {
     s->recipe = opts->fp8_recipe;
     s->history_len = opts->amax_history;
     s->margin = opts->fp8_margin;
+    s->pow2_scales = opts->fp8_pow2_scales;
     s->num_tensors = num_layers * NUM_BLOCK_LINEARS * 2;
     size_t history_floats = (size_t)s->num_tensors * s->history_len;
     s->amax_history = (float *)malloc_check(history_floats * sizeof(float), "amax history");
@@ -364,14 +427,14 @@ static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts
     s->scale = (float *)malloc_check(s->num_tensors * sizeof(float), "fp8 scales");
     s->input_scale_used = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
     s->weight_scale = (float *)malloc_check(num_layers * NUM_BLOCK_LINEARS * sizeof(float), "fp8 scales");
-    fp8_stats_alloc(&s->stats, num_layers);
+    fp8_stats_alloc(&s->stats, num_layers, opts->fp8_recipe);
 }
 
 // Scales of the next step from the histories: with an empty history (a fresh run) this is 1, and unused
 // (fp8_cast measures such a tensor).
 static void fp8_scales_from_history(Fp8State *s) {
     for (int i = 0; i < s->num_tensors; i++) {
-        Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
+        Fp8Format format = fp8_tensor_format(s, i);
         float amax = fp8_history_max(s->amax_history + (size_t)i * s->history_len, s->history_len);
         s->scale[i] = fp8_compute_scale(amax, format, s->margin);
     }
@@ -385,7 +448,7 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
         return;
     }
     for (int i = 0; i < s->num_tensors; i++) {
-        Fp8Format format = (i % 2) ? FP8_E5M2 : FP8_E4M3;
+        Fp8Format format = fp8_tensor_format(s, i);
         fp8_delayed_update(s->amax_history + (size_t)i * s->history_len, s->history_len, step,
                            &s->amax_current[i], &s->scale[i], format, s->margin);
     }
@@ -397,7 +460,7 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
 // and the telemetry counts are kept.
 static float fp8_cast(Fp8State *s, const Dist *dist, int index, const float *x, size_t n, float *out,
                       int record) {
-    Fp8Format format = (index % 2) ? FP8_E5M2 : FP8_E4M3;
+    Fp8Format format = fp8_tensor_format(s, index);
     int unrecorded = s->recipe == FP8_RECIPE_DELAYED &&
                      fp8_history_empty(s->amax_history + (size_t)index * s->history_len, s->history_len);
     if (s->recipe == FP8_RECIPE_CURRENT || unrecorded) {
@@ -408,6 +471,24 @@ static float fp8_cast(Fp8State *s, const Dist *dist, int index, const float *x, 
     float amax = quantize(out, x, n, s->scale[index], format, record ? &s->stats : NULL, index);
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
     return s->scale[index];
+}
+
+// A block recipe's casts of linear `linear`'s weight (OC, IC) at offset: blockwise in 128x128 blocks, which
+// serve the forward and the data gradient; mxfp8 in 1x32 blocks along IC (forward) and, into weights_fp8_t,
+// 32x1 blocks along OC (data gradient).
+static void cast_weight_blocks(GPT *model, int linear, size_t offset, int tensor) {
+    const GPTConfig *cfg = &model->config;
+    const Fp8State *s = &model->fp8;
+    int OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear),
+        b = fp8_block_size(s->recipe);
+    Fp8Stats *stats = (Fp8Stats *)&s->stats;
+    const float *w = model->params + offset;
+    int forward_rows = s->recipe == FP8_RECIPE_MXFP8 ? 1 : b;
+    stats->amax[tensor] = quantize_blocks(model->weights_fp8 + offset, w, OC, IC, forward_rows, b, s->recipe,
+                                          FP8_E4M3, s->margin, s->pow2_scales, stats, tensor);
+    if (s->recipe == FP8_RECIPE_MXFP8)
+        quantize_blocks(model->weights_fp8_t + offset, w, OC, IC, b, 1, s->recipe, FP8_E4M3, s->margin,
+                        s->pow2_scales, stats, tensor);
 }
 
 // After every change of the master weights: the BF16 copy and the FP8 weight casts (exact amax).
@@ -422,13 +503,19 @@ static void refresh_compute_weights(GPT *model) {
             size_t offset = param_offset(cfg, linear_weight_tensor(lin), l);
             size_t n = param_tensor_size(cfg, linear_weight_tensor(lin));
             int w = l * NUM_BLOCK_LINEARS + lin, tensor = model->fp8.num_tensors + w;
+            Fp8Stats *stats = &model->fp8.stats;
+            if (fp8_recipe_is_block(model->fp8.recipe)) {
+                cast_weight_blocks(model, lin, offset, tensor);
+                stats->scale[tensor] = fp8_block_scale(stats->amax[tensor], model->fp8.recipe, FP8_E4M3,
+                                                       model->fp8.margin, model->fp8.pow2_scales);
+                continue;
+            }
             float amax = abs_max(model->params + offset, n);
             float scale = fp8_compute_scale(amax, FP8_E4M3, model->fp8.margin);
             model->fp8.weight_scale[w] = scale;
-            model->fp8.stats.amax[tensor] = amax;
-            model->fp8.stats.scale[tensor] = scale;
-            quantize(model->weights_fp8 + offset, model->params + offset, n, scale, FP8_E4M3,
-                     &model->fp8.stats, tensor);
+            stats->amax[tensor] = amax;
+            stats->scale[tensor] = stats->scale_min[tensor] = stats->scale_max[tensor] = scale;
+            quantize(model->weights_fp8 + offset, model->params + offset, n, scale, FP8_E4M3, stats, tensor);
         }
     }
 }
@@ -462,6 +549,8 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->params = arena_take(arena, P);
     model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
     model->weights_fp8 = dtype == DTYPE_FLOAT8 ? arena_take(arena, P) : NULL;
+    model->weights_fp8_t =
+        dtype == DTYPE_FLOAT8 && model->fp8.recipe == FP8_RECIPE_MXFP8 ? arena_take(arena, P) : NULL;
     model->grads = arena_take(arena, P);
     size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= 4C) or Vp
     model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > 4 * C ? widest : 4 * C));
@@ -503,6 +592,9 @@ static void carve_buffers(GPT *model, Arena *arena) {
     g->dqkv = arena_take(arena, BT * 3 * C);
     g->dfch = arena_take(arena, BT * 4 * C);
     g->dout_q = dtype == DTYPE_FLOAT8 ? arena_take(arena, BT * 4 * C) : NULL;
+    g->dout_qc = dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)
+                     ? arena_take(arena, BT * 4 * C)
+                     : NULL;
     g->att_row = arena_take(arena, B * NH * T);
 }
 
@@ -519,14 +611,14 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->shards = shard_map(cfg, opts->zero_stage, dist->world_size, dist->rank);
     model->ways = model->shards.ways;
     model->shard_count = shard_size(cfg, opts->zero_stage, dist->world_size);
+    fp8_state_init(&model->fp8, cfg->num_layers, opts); // before the buffers: the recipe decides some
+    fp8_scales_from_history(&model->fp8);
     Arena arena = {NULL, 0};
     carve_buffers(model, &arena);
     model->memory = (float *)calloc_check(arena.used, sizeof(float), "model buffers");
     arena.base = model->memory;
     arena.used = 0;
     carve_buffers(model, &arena);
-    fp8_state_init(&model->fp8, cfg->num_layers, opts);
-    fp8_scales_from_history(&model->fp8);
 }
 
 static void gpt_free(GPT *model) {
@@ -613,6 +705,19 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     }
 }
 
+// A block recipe's cast of tensor `index`, x (rows, cols) with the reduction of the GEMM that reads it along
+// cols (tiles 1 x b) or, down_rows, along rows (tiles b x 1); in training (record) its amax and telemetry
+// are kept.
+static void cast_blocks(GPT *model, int index, const float *x, int rows, int cols, int down_rows, float *out,
+                        int record) {
+    Fp8State *s = &model->fp8;
+    int b = fp8_block_size(s->recipe);
+    float amax = quantize_blocks(out, x, rows, cols, down_rows ? b : 1, down_rows ? 1 : b, s->recipe,
+                                 fp8_tensor_format(s, index), s->margin, s->pow2_scales,
+                                 record ? &s->stats : NULL, index);
+    if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
+}
+
 // Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias, rounded to
 // storage. In float8 the input is cast to E4M3 into input_q (kept for the weight gradient) and the
 // GEMM multiplies FP8 values, its FP32 result divided by both scales.
@@ -623,7 +728,15 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
     int weight_tensor = linear_weight_tensor(linear);
     size_t weight_offset = param_offset(cfg, weight_tensor, layer);
     const float *bias = model->params_compute + param_offset(cfg, weight_tensor + 1, layer);
-    if (model->dtype == DTYPE_FLOAT8) {
+    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)) {
+        // tiles along IC for this GEMM into the scratch, along the tokens into input_q for the weight
+        // gradient
+        int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
+        float *x_tiles = model->dacts.dout_q;
+        cast_blocks(model, index, inp, N, IC, 0, x_tiles, record_amax);
+        cast_blocks(model, index, inp, N, IC, 1, input_q, record_amax);
+        gemm(model->gemm_pack, 0, 1, N, OC, IC, 1.0f, x_tiles, model->weights_fp8 + weight_offset, 0.0f, out);
+    } else if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
         float scale = fp8_cast(&model->fp8, model->dist, index, inp, (size_t)N * IC, input_q, record_amax);
@@ -654,7 +767,17 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
 #pragma omp parallel for
     for (int o = 0; o < OC; o++)
         for (int n = 0; n < N; n++) dbias[o] += dout[(size_t)n * OC + o];
-    if (model->dtype == DTYPE_FLOAT8) {
+    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)) {
+        // dout in tiles along OC for the data gradient, along the tokens for the weight gradient
+        int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
+        float *dout_q = model->dacts.dout_q, *dout_qc = model->dacts.dout_qc;
+        const float *w_dgrad =
+            model->fp8.recipe == FP8_RECIPE_MXFP8 ? model->weights_fp8_t : model->weights_fp8;
+        cast_blocks(model, index, dout, N, OC, 0, dout_q, 1);
+        cast_blocks(model, index, dout, N, OC, 1, dout_qc, 1);
+        gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f, dout_q, w_dgrad + weight_offset, 0.0f, dinp);
+        gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f, dout_qc, input_q, 1.0f, dweight);
+    } else if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
         float *dout_q = model->dacts.dout_q;
@@ -1130,8 +1253,15 @@ static float bf16_shadow_loss(GPT *model, const DataLoader *loader) {
 
 // The step's amax and last scale of each activation and gradient tensor, before the step ends.
 static void snapshot_fp8_stats(Fp8State *s) {
-    memcpy(s->stats.amax, s->amax_current, s->num_tensors * sizeof(float));
-    memcpy(s->stats.scale, s->scale, s->num_tensors * sizeof(float));
+    Fp8Stats *stats = &s->stats;
+    memcpy(stats->amax, s->amax_current, s->num_tensors * sizeof(float));
+    for (int t = 0; t < s->num_tensors; t++) {
+        if (fp8_recipe_is_block(s->recipe)) // the scale of the block holding the amax
+            stats->scale[t] = fp8_block_scale(s->amax_current[t], s->recipe, fp8_tensor_format(s, t),
+                                              s->margin, s->pow2_scales);
+        else
+            stats->scale[t] = stats->scale_min[t] = stats->scale_max[t] = s->scale[t];
+    }
 }
 
 // Every rank casts its own rows of the activations and gradients: their counters add up. (The weight
@@ -1165,6 +1295,7 @@ int main(int argc, char **argv) {
     else
         cfg = config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
+    check_fp8_recipe_shape(&opts, &cfg, B, T);
     if (opts.dry_run) { // the plan only: nothing is allocated, read or written
         int status = dry_run_report(&opts, &cfg, B, T, opts.world_size ? opts.world_size : dist.world_size);
         dist_finalize(&dist);

@@ -23,7 +23,7 @@ expect() { # expected-status description command...
 }
 compare=./test/build/compare_debug_state
 ./train_cpu "${model[@]}" --dtype float32 --debug_state "$tmp/f32.bin" >/dev/null
-for run in bfloat16:delayed float8:delayed float8:current; do
+for run in bfloat16:delayed float8:delayed float8:current float8:blockwise float8:mxfp8; do
     dtype="${run%%:*}" recipe="${run#*:}" name="${run/:/_}"
     ./train_cpu "${model[@]}" --dtype "$dtype" --fp8_recipe "$recipe" --debug_state "$tmp/$name.bin" >/dev/null
     ./train_cpu "${model[@]}" --dtype "$dtype" --fp8_recipe "$recipe" --debug_state "$tmp/${name}_again.bin" >/dev/null

@@ -260,9 +260,11 @@ static void test_format_constants(void) {
     check(&c,
           strcmp(fp8_format_name(FP8_E4M3), "e4m3") == 0 && strcmp(fp8_format_name(FP8_E5M2), "e5m2") == 0,
           "names");
-    check(&c, fp8_role_format(FP8_ROLE_INPUT) == FP8_E4M3, "input -> e4m3");
-    check(&c, fp8_role_format(FP8_ROLE_WEIGHT) == FP8_E4M3, "weight -> e4m3");
-    check(&c, fp8_role_format(FP8_ROLE_GRAD_OUTPUT) == FP8_E5M2, "grad_output -> e5m2");
+    check(&c, fp8_role_format(FP8_RECIPE_DELAYED, FP8_ROLE_INPUT) == FP8_E4M3, "input -> e4m3");
+    check(&c, fp8_role_format(FP8_RECIPE_DELAYED, FP8_ROLE_WEIGHT) == FP8_E4M3, "weight -> e4m3");
+    check(&c, fp8_role_format(FP8_RECIPE_DELAYED, FP8_ROLE_GRAD_OUTPUT) == FP8_E5M2, "grad_output -> e5m2");
+    check(&c, fp8_role_format(FP8_RECIPE_MXFP8, FP8_ROLE_GRAD_OUTPUT) == FP8_E4M3,
+          "mxfp8 grad_output -> e4m3");
     check(&c, FP8_RECIPE_DELAYED == 0 && FP8_RECIPE_CURRENT == 1, "recipe values");
     case_end(&c);
 }
@@ -483,7 +485,7 @@ static void test_delayed_update(void) {
 // Never launched: makes nvcc compile and warning-check the device side of every function in the header.
 __global__ void fp8_device_compile_check(const float *x, uint8_t *codes, float *out, float *hist, float *cur,
                                          float *scale) {
-    const Fp8Format f = fp8_role_format(FP8_ROLE_GRAD_OUTPUT);
+    const Fp8Format f = fp8_role_format(FP8_RECIPE_DELAYED, FP8_ROLE_GRAD_OUTPUT);
     codes[0] = fp8_from_float(x[0], f);
     codes[1] = fp8_quantize(x[1], scale[0], FP8_E4M3);
     out[0] = fp8_to_float(codes[0], f) + fp8_round(x[2], f) + fp8_quantize_value(x[3], scale[0], f);

@@ -39,7 +39,7 @@ static void test_counts(void) {
             float scale = trial == 0 ? 1.0f : 1.0f / (float)(1 + rng_next(&rng) % 1000);
             synthetic(x, N, saturating, flushing, f, scale, &rng);
             Fp8Stats stats;
-            fp8_stats_alloc(&stats, 1);
+            fp8_stats_alloc(&stats, 1, FP8_RECIPE_DELAYED);
             quantize(q, x, N, scale, f, &stats, 3);
             quantize(q, x, N, scale, f, &stats, 3); // a second cast (micro-batch) adds up
             char what[128];

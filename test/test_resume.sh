@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_resume.sh: a run that is stopped and resumed is bit-identical to a run that never stopped.
 #
-# For each dtype (float32, bfloat16, float8 delayed, float8 current), a d2 model, B=4, T=32, N=20 steps:
+# For each dtype (float32, bfloat16, float8 delayed, current, blockwise with power-of-two scales (C=128, its
+# tiles' multiple), mxfp8), a d2 model, B=4, T=32, N=20 steps:
 #  1. N/2 + resume: N steps straight (--ckpt_every 0) against N/2 steps (--steps 10) then a second
 #     invocation with --resume 1 and the same flags for N steps total. The schedule is constant after a
 #     4-step warmup, so that the learning rate does not depend on --steps.
@@ -51,8 +52,10 @@ declare -A EXTRA=(
     [bfloat16]="--dtype bfloat16 --total_batch_size 256 --train_data $TRAIN"
     [fp8_delayed]="--dtype float8 --fp8_recipe delayed --amax_history 4 --shuffle 1 --total_batch_size 256 --train_data $TRAIN"
     [fp8_current]="--dtype float8 --fp8_recipe current --train_data $TRAIN"
+    [fp8_blockwise]="--dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1 --channels 128 --heads 4 --train_data $TRAIN"
+    [fp8_mxfp8]="--dtype float8 --fp8_recipe mxfp8 --train_data $TRAIN"
 )
-DTYPES=(float32 bfloat16 fp8_delayed fp8_current)
+DTYPES=(float32 bfloat16 fp8_delayed fp8_current fp8_blockwise fp8_mxfp8)
 
 train() { # LOGNAME ARGS...: runs train_cpu, output to $TMP/LOGNAME.out; fails the check on a non-zero exit
     local out=$TMP/$1.out

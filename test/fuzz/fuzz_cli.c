@@ -1,6 +1,7 @@
 // test/fuzz/fuzz_cli.c: the command line (cli.h) and what the trainers derive from it before loading
 // anything: the input's NUL-separated words are argv[1..]; parse, validate, the model shape, sequence
-// length and accumulation, and the --dry_run memory plan (dry_run.h), whose report goes to /dev/null.
+// length, the block recipes' shape rule and accumulation, and the --dry_run memory plan (dry_run.h), whose
+// report goes to /dev/null.
 // --help and a bare command line print and exit by design, so they are not fed.
 #include "fuzz.h"
 
@@ -28,6 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!*opts.init_from) {
                 GPTConfig cfg = config_from_options(&opts);
                 int T = resolve_seq_len(&opts, &cfg);
+                check_fp8_recipe_shape(&opts, &cfg, opts.batch_size, T);
                 resolve_grad_accum_steps(&opts, T, 1);
                 if (opts.dry_run)
                     dry_run_report(&opts, &cfg, opts.batch_size, T, opts.world_size ? opts.world_size : 1);

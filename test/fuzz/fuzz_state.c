@@ -42,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         id->lr_schedule = (int)h[SH_LR_SCHEDULE];
         id->warmup_steps = (int)h[SH_WARMUP_STEPS];
         id->fp8_margin = (int)h[SH_FP8_MARGIN];
+        id->fp8_pow2_scales = (int)h[SH_FP8_POW2_SCALES];
         id->tokens_per_step = h[SH_TOKENS_PER_STEP];
         id->data_fingerprint = (uint64_t)h[SH_DATA_FINGERPRINT];
     }
