@@ -332,6 +332,57 @@ FP8_HD static inline float fp8_block_descale(float scale) {
 #endif
 }
 
+// Where cuBLASLt's block-scaled GEMMs (Hopper, cuBLAS 12.9+) read a K-major operand's dequantization
+// factors, for the operand stored row-major as (rows, K), reduced over K: 1 x 128 tiles (VEC128_32F) are
+// laid out tile column by tile column, each padded to a multiple of 4 rows (16 bytes); 128 x 128 blocks
+// (BLK128x128_32F) block row by block row, each padded to a multiple of 4 blocks. (Transformer Engine's
+// "GEMM-ready" layouts, which it hands to cuBLASLt unchanged.)
+FP8_HD static inline size_t fp8_round_up4(size_t x) {
+    return (x + 3) / 4 * 4;
+}
+
+FP8_HD static inline size_t fp8_tile_factors(size_t rows, size_t K) {
+    return K / FP8_BLOCKWISE_TILE * fp8_round_up4(rows);
+}
+
+FP8_HD static inline size_t fp8_tile_factor_index(size_t rows, size_t row, size_t k_tile) {
+    return k_tile * fp8_round_up4(rows) + row;
+}
+
+FP8_HD static inline size_t fp8_square_factors(size_t rows, size_t K) {
+    return (rows + FP8_BLOCKWISE_TILE - 1) / FP8_BLOCKWISE_TILE * fp8_round_up4(K / FP8_BLOCKWISE_TILE);
+}
+
+FP8_HD static inline size_t fp8_square_factor_index(size_t K, size_t row, size_t k_tile) {
+    return row / FP8_BLOCKWISE_TILE * fp8_round_up4(K / FP8_BLOCKWISE_TILE) + k_tile;
+}
+
+// MXFP8 (Blackwell, VEC32_UE8M0): one E8M0 byte per 1 x 32 block of the operand (rows, K), in tiles of 128
+// rows x 4 blocks (512 bytes), the tiles row-tile by row-tile with the K tiles contiguous, each tile
+// interleaved: row r's block b at (r % 32) * 16 + (r % 128 / 32) * 4 + b % 4. Rows pad to 128, blocks to 4.
+FP8_HD static inline size_t fp8_mx_tiles_along_k(size_t K) {
+    return (K / FP8_MX_BLOCK + 3) / 4;
+}
+
+FP8_HD static inline size_t fp8_mx_factors(size_t rows, size_t K) {
+    return (rows + 127) / 128 * fp8_mx_tiles_along_k(K) * 512;
+}
+
+FP8_HD static inline size_t fp8_mx_factor_index(size_t K, size_t row, size_t block) {
+    size_t tile = row / 128 * fp8_mx_tiles_along_k(K) + block / 4;
+    return tile * 512 + row % 32 * 16 + row % 128 / 32 * 4 + block % 4;
+}
+
+// Bytes of the dequantization factors of an operand (rows, K) cast in the recipe's 1-D tiles along K, and of
+// a weight (rows, K) (BLOCKWISE: its 128 x 128 blocks; MXFP8: 1-D tiles as well).
+FP8_HD static inline size_t fp8_tile_factor_bytes(int recipe, size_t rows, size_t K) {
+    return recipe == FP8_RECIPE_MXFP8 ? fp8_mx_factors(rows, K) : fp8_tile_factors(rows, K) * sizeof(float);
+}
+
+FP8_HD static inline size_t fp8_weight_factor_bytes(int recipe, size_t rows, size_t K) {
+    return recipe == FP8_RECIPE_MXFP8 ? fp8_mx_factors(rows, K) : fp8_square_factors(rows, K) * sizeof(float);
+}
+
 // E8M0, the MX scale format: eight exponent bits, value 2^(code - 127); code 0xFF is NaN. A power-of-two
 // factor 2^k, k in [-126, 127], has its float exponent field as its code.
 #define FP8_E8M0_NAN 0xFFu

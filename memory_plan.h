@@ -56,6 +56,7 @@ typedef enum {
     BUF_REDUCE_SCRATCH,
     // FP8 scaling state and small per-step values
     BUF_FP8_STATE,
+    BUF_FP8_BLOCK_SCALES, // block recipes: the block factors of every FP8 operand, the scale telemetry
     BUF_STEP,
     BUF_TOKENS,
     BUF_GEMM_WORKSPACE,
@@ -63,43 +64,14 @@ typedef enum {
 } BufferId;
 
 static const char *const BUFFER_NAMES[NUM_BUFFERS] = {
-    "params_fp32",
-    "grads_fp32",
-    "grad_shard",
-    "adam_m",
-    "adam_v",
-    "params_bf16",
-    "weights_fp8",
-    "weights_fp8_t",
-    "encoded",
-    "residual2",
-    "residual3",
-    "ln1_stats",
-    "ln2_stats",
-    "qkv",
-    "att_lse",
-    "fch",
-    "ln1",
-    "atty",
-    "ln2",
-    "fch_gelu",
-    "inputs_fp8_t",
-    "lnf",
-    "lnf_stats",
-    "logits",
-    "losses",
-    "dresidual",
-    "dc",
-    "dqkv",
-    "dfch",
-    "att_delta",
-    "cast_fp8",
-    "cast_fp8_t",
-    "reduce_scratch",
-    "fp8_state",
-    "step_state",
-    "tokens",
-    "gemm_workspace",
+    "params_fp32",  "grads_fp32",  "grad_shard",     "adam_m",    "adam_v",
+    "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",   "residual2",
+    "residual3",    "ln1_stats",   "ln2_stats",      "qkv",       "att_lse",
+    "fch",          "ln1",         "atty",           "ln2",       "fch_gelu",
+    "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",    "losses",
+    "dresidual",    "dc",          "dqkv",           "dfch",      "att_delta",
+    "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state", "fp8_block_scales",
+    "step_state",   "tokens",      "gemm_workspace",
 };
 
 // What --dry_run groups the buffers into.
@@ -144,6 +116,7 @@ static inline PlanGroup buffer_group(BufferId id) {
     case BUF_REDUCE_SCRATCH:
         return PLAN_BACKWARD_SCRATCH;
     case BUF_FP8_STATE:
+    case BUF_FP8_BLOCK_SCALES:
         return PLAN_FP8_STATE;
     case BUF_STEP:
     case BUF_TOKENS:
@@ -158,11 +131,14 @@ static inline PlanGroup buffer_group(BufferId id) {
 typedef struct {
     int dtype, B, T, history_len;
     int world_size, zero_stage, recompute;
+    int fp8_recipe;
 } PlanSettings;
 
 static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, int B, int T,
                                                       int world_size) {
-    PlanSettings s = {opts->dtype, B, T, opts->amax_history, world_size, opts->zero_stage, opts->recompute};
+    PlanSettings s = {
+        opts->dtype,     B, T, opts->amax_history, world_size, opts->zero_stage, opts->recompute,
+        opts->fp8_recipe};
     return s;
 }
 
@@ -196,6 +172,36 @@ static inline size_t fp8_state_floats(const GPTConfig *cfg, int history_len) {
     size_t tensors = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 2;
     size_t weights = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS;
     return tensors * ((size_t)history_len + 6) + weights * 3 + (tensors % 2) + (tensors + weights) * 4;
+}
+
+// The block recipes' factors (1/scale per block, fp8_scaling.h's layouts and sizes), in bytes. Offset of
+// linear `linear`'s W factors in one layer's (W's, then W^T's, per linear; linear = NUM_BLOCK_LINEARS: one
+// layer's size), and of its saved input transpose's (the operand (IC, K = tokens)) in one kept layer's.
+static inline size_t weight_factor_offset(const GPTConfig *cfg, int recipe, int linear) {
+    size_t offset = 0;
+    for (int lin = 0; lin < linear; lin++) {
+        size_t OC = linear_out_features(cfg, lin), IC = linear_in_features(cfg, lin);
+        offset += fp8_weight_factor_bytes(recipe, OC, IC) + fp8_weight_factor_bytes(recipe, IC, OC);
+    }
+    return offset;
+}
+
+static inline size_t input_factor_offset(const GPTConfig *cfg, int recipe, size_t N, int linear) {
+    size_t offset = 0;
+    for (int lin = 0; lin < linear; lin++)
+        offset += fp8_tile_factor_bytes(recipe, linear_in_features(cfg, lin), N);
+    return offset;
+}
+
+// Bytes of BUF_FP8_BLOCK_SCALES: the smallest and largest block scale per tensor and per weight (FP32,
+// telemetry); every layer's weight factors; every kept layer's saved input factors; the factors of the cast
+// scratch (up to (N, 4C), tiles along 4C) and of its transpose (up to (4C, N), tiles along the tokens).
+static inline size_t fp8_block_factor_bytes(const GPTConfig *cfg, int recipe, size_t N, size_t kept_layers) {
+    size_t L = cfg->num_layers, C = cfg->channels;
+    return 2 * L * NUM_BLOCK_LINEARS * 3 * sizeof(float) +
+           L * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS) +
+           kept_layers * input_factor_offset(cfg, recipe, N, NUM_BLOCK_LINEARS) +
+           fp8_tile_factor_bytes(recipe, N, 4 * C) + fp8_tile_factor_bytes(recipe, 4 * C, N);
 }
 
 // Elements of unit `unit` padded for the collectives: ways * chunk (dist.h).
@@ -293,6 +299,8 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     b[BUF_CAST_FP8_T] = fp8 ? N * 4 * C : 0;
     b[BUF_REDUCE_SCRATCH] = reduce_scratch_floats(cfg, s->B, s->T) * f32;
     b[BUF_FP8_STATE] = fp8_state_floats(cfg, s->history_len) * f32;
+    b[BUF_FP8_BLOCK_SCALES] =
+        fp8 && fp8_recipe_is_block(s->fp8_recipe) ? fp8_block_factor_bytes(cfg, s->fp8_recipe, N, kept) : 0;
     b[BUF_STEP] = 2 * PLAN_ALIGN; // StepParams, then StepResults at +PLAN_ALIGN (both well under 256 bytes)
     b[BUF_TOKENS] = (5 * N + 2) * sizeof(int); // inputs, targets, embedding-gradient buckets and their count
     b[BUF_GEMM_WORKSPACE] = GEMM_WORKSPACE_BYTES;

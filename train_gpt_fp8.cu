@@ -60,7 +60,7 @@
 
 typedef struct {
     GPTConfig config;
-    int dtype, recipe, margin, B, T, accum_steps;
+    int dtype, recipe, margin, pow2_scales, B, T, accum_steps;
     int histories_empty;   // delayed recipe: some tensor's amax history has no applied step yet (its casts
                            // measure)
     int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every kept layer are kept
@@ -87,6 +87,11 @@ typedef struct {
     bf16 *dresidual, *dc, *dqkv, *dfch;
     float *att_delta, *reduce_scratch;
     fp8 *cast_fp8, *cast_fp8_t;
+    // block recipes (memory_plan.h's fp8_block_factor_bytes): the smallest and largest block scale per
+    // tensor then per weight; W's and W^T's factors per layer and linear; the saved input transposes'
+    // factors per kept layer and linear; the factors of cast_fp8 and cast_fp8_t
+    float *block_scale_min, *block_scale_max;
+    char *weight_factors, *input_factors_t, *cast_factors, *cast_factors_t;
     // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count (1)
     int *tokens;
     Fp8DeviceState scaling;                        // the FP8 scaling state on the device
@@ -148,6 +153,7 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     model->dtype = opts->dtype;
     model->recipe = opts->fp8_recipe;
     model->margin = opts->fp8_margin;
+    model->pow2_scales = opts->fp8_pow2_scales;
     model->keeps_gemm_inputs = opts->dtype == DTYPE_BFLOAT16;
     model->fp8_weights = opts->dtype == DTYPE_FLOAT8;
     model->recompute = opts->recompute;
@@ -158,6 +164,23 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     gpt_shards(model, cfg, opts->zero_stage, comm);
     PlanSettings settings = plan_settings_from_options(opts, B, T, comm->world_size);
     memory_plan_compute(&model->plan, cfg, &settings);
+}
+
+// The block recipes' views of their buffer, in memory_plan.h's order (all NULL in other plans).
+static void carve_block_factors(GPT *model, char *base) {
+    if (model->plan.bytes[BUF_FP8_BLOCK_SCALES] == 0) return;
+    const GPTConfig *cfg = &model->config;
+    int recipe = model->recipe;
+    size_t counted = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 3, N = (size_t)model->B * model->T;
+    size_t kept = model->recompute ? 1 : cfg->num_layers, C = cfg->channels;
+    model->block_scale_min = (float *)base;
+    model->block_scale_max = model->block_scale_min + counted;
+    model->weight_factors = (char *)(model->block_scale_max + counted);
+    model->input_factors_t =
+        model->weight_factors + cfg->num_layers * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS);
+    model->cast_factors =
+        model->input_factors_t + kept * input_factor_offset(cfg, recipe, N, NUM_BLOCK_LINEARS);
+    model->cast_factors_t = model->cast_factors + fp8_tile_factor_bytes(recipe, N, 4 * C);
 }
 
 // Every device pointer of the model, carved out of memory (the plan's total bytes) by the plan, and
@@ -199,6 +222,7 @@ static void gpt_carve(GPT *model, char *memory) {
     model->cast_fp8 = (fp8 *)plan_ptr(model, BUF_CAST_FP8);
     model->cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
     model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
+    carve_block_factors(model, (char *)plan_ptr(model, BUF_FP8_BLOCK_SCALES));
     model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
     fp8_state_views(&model->scaling, (float *)plan_ptr(model, BUF_FP8_STATE), model->config.num_layers,
                     model->plan.settings.history_len);
@@ -220,6 +244,14 @@ static void fill_unrecorded_histories(GPT *model) {
 // One allocation of the plan's size, carved by gpt_carve, and the model's host side (pinned staging,
 // events, streams, cuBLASLt); says how much device memory that allocation really took (NCCL's and
 // cuBLASLt's own buffers are outside the plan).
+// Blockwise: fresh block-scale telemetry (smallest +inf, largest 0), as the CPU's fp8_stats_reset.
+static void reset_block_scale_stats(GPT *model) {
+    if (!model->block_scale_min) return;
+    size_t counted = (size_t)model->scaling.num_tensors + model->scaling.num_weights;
+    launch<fill_floats_kernel>({1, 256, 0, model->stream}, model->block_scale_min, INFINITY, counted);
+    cuda_check(cudaMemsetAsync(model->block_scale_max, 0, counted * sizeof(float), model->stream));
+}
+
 static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
                       int accum_steps, const Comm *comm) {
     gpt_plan(model, cfg, opts, B, T, accum_steps, comm);
@@ -255,6 +287,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaStreamCreate(&model->stream));
     cuda_check(cudaStreamCreate(&model->comm_stream));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
+    reset_block_scale_stats(model);
     size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
     if (layernorm_backward_scratch_floats((int)N, cfg->channels) > scratch ||
         bias_backward_scratch_floats((int)N, 4 * cfg->channels) > scratch ||
@@ -352,14 +385,59 @@ static fp8 *weight_fp8_t(GPT *model, int layer, int linear) {
     return model->weights_fp8_t + linear_weight_offset_fp8(&model->config, stored, linear);
 }
 
+// Block recipes: the factors of W (OC, IC) as the operand (OC, K = IC), or of W^T as (IC, K = OC) (blockwise:
+// the same 128x128 blocks; mxfp8: 1x32 tiles along OC, a cast of its own).
+static char *weight_factors(GPT *model, int layer, int linear, int transposed) {
+    const GPTConfig *cfg = &model->config;
+    int recipe = model->recipe;
+    char *w = model->weight_factors + layer * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS) +
+              weight_factor_offset(cfg, recipe, linear);
+    if (!transposed) return w;
+    return w +
+           fp8_weight_factor_bytes(recipe, linear_out_features(cfg, linear), linear_in_features(cfg, linear));
+}
+
 // ----------------------------------------------------------------------------
 // Weights: the BF16 copy and the FP8 casts follow every change of the master weights
+
+// Block recipes, ZeRO-0. Blockwise: W in 128x128 blocks of E4M3 with their factors (also as W^T's), then W^T;
+// mxfp8: W in 1x32 tiles along IC, and W^T from 32x1 tiles down OC. The weight amaxes (the max over the
+// blocks) and telemetry as cast_weights'.
+static void cast_weight_blocks(GPT *model) {
+    const GPTConfig *cfg = &model->config;
+    Fp8DeviceState *s = &model->scaling;
+    cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->stream));
+    for (int l = 0; l < cfg->num_layers; l++) {
+        for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+            int w = l * NUM_BLOCK_LINEARS + lin, t = s->num_tensors + w, OC = linear_out_features(cfg, lin),
+                IC = linear_in_features(cfg, lin);
+            BlockRecord rec = {&s->weight_amax[w], model->comm.rank == 0 ? &s->counts[2 * t] : NULL,
+                               &model->block_scale_min[t], &model->block_scale_max[t]};
+            const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
+            fp8 *w_q = weight_fp8(model, l, lin), *w_q_t = weight_fp8_t(model, l, lin);
+            if (model->recipe == FP8_RECIPE_MXFP8) {
+                block_cast<float>(FP8_RECIPE_MXFP8, w_q, weight_factors(model, l, lin, 0), w_q_t,
+                                  weight_factors(model, l, lin, 1), rec, master, OC, IC, FP8_E4M3,
+                                  model->margin, 0, model->stream);
+                continue;
+            }
+            block_cast_square<float>(w_q, (float *)weight_factors(model, l, lin, 0),
+                                     (float *)weight_factors(model, l, lin, 1), rec, master, OC, IC,
+                                     model->margin, model->pow2_scales, model->stream);
+            transpose_bytes(w_q_t, w_q, OC, IC, model->stream);
+        }
+    }
+}
 
 // ZeRO-0: exact amax of each FP32 master weight, its scale, and W, W^T in E4M3. Every rank holds the same
 // weights, so rank 0 alone counts their saturated and flushed values (the counters are summed over ranks).
 static void cast_weights(GPT *model) {
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
+    if (fp8_recipe_is_block(model->recipe)) {
+        cast_weight_blocks(model);
+        return;
+    }
     for (int l = 0; l < cfg->num_layers; l++) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
             int w = l * NUM_BLOCK_LINEARS + lin, OC = linear_out_features(cfg, lin),
@@ -517,13 +595,41 @@ static void refresh_compute_weights(GPT *model) {
 // Linear layers: forward and backward side by side, BF16 or FP8
 
 static GemmOperand bf16_operand(const bf16 *data) {
-    GemmOperand op = {data, CUDA_R_16BF, NULL};
+    GemmOperand op = {data, CUDA_R_16BF, NULL, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
     return op;
 }
 
-static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const float *descale) {
-    GemmOperand op = {data, format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2, descale};
+static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const void *descale) {
+    GemmOperand op = {data, format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2, descale,
+                      CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
     return op;
+}
+
+// Block recipes: an FP8 operand with its factors, as the recipe's activations and gradients (1-D tiles along
+// K: VEC128_32F, or mxfp8's VEC32_UE8M0) or weights (blockwise: 128x128 blocks, BLK128x128_32F).
+static GemmOperand block_operand(const fp8 *data, Fp8Format format, const void *factors, int recipe,
+                                 int weight) {
+    GemmOperand op = fp8_operand(data, format, factors);
+    if (recipe == FP8_RECIPE_MXFP8)
+        op.scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    else
+        op.scale_mode =
+            weight ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    return op;
+}
+
+// Block recipes: the casts of tensor `index`, x (rows, cols), into out (tiles along cols) and/or out_t (tiles
+// along the rows, transposed), with their factors; in training (record) its amax and telemetry, as the
+// CPU's cast_blocks.
+static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, void *factors,
+                           fp8 *out_t, void *factors_t, int record, Fp8Format format) {
+    Fp8DeviceState *s = &model->scaling;
+    BlockRecord rec = {NULL, NULL, NULL, NULL};
+    if (record)
+        rec = {&s->amax_current[index], &s->counts[2 * index], &model->block_scale_min[index],
+               &model->block_scale_max[index]};
+    block_cast<bf16>(model->recipe, out, factors, out_t, factors_t, rec, x, rows, cols, format, model->margin,
+                     model->pow2_scales, model->stream);
 }
 
 // Casts x (rows, cols) with the scale of tensor `index` into out / out_t. delayed: this step's scale, or
@@ -569,13 +675,33 @@ static fp8 *saved_input_t(GPT *model, int layer, int linear) {
     return model->inputs_fp8_t + ((size_t)kept_layer(model, layer) * 7 + column_offset[linear]) * C * N;
 }
 
+// Block recipes: the factors of saved_input_t, the operand (IC, K = N) in tiles along the tokens.
+static char *saved_input_factors_t(GPT *model, int layer, int linear) {
+    const GPTConfig *cfg = &model->config;
+    size_t N = (size_t)model->B * model->T;
+    return model->input_factors_t +
+           (size_t)kept_layer(model, layer) * input_factor_offset(cfg, model->recipe, N, NUM_BLOCK_LINEARS) +
+           input_factor_offset(cfg, model->recipe, N, linear);
+}
+
 // out (N,OC) = inp (N,IC) . W^T + bias
 static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf16 *inp, int record_amax) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
     const bf16 *bias = weight_bf16(model, weight_tensor + 1, layer);
-    if (model->dtype == DTYPE_FLOAT8) {
+    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
+        // tiles along IC for this GEMM, along the tokens into the saved transpose for the weight gradient
+        int index = fp8_tensor_index(layer, linear, 0), recipe = model->recipe;
+        fp8_block_cast(model, index, inp, N, IC, model->cast_fp8, model->cast_factors,
+                       saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear),
+                       record_amax, FP8_E4M3);
+        gemm(&model->gemm, out, CUDA_R_16BF,
+             block_operand(model->cast_fp8, FP8_E4M3, model->cast_factors, recipe, 0), 0,
+             block_operand(weight_fp8(model, layer, linear), FP8_E4M3,
+                           weight_factors(model, layer, linear, 0), recipe, 1),
+             1, N, OC, IC, bias, 0, 0, model->stream);
+    } else if (model->dtype == DTYPE_FLOAT8) {
         int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
         fp8_cast(model, index, inp, N, IC, model->cast_fp8, saved_input_t(model, layer, linear), record_amax,
                  FP8_E4M3);
@@ -594,6 +720,12 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
 static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp) {
     if (model->dtype != DTYPE_FLOAT8) return;
     int N = model->B * model->T, IC = linear_in_features(&model->config, linear);
+    if (fp8_recipe_is_block(model->recipe)) {
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, NULL, NULL,
+                       saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear), 0,
+                       FP8_E4M3);
+        return;
+    }
     fp8_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, NULL, saved_input_t(model, layer, linear),
              0, FP8_E4M3);
 }
@@ -607,7 +739,25 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
     float *dweight = grad_of(model, weight_tensor, layer);
     float *dbias = grad_of(model, weight_tensor + 1, layer);
     bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
-    if (model->dtype == DTYPE_FLOAT8) {
+    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
+        // dout in tiles along OC for the data gradient, along the tokens (transposed) for the weight gradient
+        int index = fp8_tensor_index(layer, linear, 1), recipe = model->recipe;
+        Fp8Format format = fp8_role_format(recipe, FP8_ROLE_GRAD_OUTPUT);
+        fp8_block_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_factors, model->cast_fp8_t,
+                       model->cast_factors_t, 1, format);
+        // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
+        gemm(&model->gemm, dinp, CUDA_R_16BF,
+             block_operand(model->cast_fp8, format, model->cast_factors, recipe, 0), 0,
+             block_operand(weight_fp8_t(model, layer, linear), FP8_E4M3,
+                           weight_factors(model, layer, linear, 1), recipe, 1),
+             1, N, IC, OC, NULL, 0, 0, model->stream);
+        // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
+        gemm(&model->gemm, dweight, CUDA_R_32F,
+             block_operand(model->cast_fp8_t, format, model->cast_factors_t, recipe, 0), 0,
+             block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
+                           saved_input_factors_t(model, layer, linear), recipe, 0),
+             1, OC, IC, N, NULL, 1, 0, model->stream);
+    } else if (model->dtype == DTYPE_FLOAT8) {
         int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
         int input_index = fp8_tensor_index(layer, linear, 0);
         fp8_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_fp8_t, 1, FP8_E5M2);
@@ -1191,14 +1341,28 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     copy_to_host(stats->scale + n, s->weight_scale, w * sizeof(float));
     copy_to_host(counts, s->counts, num_counts * sizeof(unsigned long long));
     cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->stream));
-    size_t N = (size_t)model->B * model->T * model->accum_steps * model->comm.world_size;
+    int block = fp8_recipe_is_block(model->recipe), weight_casts = model->recipe == FP8_RECIPE_MXFP8 ? 2 : 1;
+    if (block) { // each tensor's spread of block scales; its scale is that of the block holding its amax
+        copy_to_host(stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
+        copy_to_host(stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));
+        reset_block_scale_stats(model);
+    }
+    // block recipes cast each activation and gradient twice (tiles along each GEMM's reduction), mxfp8 each
+    // weight too
+    size_t N = (size_t)model->B * model->T * model->accum_steps * model->comm.world_size * (block ? 2 : 1);
     for (int t = 0; t < n + w; t++) {
         int linear = t < n ? (t / 2) % NUM_BLOCK_LINEARS : (t - n) % NUM_BLOCK_LINEARS;
         size_t OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-        stats->scale_min[t] = stats->scale_max[t] = stats->scale[t]; // one scale per tensor
+        Fp8Role role = t < n && (t % 2) ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT;
+        if (block)
+            stats->scale[t] =
+                fp8_block_scale(stats->amax[t], model->recipe, fp8_role_format(model->recipe, role),
+                                model->margin, model->pow2_scales);
+        else
+            stats->scale_min[t] = stats->scale_max[t] = stats->scale[t]; // one scale per tensor
         stats->saturated[t] = counts[2 * t];
         stats->flushed[t] = counts[2 * t + 1];
-        stats->elements[t] = t >= n ? OC * IC : (t % 2) ? N * OC : N * IC;
+        stats->elements[t] = t >= n ? weight_casts * OC * IC : (t % 2) ? N * OC : N * IC;
     }
     free(counts);
 }
@@ -1308,6 +1472,17 @@ static void select_device(const Dist *dist, cudaDeviceProp *props) {
     cuda_check(cudaGetDeviceProperties(props, device));
 }
 
+// What the block recipes need of the CUDA trainer: ZeRO-0 (a weight block would span the ranks' shards of
+// ZeRO-1/3). The device's own limits (blockwise: Hopper's modes; mxfp8: Blackwell's) are checked once it is
+// known.
+static void check_gpu_recipe(const TrainOptions *opts) {
+    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && opts->zero_stage != 0)
+        fail("--fp8_recipe %s: needs --zero_stage 0 in the CUDA trainer for now (a weight block spans the "
+             "ranks' "
+             "shards with ZeRO-%d)",
+             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", opts->zero_stage);
+}
+
 #ifndef TRAIN_GPT_FP8_NO_MAIN // test/test_plan_bounds.cu includes this file for its host functions
 int main(int argc, char **argv) {
     Dist dist;
@@ -1322,10 +1497,7 @@ int main(int argc, char **argv) {
     GPTConfig cfg = *opts.init_from ? read_model_config(opts.init_from) : config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
     check_fp8_recipe_shape(&opts, &cfg, B, T);
-    if (opts.dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts.fp8_recipe))
-        fail("--fp8_recipe %s: the CUDA trainer has per-tensor recipes only so far (delayed, current); "
-             "train_cpu runs the block recipes",
-             opts.fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise");
+    check_gpu_recipe(&opts);
     if (opts.dry_run) { // the plan only: nothing is allocated, read or written
         int status = dry_run_report(&opts, &cfg, B, T, opts.world_size ? opts.world_size : dist.world_size);
         dist_finalize(&dist);
@@ -1364,6 +1536,16 @@ int main(int argc, char **argv) {
     if (opts.dtype == DTYPE_FLOAT8 && props.major * 10 + props.minor < 89)
         fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name,
              props.major, props.minor);
+    if (opts.dtype == DTYPE_FLOAT8 && opts.fp8_recipe == FP8_RECIPE_BLOCKWISE && props.major != 9)
+        fail("--fp8_recipe blockwise: %s (sm_%d%d): cuBLASLt's 1x128/128x128 block scaling runs on Hopper "
+             "(sm_90) "
+             "only (mxfp8 is Blackwell's)",
+             props.name, props.major, props.minor);
+    if (opts.dtype == DTYPE_FLOAT8 && opts.fp8_recipe == FP8_RECIPE_MXFP8 && props.major < 10)
+        fail("--fp8_recipe mxfp8: %s (sm_%d%d): cuBLASLt's MXFP8 GEMMs (VEC32_UE8M0) need Blackwell (sm_100) "
+             "or "
+             "newer (blockwise runs on Hopper; train_cpu runs every recipe)",
+             props.name, props.major, props.minor);
     Comm comm;
     comm_init(&comm, &dist, opts.output_dir);
     struct stat output_stat;

@@ -19,8 +19,20 @@
 //     covering its matrix, FP8 operands 16-byte aligned, each pointer at least as aligned as the
 //     algorithm assumes; A/B scale pointers only with FP8 operands; the workspace at least what the
 //     algorithm asks for. It then queues the product on the stream.
+//   - block scaling (CUBLASLT_MATMUL_DESC_[AB]_SCALE_MODE, cuBLAS 12.9+), both operands block-scaled, FP8,
+//     no fast accumulation, scale tensors 16-byte aligned and covering their layout. On sm_90:
+//     VEC128_32F (one FP32 factor per 128 elements of a row along K) and BLK128x128_32F (one per 128 x 128
+//     block), never both 2-D, K a multiple of 128; for an operand whose other dimension is R, VEC128's
+//     factor of (r, k-block t) at t * roundup(R, 4) + r, BLK128x128's of (r-block, t) at
+//     (r / 128) * roundup(K / 128, 4) + t (the layouts Transformer Engine's "GEMM-ready" format hands
+//     cuBLASLt). On sm_100 (CUDA_EMU_DEVICE=b200): VEC32_UE8M0 (MXFP8: one E8M0 byte, 2^(code - 127), per
+//     32 elements along K), K a multiple of 32, the bytes in tiles of 128 rows x 4 blocks (rows padded to
+//     128, blocks to 4), tile (r / 128, t / 4) at ((r / 128) * ceil(K / 128) + t / 4) * 512, byte
+//     (r % 32) * 16 + (r % 128 / 32) * 4 + t % 4 within it (cuBLAS's documented MX layout). The product
+//     sums each block of K in FP32 and adds it times the two factors to an FP32 accumulator, as the
+//     block-scaled kernels promote each block.
 // Not emulated (refused with CUBLAS_STATUS_NOT_SUPPORTED): other compute types, FP8 or FP16 outputs,
-// epilogues beyond BIAS, batches, row-major orders.
+// epilogues beyond BIAS, batches, row-major orders, the other scale modes (VEC16_UE4M3, OUTER_VEC_32F).
 #include <stdio.h>
 #include <string.h>
 
@@ -44,6 +56,7 @@ struct cublasLtMatmulDescOpaque_t {
     const void *bias;
     int32_t bias_type; // -1: the default, D's type
     const void *a_scale, *b_scale, *c_scale, *d_scale, *amax_d;
+    int32_t a_scale_mode, b_scale_mode; // cublasLtMatmulMatrixScale_t
     int8_t fast_accum;
 };
 
@@ -118,6 +131,8 @@ uint64_t problem_key(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLa
     k = k * 4 + (uint64_t)d->trans_b;
     k = k * 1024 + d->epilogue;
     k = k * 64 + (uint64_t)(d->bias_type + 1);
+    k = k * 8 + (uint64_t)d->a_scale_mode;
+    k = k * 8 + (uint64_t)d->b_scale_mode;
     return k;
 }
 
@@ -170,7 +185,82 @@ size_t extent(const cublasLtMatrixLayoutOpaque_t *l) {
     return ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_size(l->type);
 }
 
-// The checks of the heuristic; a message and the status when the problem has no algorithm.
+bool is_block_mode(int32_t mode) {
+    return mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ||
+           mode == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F ||
+           mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+}
+
+// Elements of K that share one factor.
+uint64_t scale_block(int32_t mode) {
+    return mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 ? 32 : 128;
+}
+
+uint64_t round_up(uint64_t x, uint64_t to) {
+    return (x + to - 1) / to * to;
+}
+
+// Bytes of the scale tensor of an operand whose other dimension is `other`, reduced over k.
+uint64_t scale_bytes(int32_t mode, uint64_t other, uint64_t k) {
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0) return round_up(other, 128) * round_up(k / 32, 4);
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return (k / 128) * round_up(other, 4) * 4;
+    return (other + 127) / 128 * round_up(k / 128, 4) * 4;
+}
+
+// The factor of element (r, k-block t) of such an operand.
+float scale_factor(int32_t mode, const void *scales, uint64_t other, uint64_t k, uint64_t r, uint64_t t) {
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0) {
+        uint64_t tile = r / 128 * ((k / 32 + 3) / 4) + t / 4;
+        uint8_t code = ((const uint8_t *)scales)[tile * 512 + r % 32 * 16 + r % 128 / 32 * 4 + t % 4];
+        return code == 0xFF ? NAN : ldexpf(1.0f, (int)code - 127);
+    }
+    const float *f = (const float *)scales;
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) return f[t * round_up(other, 4) + r];
+    return f[r / 128 * round_up(k / 128, 4) + t];
+}
+
+// The block-scaling rules of the heuristic (see the top of the file).
+cublasStatus_t check_scale_modes(const cublasLtMatmulDescOpaque_t *d, bool fp8, uint64_t k) {
+    const int32_t modes[2] = {d->a_scale_mode, d->b_scale_mode};
+    if (modes[0] == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F &&
+        modes[1] == CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+        return CUBLAS_STATUS_SUCCESS;
+    const bool blackwell = emu::compute_capability() >= 100;
+    for (int i = 0; i < 2; i++) {
+        const bool mx = modes[i] == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+        if (modes[i] != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F &&
+            (!is_block_mode(modes[i]) || mx != blackwell)) {
+            emu::explain("cuBLASLt: %c scale mode %d is not emulated on this sm_%d device (%s)", "AB"[i],
+                         (int)modes[i], emu::compute_capability(),
+                         blackwell ? "VEC32_UE8M0 is; VEC128_32F and BLK128x128_32F are sm_90's"
+                                   : "VEC128_32F and BLK128x128_32F are; VEC32_UE8M0 needs sm_100");
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+    }
+    if (!fp8 || !is_block_mode(modes[0]) || !is_block_mode(modes[1])) {
+        emu::explain("cuBLASLt: scale modes A %d, B %d: block scaling needs FP8 operands, both block-scaled",
+                     (int)modes[0], (int)modes[1]);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (modes[0] == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F &&
+        modes[1] == CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F) {
+        emu::explain("cuBLASLt: BLK128x128_32F on both operands: 2-D x 2-D block scaling is not supported "
+                     "(1-D x 1-D, 1-D x 2-D and 2-D x 1-D are)");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (k % scale_block(modes[0])) {
+        emu::explain("cuBLASLt: block scaling with k = %llu, not a multiple of its %llu-element blocks",
+                     (unsigned long long)k, (unsigned long long)scale_block(modes[0]));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->fast_accum) {
+        emu::explain("cuBLASLt: block scaling with CUBLASLT_MATMUL_DESC_FAST_ACCUM: block-scaled kernels "
+                     "promote every block, fast accumulation does not apply");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLayoutOpaque_t *a,
                              const cublasLtMatrixLayoutOpaque_t *b, const cublasLtMatrixLayoutOpaque_t *c,
                              const cublasLtMatrixLayoutOpaque_t *dl) {
@@ -233,6 +323,7 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLt
     }
     const uint64_t m = dl->rows, n = dl->cols;
     const uint64_t k = d->trans_a == CUBLAS_OP_N ? a->cols : a->rows;
+    cublasStatus_t status;
     const bool a_ok = d->trans_a == CUBLAS_OP_N ? a->rows == m : a->cols == m;
     const bool b_ok =
         d->trans_b == CUBLAS_OP_N ? (b->rows == k && b->cols == n) : (b->cols == k && b->rows == n);
@@ -245,6 +336,8 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLt
             (unsigned long long)m, (unsigned long long)n, d->trans_a, d->trans_b);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
+    status = check_scale_modes(d, fp8, k);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
     for (int i = 0; i < 4; i++)
         if (layouts[i]->ld < (int64_t)layouts[i]->rows || layouts[i]->ld < 1) {
             emu::explain("cuBLASLt: matrix %c has leading dimension %lld below its %llu rows", "ABCD"[i],
@@ -270,13 +363,35 @@ struct Product {
     int64_t lda, ldb, ldc, ldd;
     const void *A, *B, *C, *bias;
     void *D;
-    const float *a_scale, *b_scale;
+    const void *a_scale, *b_scale; // FP32 (scalar, VEC128, BLK128x128) or E8M0 bytes (VEC32_UE8M0)
+    int32_t a_scale_mode, b_scale_mode;
     float alpha, beta;
 };
 
+// Block-scaled: the FP32 sum of each block of k (128 or 32 elements), times A's factor of (i, block) and
+// B's of (j, block), into an FP32 accumulator in block order.
+float block_scaled_dot(const Product &p, const float *a, const float *b, uint64_t i, uint64_t j) {
+    const uint64_t block = scale_block(p.a_scale_mode);
+    float acc = 0.0f;
+    for (uint64_t t = 0; t < p.k / block; t++) {
+        float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (uint64_t kk = t * block; kk < (t + 1) * block; kk += 8)
+            for (int l = 0; l < 8; l++) partial[l] += a[kk + l] * b[kk + l];
+        float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                    ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+        float factor = scale_factor(p.a_scale_mode, p.a_scale, p.m, p.k, i, t) *
+                       scale_factor(p.b_scale_mode, p.b_scale, p.n, p.k, j, t);
+        acc += factor * sum;
+    }
+    return acc;
+}
+
 // The product itself, when the stream reaches it: one column of D per task.
 void run_product(const Product &p) {
-    const float scale = p.alpha * (p.a_scale ? *p.a_scale : 1.0f) * (p.b_scale ? *p.b_scale : 1.0f);
+    const bool block = is_block_mode(p.a_scale_mode);
+    const float scale = block ? p.alpha
+                              : p.alpha * (p.a_scale ? *(const float *)p.a_scale : 1.0f) *
+                                    (p.b_scale ? *(const float *)p.b_scale : 1.0f);
     std::vector<float> a_rows(p.m * p.k); // op(A) row i, contiguous in k
     for (uint64_t i = 0; i < p.m; i++)
         for (uint64_t kk = 0; kk < p.k; kk++)
@@ -290,6 +405,13 @@ void run_product(const Product &p) {
                                                      : element(p.B, p.b_type, p.ldb, j, kk);
             for (uint64_t i = 0; i < p.m; i++) {
                 const float *a = &a_rows[i * p.k];
+                if (block) {
+                    float v = scale * block_scaled_dot(p, a, b_col.data(), i, j);
+                    if (p.beta != 0.0f) v += p.beta * element(p.C, p.c_type, p.ldc, i, j);
+                    if (p.bias) v += element(p.bias, p.bias_type, 1, i, 0);
+                    store(p.D, p.d_type, p.ldd, i, j, v);
+                    continue;
+                }
                 float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
                 uint64_t kk = 0;
                 for (; kk + 8 <= p.k; kk += 8)
@@ -368,6 +490,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         return set_value(&d->amax_d, buf, size);
     case CUBLASLT_MATMUL_DESC_FAST_ACCUM:
         return set_value(&d->fast_accum, buf, size);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_MODE:
+        return set_value(&d->a_scale_mode, buf, size);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_MODE:
+        return set_value(&d->b_scale_mode, buf, size);
     default:
         emu::explain("cublasLtMatmulDescSetAttribute: attribute %d is not emulated", (int)attr);
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -535,12 +661,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
         if (status != CUBLAS_STATUS_SUCCESS) return status;
     }
     const void *scales[2] = {desc->a_scale, desc->b_scale};
-    for (int i = 0; i < 2; i++)
-        if (scales[i] && !emu::is_device_range(scales[i], sizeof(float))) {
+    const int32_t modes[2] = {desc->a_scale_mode, desc->b_scale_mode};
+    const uint64_t k = desc->trans_a == CUBLAS_OP_N ? a->cols : a->rows, others[2] = {d->rows, d->cols};
+    for (int i = 0; i < 2; i++) {
+        if (is_block_mode(modes[i])) {
+            status = check_pointer("AB"[i], scales[i], scale_bytes(modes[i], others[i], k), 16,
+                                   "its block scale tensor needs");
+            if (status != CUBLAS_STATUS_SUCCESS) return status;
+        } else if (scales[i] && !emu::is_device_range(scales[i], sizeof(float))) {
             emu::explain("cublasLtMatmul: the %c scale pointer %s is not device memory", "AB"[i],
                          emu::describe_address(scales[i]).c_str());
             return CUBLAS_STATUS_INVALID_VALUE;
         }
+    }
     if (workspace_bytes < algo.workspace ||
         (algo.workspace && !emu::is_device_range(workspace, algo.workspace))) {
         emu::explain(
@@ -555,7 +688,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     p.lda = a->ld, p.ldb = b->ld, p.ldc = c->ld, p.ldd = d->ld;
     p.A = A, p.B = B, p.C = C, p.D = D;
     p.bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL;
-    p.a_scale = (const float *)desc->a_scale, p.b_scale = (const float *)desc->b_scale;
+    p.a_scale = desc->a_scale, p.b_scale = desc->b_scale;
+    p.a_scale_mode = desc->a_scale_mode, p.b_scale_mode = desc->b_scale_mode;
     cudaError_t err = emu::enqueue(stream, emu::OP_MATMUL, [p] { run_product(p); });
     return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

@@ -40,6 +40,10 @@ void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)> 
 // The name of the function at address (from the executable's symbol table), or its address.
 std::string function_name(const void *address);
 
+// The emulated device's compute capability x 10: 90 (an H200, the default) or 100 (CUDA_EMU_DEVICE=b200, a
+// Blackwell: the same device with the architecture whose library paths differ, cuBLASLt's scale modes).
+int compute_capability(void);
+
 // The MPI rank of this process once MPI is initialised (for messages), else -1.
 int process_rank(void);
 

@@ -62,6 +62,7 @@ struct Settings {
     size_t stack_bytes;      // CUDA_EMU_STACK_KB: each CUDA thread's stack
     const char *report_path; // CUDA_EMU_REPORT: where the end-of-run report goes
     int drop_wait_site;      // CUDA_EMU_DROP_WAIT_SITE: a test's planted fault (see cudaStreamWaitEvent)
+    bool blackwell;          // CUDA_EMU_DEVICE=b200: compute capability 10.0 (else h200: 9.0)
 };
 
 static Settings read_settings(void) {
@@ -104,12 +105,20 @@ static Settings read_settings(void) {
     s.report_path = getenv("CUDA_EMU_REPORT");
     const char *drop = getenv("CUDA_EMU_DROP_WAIT_SITE");
     s.drop_wait_site = drop && *drop ? atoi(drop) : 0;
+    const char *device_name = getenv("CUDA_EMU_DEVICE");
+    if (device_name && *device_name && strcmp(device_name, "h200") && strcmp(device_name, "b200"))
+        fatal("CUDA_EMU_DEVICE=%s: not h200 or b200", device_name);
+    s.blackwell = device_name && !strcmp(device_name, "b200");
     return s;
 }
 
 static const Settings &settings(void) {
     static Settings s = read_settings();
     return s;
+}
+
+int compute_capability(void) {
+    return settings().blackwell ? 100 : 90;
 }
 
 int process_rank(void) {
@@ -1593,7 +1602,8 @@ cudaError_t cudaGetDevice(int *device) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
     if (device != 0) return set_error(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof(*prop));
-    snprintf(prop->name, sizeof(prop->name), "NVIDIA H200 (CPU emulation)");
+    snprintf(prop->name, sizeof(prop->name), "NVIDIA %s (CPU emulation)",
+             settings().blackwell ? "B200" : "H200");
     prop->totalGlobalMem = DEVICE_TOTAL_BYTES;
     prop->sharedMemPerBlock = DEFAULT_DYNAMIC_SHARED;
     prop->sharedMemPerBlockOptin = MAX_DYNAMIC_SHARED;
@@ -1605,7 +1615,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
         prop->maxThreadsDim[d] = (int)MAX_BLOCK_DIM[d];
         prop->maxGridSize[d] = (int)MAX_GRID_DIM[d];
     }
-    prop->major = 9;
+    prop->major = emu::compute_capability() / 10;
     prop->minor = 0;
     prop->multiProcessorCount = 132;
     prop->maxThreadsPerMultiProcessor = 2048;

@@ -21,10 +21,15 @@ static inline void cublas_check_at(cublasStatus_t status, const char *what, cons
         fail("cuBLASLt: %s: status %d (%s:%d)", what, (int)status, file, line);
 }
 
+// Block-scaled FP8: descale points to one factor per 1 x 128 tile (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)
+// or per 128 x 128 block (BLK128x128_32F) of the K-major operand (the blockwise recipe, Hopper), or to one
+// E8M0 byte per 1 x 32 block (VEC32_UE8M0: mxfp8, Blackwell), in fp8_scaling.h's layouts; the two
+// operands' factors multiply each block of every sum.
 typedef struct {
     const void *data;
-    cudaDataType_t type;  // CUDA_R_16BF, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2
-    const float *descale; // FP8 only: device pointer to 1/scale
+    cudaDataType_t type; // CUDA_R_16BF, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2
+    const void *descale; // FP8 only: device pointer to 1/scale (FP32), or to the block factors (FP32, E8M0)
+    int scale_mode; // cublasLtMatmulMatrixScale_t: SCALAR_32F (0), VEC128_32F, BLK128x128_32F, VEC32_UE8M0
 } GemmOperand;
 
 // One cached plan per distinct GEMM shape and type: descriptors and the algorithm the heuristic chose.
@@ -33,7 +38,7 @@ typedef struct {
 // CUBLASLT_MATMUL_DESC_BIAS_POINTER) and may choose a kernel that needs it: the bias alignment is part of
 // the key. Layer 0's bias can lie 256-byte aligned and layer 1's only 64-byte aligned.
 typedef struct {
-    int M, N, K, trans_a, trans_b, has_bias, accumulate, fast_accum;
+    int M, N, K, trans_a, trans_b, has_bias, accumulate, fast_accum, a_scale_mode, b_scale_mode;
     unsigned bias_alignment; // the largest power of two up to 256 dividing the bias pointer
     cudaDataType_t a_type, b_type, d_type;
     cublasLtMatmulDesc_t desc;
@@ -120,7 +125,9 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
         GemmPlan *p = &ctx->plans[i];
         if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b &&
             p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->has_bias == has_bias &&
-            p->accumulate == accumulate && p->fast_accum == fast_accum && p->bias_alignment == bias_alignment)
+            p->accumulate == accumulate && p->fast_accum == fast_accum &&
+            p->bias_alignment == bias_alignment && p->a_scale_mode == A.scale_mode &&
+            p->b_scale_mode == B.scale_mode)
             return p;
     }
     if (ctx->num_plans == MAX_GEMM_PLANS) fail("cuBLASLt: more than %d distinct GEMM shapes", MAX_GEMM_PLANS);
@@ -136,6 +143,7 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     p->a_type = a_type, p->b_type = b_type, p->d_type = d_type;
     p->has_bias = has_bias, p->accumulate = accumulate, p->fast_accum = fast_accum;
     p->bias_alignment = bias_alignment;
+    p->a_scale_mode = A.scale_mode, p->b_scale_mode = B.scale_mode;
     cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
     cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; // our A
@@ -144,6 +152,11 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     if (is_fp8_type(a_type)) {
         int8_t fast = (int8_t)fast_accum;
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
+    }
+    if (A.scale_mode || B.scale_mode) { // cuBLASLt's A is our B
+        int32_t first = B.scale_mode, second = A.scale_mode;
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &first, sizeof(first));
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &second, sizeof(second));
     }
     if (has_bias) {
         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -177,9 +190,10 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
                                        p->d_layout, preference, 1, &heuristic, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0)
-        fail("cuBLASLt: no algorithm for the %s x %s -> %s GEMM M=%d N=%d K=%d (trans_a=%d trans_b=%d)",
+        fail("cuBLASLt: no algorithm for the %s x %s -> %s GEMM M=%d N=%d K=%d (trans_a=%d trans_b=%d, scale "
+             "modes %d x %d)",
              gemm_type_name(a_type), gemm_type_name(b_type), gemm_type_name(d_type), M, N, K, trans_a,
-             trans_b);
+             trans_b, A.scale_mode, B.scale_mode);
     p->algo = heuristic.algo;
     ctx->num_plans++;
     return p;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # gpu_check.sh: everything that needs a GPU, in one run sized for under 9 minutes on one H200:
 # build, `make test_gpu` (CUDA trainer vs the CPU reference), the GEMM and kernel benchmarks, 30-step runs
-# of 124M and 1.5B (d48) in bfloat16 and float8 (with each run's planned and really allocated memory), the
-# ZeRO stages and --recompute in one process (each must give the ZeRO-0 run's model file byte for byte,
-# also started by `mpirun -np 1` and torchrun-style), and with two or more GPUs, two processes of batch B
-# (mpirun for ZeRO 0, 1, 3; the torchrun-style file bootstrap for ZeRO 3) against one process of batch 2B.
+# of 124M and 1.5B (d48) in bfloat16 and float8, and 124M in float8 blockwise (with each run's planned and
+# really allocated memory), the ZeRO stages and --recompute in one process (each must give the ZeRO-0
+# run's model file byte for byte, also started by `mpirun -np 1` and torchrun-style), and with two or more
+# GPUs, two processes of batch B (mpirun for ZeRO 0, 1, 3; the torchrun-style file bootstrap for ZeRO 3)
+# against one process of batch 2B.
 # Prints two tables last.
 # Usage: scripts/gpu_check.sh [DATA=path/to/text]   (writes logs under ${OUT:-out/gpu_check})
 set -uo pipefail
@@ -45,16 +46,18 @@ train_data="$out/data/tinyshakespeare_train_*.bin"
 summary="$out/summary.md"
 echo "| model | dtype | B x T | ms/step | tokens/s | MFU | peak GiB | planned / allocated GiB | loss@30 |" >"$summary"
 echo "|---|---|---|---|---|---|---|---|---|" >>"$summary"
-for run in 124M:bfloat16 124M:float8 1.5B:bfloat16 1.5B:float8 124M:float8:z3; do
-    IFS=: read -r model dtype zero <<<"$run"
+for run in 124M:bfloat16 124M:float8 124M:float8::blockwise 1.5B:bfloat16 1.5B:float8 124M:float8:z3; do
+    IFS=: read -r model dtype zero recipe <<<"$run"
     B=16; [ "$model" = 1.5B ] && B=8
-    name="${model}_${dtype}${zero:+_$zero}"
+    name="${model}_${dtype}${zero:+_$zero}${recipe:+_$recipe}"
     extra=(); [ -n "$zero" ] && extra=(--zero_stage 3 --recompute 1)
+    [ -n "$recipe" ] && extra+=(--fp8_recipe "$recipe")
     timeout 120 ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
         --train_data "$train_data" --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}" \
         --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
     echo "$name: exit $?"; tail -n 3 "$out/$name.txt"
-    python3 - "$out/$name.jsonl" "$out/$name.txt" "$model" "$dtype${zero:+ zero3+recompute}" "$B" >>"$summary" <<'PY'
+    python3 - "$out/$name.jsonl" "$out/$name.txt" "$model" "$dtype${zero:+ zero3+recompute}${recipe:+ $recipe}" "$B" \
+        >>"$summary" <<'PY'
 import json, re, statistics, sys
 path, text, model, dtype, B = sys.argv[1:]
 try:

@@ -345,22 +345,57 @@ static float noise(int i, int seed) {
 struct GemmCase {
     cudaDataType_t a_type, b_type, d_type;
     int trans_a, trans_b, bias, accumulate;
+    int a_mode, b_mode; // block scaling (cublasLtMatmulMatrixScale_t), FP8 TN only
 };
+
+// A block-scaled operand's cast scale for (row, k): it varies from tile to tile (over five binades and
+// between rows or row blocks), so that a factor read from the wrong place shows.
+static float block_cast_scale(int mode, int row, int k) {
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0) // E8M0: powers of two only
+        return ldexpf(1.0f, (row * 7 + k / FP8_MX_BLOCK * 3) % 9 - 4);
+    int t = k / FP8_BLOCKWISE_TILE, r = mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ? row : row / 128;
+    return ldexpf(1.0f + 0.25f * (float)((r + 2 * t) % 3), (r * 7 + t * 3) % 5);
+}
+
+// Its factors, 1/scale, in fp8_scaling.h's layout of the operand (rows, K).
+static std::vector<uint8_t> block_factors(int mode, int rows, int K) {
+    if (mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0) {
+        std::vector<uint8_t> codes(fp8_mx_factors(rows, K), 0);
+        for (int r = 0; r < rows; r++)
+            for (int t = 0; t < K / FP8_MX_BLOCK; t++)
+                codes[fp8_mx_factor_index(K, r, t)] =
+                    fp8_e8m0_from_pow2(1.0f / block_cast_scale(mode, r, t * FP8_MX_BLOCK));
+        return codes;
+    }
+    bool vec = mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    std::vector<float> f(vec ? fp8_tile_factors(rows, K) : fp8_square_factors(rows, K), 0.0f);
+    for (int r = 0; r < rows; r++)
+        for (int t = 0; t < K / FP8_BLOCKWISE_TILE; t++)
+            f[vec ? fp8_tile_factor_index(rows, r, t) : fp8_square_factor_index(K, r, t)] =
+                1.0f / block_cast_scale(mode, r, t * FP8_BLOCKWISE_TILE);
+    std::vector<uint8_t> bytes(f.size() * sizeof(float));
+    memcpy(bytes.data(), f.data(), bytes.size());
+    return bytes;
+}
 
 // The trainer's gemm() (gpu/gemm.cuh: row-major D (M,N) = op(A) op(B) [+ bias] [+ D]) on small values,
 // against a double-precision product of the same (quantized) values. Bound: an FP32 sum of K products
 // exact in FP32 (BF16 x BF16, FP8 x FP8 are) is within K * 2^-24 * sum |a b| of the exact one; the
 // result is then rounded once to D's type (2^-9 relative for BF16), after scaling by the inverse scales.
+// Block-scaled: 128-element FP32 block sums (each within 128 u of sum |a b| over the block), each times a
+// factor product (two roundings) added to an FP32 accumulator (K/128 more): (128 + K/128 + 2) u <= 2 K u
+// for K >= 128, the same bound.
 static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
     const bool fp8 = is_fp8_type(c.a_type);
     const size_t a_n = (size_t)M * K, b_n = (size_t)K * N;
     std::vector<uint8_t> a_bytes(a_n * 2), b_bytes(b_n * 2);
     std::vector<double> a_val(a_n), b_val(b_n), bias_val(N);
     const float a_scale = 8.0f, b_scale = 32.0f; // the cast's scales: the GEMM divides them out
-    auto fill = [&](std::vector<uint8_t> &bytes, std::vector<double> &val, cudaDataType_t t, float scale,
-                    int seed) {
+    auto fill = [&](std::vector<uint8_t> &bytes, std::vector<double> &val, cudaDataType_t t,
+                    float tensor_scale, int seed, int mode) {
         for (size_t i = 0; i < val.size(); i++) {
             float x = noise((int)i, seed);
+            float scale = mode ? block_cast_scale(mode, (int)(i / K), (int)(i % K)) : tensor_scale;
             if (t == CUDA_R_16BF) {
                 bf16 h = __float2bfloat16_rn(x);
                 memcpy(&bytes[2 * i], &h, 2);
@@ -372,8 +407,8 @@ static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
             }
         }
     };
-    fill(a_bytes, a_val, c.a_type, a_scale, 1);
-    fill(b_bytes, b_val, c.b_type, b_scale, 2);
+    fill(a_bytes, a_val, c.a_type, a_scale, 1, c.a_mode);
+    fill(b_bytes, b_val, c.b_type, b_scale, 2, c.b_mode);
     std::vector<uint16_t> bias_bits(N);
     for (int j = 0; j < N; j++) {
         bf16 h = __float2bfloat16_rn(noise(j, 3));
@@ -392,8 +427,23 @@ static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
     cuda_check(cudaMemcpy(dbias, bias_bits.data(), N * 2, cudaMemcpyHostToDevice));
     float descales[2] = {1.0f / a_scale, 1.0f / b_scale};
     cuda_check(cudaMemcpy(scales, descales, sizeof(descales), cudaMemcpyHostToDevice));
+    float *a_factors = scales + 4, *b_factors = scales + 4 + 4096;
+    if (c.a_mode) {
+        std::vector<uint8_t> fa = block_factors(c.a_mode, M, K), fb = block_factors(c.b_mode, N, K);
+        cuda_check(cudaMemcpy(a_factors, fa.data(), fa.size(), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(b_factors, fb.data(), fb.size(), cudaMemcpyHostToDevice));
+    }
     if (c.d_type == CUDA_R_32F) cuda_check(cudaMemcpy(dD, d_init.data(), d_bytes, cudaMemcpyHostToDevice));
-    GemmOperand A = {dA, c.a_type, fp8 ? &scales[0] : NULL}, B = {dB, c.b_type, fp8 ? &scales[1] : NULL};
+    GemmOperand A = {dA, c.a_type,
+                     c.a_mode ? a_factors
+                     : fp8    ? &scales[0]
+                              : NULL,
+                     c.a_mode},
+                B = {dB, c.b_type,
+                     c.b_mode ? b_factors
+                     : fp8    ? &scales[1]
+                              : NULL,
+                     c.b_mode};
     gemm(ctx, dD, c.d_type, A, c.trans_a, B, c.trans_b, M, N, K, c.bias ? (const bf16 *)dbias : NULL,
          c.accumulate, 0, 0);
     std::vector<float> d(M * N);
@@ -420,10 +470,12 @@ static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
                            (c.d_type == CUDA_R_32F ? 0x1p-23 : 0x1p-8) * fabs(exact) + 1e-30;
             worst = fmax(worst, fabs(d[i * N + j] - exact) / bound);
         }
-    expect(worst <= 1.0,
-           "cuBLASLt reference %s x %s -> %s (trans_a %d, trans_b %d%s%s) within its bound (%.2f of it)",
-           gemm_type_name(c.a_type), gemm_type_name(c.b_type), gemm_type_name(c.d_type), c.trans_a, c.trans_b,
-           c.bias ? ", bias" : "", c.accumulate ? ", accumulate" : "", worst);
+    expect(
+        worst <= 1.0,
+        "cuBLASLt reference %s x %s -> %s (trans_a %d, trans_b %d%s%s, scale modes %d x %d) within its bound "
+        "(%.2f of it)",
+        gemm_type_name(c.a_type), gemm_type_name(c.b_type), gemm_type_name(c.d_type), c.trans_a, c.trans_b,
+        c.bias ? ", bias" : "", c.accumulate ? ", accumulate" : "", c.a_mode, c.b_mode, worst);
     cuda_check(cudaFree(mem));
 }
 
@@ -437,6 +489,10 @@ struct RawGemm {
     const void *bias_at_heuristic = NULL, *bias_at_matmul = NULL;
     int bias_type = -1;
     uint32_t alignment = 16;
+    uint64_t k = 32;                // m = n = 32
+    int32_t a_mode = 0, b_mode = 0; // block scaling
+    int8_t fast_accum = 0;
+    size_t scale_offset = 131072; // of both scale tensors in mem
 };
 
 static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
@@ -459,8 +515,17 @@ static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
                                                         &r.bias_type, sizeof(r.bias_type)));
     }
     cublasLtMatrixLayout_t a, b, d;
-    cublas_check(cublasLtMatrixLayoutCreate(&a, r.a_type, 32, 32, r.ld));
-    cublas_check(cublasLtMatrixLayoutCreate(&b, r.b_type, 32, 32, r.ld));
+    if (r.a_mode || r.b_mode) {
+        const void *scale = mem + r.scale_offset;
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &r.a_mode, 4));
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &r.b_mode, 4));
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale, 8));
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale, 8));
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &r.fast_accum, 1));
+    }
+    const bool a_t = r.trans_a == CUBLAS_OP_T;
+    cublas_check(cublasLtMatrixLayoutCreate(&a, r.a_type, a_t ? r.k : 32, a_t ? 32 : r.k, r.ld));
+    cublas_check(cublasLtMatrixLayoutCreate(&b, r.b_type, r.k, 32, r.ld));
     cublas_check(cublasLtMatrixLayoutCreate(&d, r.d_type, 32, 32, 32));
     cublasLtMatmulPreference_t pref;
     cublas_check(cublasLtMatmulPreferenceCreate(&pref));
@@ -493,21 +558,43 @@ static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
 }
 
 static void test_cublaslt(void) {
+    cudaDeviceProp props;
+    cuda_check(cudaGetDeviceProperties(&props, 0));
     GemmContext ctx;
     void *workspace = NULL;
     cuda_check(cudaMalloc(&workspace, 1 << 20));
     gemm_init(&ctx, workspace, 1 << 20);
     const GemmCase cases[] = {
-        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 0, 1, 1, 0},
-        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 0, 0, 0, 0},
-        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, 1, 0, 0, 1},
-        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, 1, 1, 0, 0},
-        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 1, 0},
-        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 0, 0},
-        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1},
-        {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_32F, 0, 1, 0, 0},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 0, 1, 1, 0, 0, 0},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF, 0, 0, 0, 0, 0, 0},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, 1, 0, 0, 1, 0, 0},
+        {CUDA_R_16BF, CUDA_R_16BF, CUDA_R_32F, 1, 1, 0, 0, 0, 0},
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 1, 0, 0, 0},
+        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 0, 0, 0, 0},
+        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1, 0, 0},
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_32F, 0, 1, 0, 0, 0, 0},
     };
     for (const GemmCase &c : cases) check_gemm(&ctx, c, 48, 32, 80);
+    // the blockwise recipe's three GEMMs: x (1x128) . W (128x128) + bias, dout (1x128) . W^T (128x128),
+    // dout^T (1x128 along the tokens) . x^T (the same), accumulated in FP32
+    const int VEC = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+              BLK = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const GemmCase block_cases[] = {
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 1, 0, VEC, BLK},
+        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 0, 0, VEC, BLK},
+        {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1, VEC, VEC},
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 0, BLK, VEC},
+    };
+    // mxfp8's, on a Blackwell (CUDA_EMU_DEVICE=b200): 1x32 E8M0 blocks of every operand
+    const int MX = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+    const GemmCase mx_cases[] = {
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF, 0, 1, 1, 0, MX, MX},
+        {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1, MX, MX},
+    };
+    if (props.major >= 10)
+        for (const GemmCase &c : mx_cases) check_gemm(&ctx, c, 200, 136, 224);
+    else
+        for (const GemmCase &c : block_cases) check_gemm(&ctx, c, 252, 136, 256);
     gemm_destroy(&ctx);
     cuda_check(cudaFree(workspace));
 
@@ -551,6 +638,45 @@ static void test_cublaslt(void) {
     bias32.bias_type = CUDA_R_16BF;
     expect(raw_gemm(bias32, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
            "a BF16 bias with BF16 x BF16 -> FP32 refused");
+    // block scaling: sm_90's modes (VEC128_32F, BLK128x128_32F) or, on a Blackwell, MXFP8's VEC32_UE8M0
+    const int VEC128 = VEC, MX32 = MX;
+    const bool blackwell = props.major >= 10;
+    RawGemm blocks = ok; // the scale tensors: VEC128 32 floats, BLK128x128 4, VEC32 512 bytes
+    blocks.k = blocks.ld = 128;
+    blocks.a_mode = blackwell ? MX32 : BLK;
+    blocks.b_mode = blackwell ? MX32 : VEC128;
+    expect(raw_gemm(blocks, mem) == CUBLAS_STATUS_SUCCESS,
+           blackwell ? "an MXFP8 matmul runs on sm_100"
+                     : "a 2-D x 1-D block-scaled FP8 matmul runs on sm_90");
+    if (!blackwell) {
+        RawGemm blocks_2d = blocks;
+        blocks_2d.b_mode = blocks_2d.a_mode;
+        expect(raw_gemm(blocks_2d, mem) == CUBLAS_STATUS_NOT_SUPPORTED, "2-D x 2-D block scaling refused");
+    }
+    RawGemm blocks_mixed = blocks;
+    blocks_mixed.b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    expect(raw_gemm(blocks_mixed, mem) == CUBLAS_STATUS_NOT_SUPPORTED, "block x scalar scaling refused");
+    RawGemm other_arch = blocks;
+    other_arch.a_mode = other_arch.b_mode = blackwell ? VEC128 : MX32;
+    expect(raw_gemm(other_arch, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
+           blackwell ? "sm_90's VEC128_32F refused on sm_100" : "MXFP8 scaling refused on sm_90");
+    RawGemm blocks_k = blocks;
+    blocks_k.k = blocks_k.ld = blackwell ? 48 : 96;
+    expect(raw_gemm(blocks_k, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "block scaling with k not a multiple of the block refused");
+    RawGemm blocks_fast = blocks;
+    blocks_fast.fast_accum = 1;
+    expect(raw_gemm(blocks_fast, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "block scaling with fast accumulation refused");
+    RawGemm blocks_bf16 = blocks;
+    blocks_bf16.a_type = blocks_bf16.b_type = CUDA_R_16BF;
+    blocks_bf16.trans_a = CUBLAS_OP_N;
+    expect(raw_gemm(blocks_bf16, mem) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "block scaling of BF16 operands refused");
+    RawGemm blocks_short = blocks;
+    blocks_short.scale_offset = (1 << 20) - 64; // 64 bytes left: B's 128 (VEC128) or 512 (VEC32) do not fit
+    expect(raw_gemm(blocks_short, mem) == CUBLAS_STATUS_INVALID_VALUE,
+           "a scale tensor running past its allocation refused");
     RawGemm workspace_short = ok;
     workspace_short.workspace = 1024;
     expect(raw_gemm(workspace_short, mem) == CUBLAS_STATUS_INVALID_VALUE,

@@ -3,7 +3,8 @@
 #   1. test/test_emu.cu's checks of CUDA's documented semantics (warp operations, barriers, atomics, launch
 #      limits, copies, graphs and capture, the cuBLASLt reference and its constraints, one-rank NCCL), in
 #      every stream order and with the threads of each block run last-first: their results must not
-#      depend on either;
+#      depend on either; and as a Blackwell (CUDA_EMU_DEVICE=b200: cuBLASLt's MXFP8 mode instead of sm_90's
+#      block scaling);
 #   2. each planted fault ends its run with the emulator's error line naming it (exit status 3): a
 #      __syncthreads in divergent code (two forms), shuffles with a wrong mask (a lane outside it, an
 #      exited lane, lanes the block does not have, lanes at different shuffles), a kernel argument that is
@@ -25,6 +26,9 @@ for order in issue first-stream last-stream random:7; do
 done
 CUDA_EMU_THREAD_ORDER=reverse ./test/build/test_emu >"$tmp/reverse.txt" 2>/dev/null
 result $? "emulator semantics, threads of each block run last-first: $(tail -n 1 "$tmp/reverse.txt")"
+CUDA_EMU_DEVICE=b200 ./test/build/test_emu >"$tmp/b200.txt" 2>/dev/null
+result $? "emulator semantics on a Blackwell (cuBLASLt's MXFP8 mode): $(tail -n 1 "$tmp/b200.txt")"
+grep FAIL "$tmp/b200.txt"
 
 planted() { # BINARY FAULT EXPECTED-SUBSTRING
     local binary=$1 fault=$2 want=$3 status=0

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # test_gpu.sh: the CUDA trainer against the CPU reference (needs a GPU; `make test_gpu`).
-#  1. for bfloat16, float8 delayed and float8 current: train_cpu and train write --debug_state for the same
-#     small model, seed and data; compare_debug_state checks logits, loss, every gradient tensor and the
-#     losses of the following steps within the tolerance argued in test/compare_debug_state.c;
+#  1. for bfloat16 and float8 delayed, current, blockwise (also with power-of-two scales) and mxfp8 (where
+#     the device has it: Blackwell; the emulation as a B200): train_cpu and train write --debug_state for
+#     the same small model, seed and data; compare_debug_state checks logits, loss, every gradient tensor
+#     and the losses of the following steps within the tolerance argued in test/compare_debug_state.c; the
+#     block recipes' block scales against the CPU's;
 #  2. two GPU runs with the same seed are bitwise identical (with and without CUDA Graphs);
-#  3. resume: N steps straight equals N/2 steps + --resume 1 + N/2 steps, model and state files byte for byte;
+#  3. resume: N steps straight equals N/2 steps + --resume 1 + N/2 steps, model and state files byte for byte
+#     (also in the block recipes, with CUDA Graphs against op-by-op and --recompute 1);
 #  4. a GPU checkpoint continues on the CPU trainer (same file formats);
 #  5. ZeRO-1, ZeRO-3 and --recompute 1 in one process compute what ZeRO-0 computes, in the same order:
 #     identical weights; a ZeRO-3 resume (checkpoint gathered unit by unit, shard read back) is bit-exact;
@@ -38,6 +41,45 @@ set +e
 run_pair bfloat16 --dtype bfloat16
 run_pair float8_delayed --dtype float8 --fp8_recipe delayed
 run_pair float8_current --dtype float8 --fp8_recipe current
+run_pair float8_blockwise --dtype float8 --fp8_recipe blockwise
+run_pair float8_blockwise_pow2 --dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1
+# mxfp8 needs Blackwell's cuBLASLt mode: on the emulation a B200 (CUDA_EMU_DEVICE, which a GPU ignores); a
+# Hopper GPU refuses it with one line, and the mxfp8 checks are skipped
+mx_refusal=$(CUDA_EMU_DEVICE=b200 "$TRAIN" "${model[@]}" --steps 1 --output_dir "" --dtype float8 --fp8_recipe mxfp8 \
+    2>&1 >/dev/null | tail -n 1)
+block_recipes=(blockwise)
+if [[ "$mx_refusal" == *"need Blackwell"* ]]; then
+    echo "skip: GPU mxfp8 on this device: $mx_refusal"
+else
+    block_recipes+=(mxfp8)
+    CUDA_EMU_DEVICE=b200 run_pair float8_mxfp8 --dtype float8 --fp8_recipe mxfp8
+fi
+# a block recipe's casts of the same weights give the same block scales, bit for bit (one rule, fp8_scaling.h,
+# on identical FP32 masters: --lr 0 keeps them); the activations' scales within 2^-7 (their inputs agree to
+# BF16 rounding, a relative 2^-8 in a block's amax)
+for recipe in "${block_recipes[@]}"; do
+    mapfile -d '' still < <(merge_flags "${model[@]}" -- --lr 0 --steps 1 --dtype float8 --fp8_recipe $recipe \
+        --fp8_stats_every 1 --output_dir "")
+    device=h200; [ $recipe = mxfp8 ] && device=b200
+    CUDA_EMU_DEVICE=$device "$TRAIN" "${still[@]}" --log_file "$tmp/blocks_gpu_$recipe.jsonl" >/dev/null
+    ./train_cpu "${still[@]}" --log_file "$tmp/blocks_cpu_$recipe.jsonl" >/dev/null
+    python3 - "$tmp/blocks_gpu_$recipe.jsonl" "$tmp/blocks_cpu_$recipe.jsonl" <<'PY'
+import json, sys
+rec = lambda p: {r["tensor"]: r for r in (json.loads(l) for l in open(p) if '"fp8_stats"' in l)}
+gpu, cpu = rec(sys.argv[1]), rec(sys.argv[2])
+keys = ("amax", "scale", "scale_min", "scale_max")
+ok = len(gpu) == len(cpu) == 24
+for t, c in cpu.items():
+    g = gpu[t]
+    if t.endswith("weight"):
+        ok &= all(g[k] == c[k] for k in keys + ("saturated", "flushed", "elements"))
+    else:
+        ok &= all(abs(g[k] - c[k]) <= 2**-7 * abs(c[k]) for k in keys) and g["elements"] == c["elements"]
+    ok &= g["scale_min"] <= g["scale_max"]
+sys.exit(0 if ok else 1)
+PY
+    result $? "$recipe block scales: the weights' equal the CPU's bit for bit, the activations' within 2^-7"
+done
 model96=(--model_size d2 --channels 96 --heads 3 --vocab 256 --seq_len 32 --batch_size 2
          --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
 ./train_cpu "${model96[@]}" --steps 3 --output_dir "" --dtype float32 --debug_state "$tmp/cpu96_float32.bin" >/dev/null
@@ -67,6 +109,28 @@ for dtype in bfloat16 float8; do
     result $? "resume is bit-exact ($dtype)"
     ./train_cpu "${model[@]}" --steps 8 --output_dir "$tmp/graph_$dtype" --dtype $dtype --resume 1 >/dev/null
     result $? "a GPU checkpoint continues on train_cpu ($dtype)"
+done
+# the block recipes: CUDA Graph against op-by-op, resume, --recompute 1 (their saved inputs' factors are
+# recomputed with the inputs), each bit for bit
+for recipe in "${block_recipes[@]}"; do
+    device=h200; [ $recipe = mxfp8 ] && device=b200
+    blocks=("${model[@]}" --steps 4 --dtype float8 --fp8_recipe $recipe)
+    for variant in graph:"--cuda_graph 1" eager:"--cuda_graph 0" recompute:"--recompute 1" half:"--ckpt_every 2"; do
+        read -r -a extra <<<"${variant#*:}"
+        CUDA_EMU_DEVICE=$device "$TRAIN" "${blocks[@]}" --output_dir "$tmp/${recipe}_${variant%%:*}" "${extra[@]}" \
+            >/dev/null
+    done
+    rm -f "$tmp/${recipe}_half/model_00000004.bin" && echo 2 >"$tmp/${recipe}_half/latest_checkpoint" &&
+        CUDA_EMU_DEVICE=$device "$TRAIN" "${blocks[@]}" --output_dir "$tmp/${recipe}_half" --resume 1 >/dev/null
+    for variant in eager:"op-by-op" recompute:"--recompute 1" half:"resumed at step 2"; do
+        cmp -s "$tmp/${recipe}_graph/model_00000004.bin" "$tmp/${recipe}_${variant%%:*}/model_00000004.bin"
+        result $? "$recipe: ${variant#*:} gives the CUDA Graph run's weights"
+    done
+    cmp -s "$tmp/${recipe}_graph/state_00000004_00000.bin" "$tmp/${recipe}_half/state_00000004_00000.bin"
+    result $? "$recipe: the resumed run's state file equals the straight run's"
+    mapfile -d '' longer < <(merge_flags "${blocks[@]}" -- --steps 6)
+    ./train_cpu "${longer[@]}" --output_dir "$tmp/${recipe}_graph" --resume 1 >/dev/null
+    result $? "$recipe: a GPU checkpoint continues on train_cpu"
 done
 for run in 1:0:float8 3:0:float8 0:1:float8 3:1:bfloat16; do
     IFS=: read -r zero recompute dtype <<<"$run"

@@ -60,9 +60,10 @@ same_as_cpu "a learning rate below a float's range" --lr 1e-320
 same_as_cpu "checkpoints without an output directory" --ckpt_every 1 --output_dir=
 same_as_cpu "resume without an output directory" --resume 1 --output_dir=
 gpu_error "float32 is the CPU's" "--dtype: float32" --dtype float32
-gpu_error "the block recipes are the CPU's so far" "--fp8_recipe blockwise" --dtype float8 --fp8_recipe blockwise \
-    --channels 128 --heads 4
-gpu_error "the block recipes are the CPU's so far" "--fp8_recipe mxfp8" --dtype float8 --fp8_recipe mxfp8
+gpu_error "blockwise weights need ZeRO-0" "--fp8_recipe blockwise: needs --zero_stage 0" --dtype float8 \
+    --fp8_recipe blockwise --channels 128 --heads 4 --zero_stage 1
+gpu_error "mxfp8 weights need ZeRO-0" "--fp8_recipe mxfp8: needs --zero_stage 0" --dtype float8 --fp8_recipe mxfp8 \
+    --zero_stage 3
 same_as_cpu "blockwise on channels that are not a multiple of 128" --dtype float8 --fp8_recipe blockwise
 gpu_error "FP8 needs B*T multiple of 16" "multiple of 16" --dtype float8 --batch_size 3 --seq_len 5
 gpu_error "unsupported attention head size" "head size" --channels 64 --heads 4

@@ -13,6 +13,8 @@
 //                 1-8, every rank x recompute 0/1 (parameter units that the world size does not divide
 //                 included: their chunks carry padding);
 //   70B:          float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute 0/1: sizes only;
+//   block recipes: blockwise (C = 128, 256) and mxfp8 (also C = 32, 96), 1-3 layers, B = 1-3 of T = 128,
+//                 recompute 0/1: every block-factor view inside its buffer, aligned, none overlapping;
 //   self-test:    the checker flags a region one element past a buffer's end, before its start, misaligned,
 //                 from a buffer the plan leaves empty, and whole layouts carved for other settings than
 //                 the model's (a model planned with --recompute 1 but run without; a rank past the world).
@@ -23,6 +25,9 @@
 #pragma GCC diagnostic pop
 
 #include "test_util.h"
+
+#include <algorithm>
+#include <vector>
 
 // cudaMalloc's guarantee is 256 bytes: a base aligned to no more than that, so that an alignment the
 // plan does not give cannot pass by chance. Never dereferenced.
@@ -165,6 +170,41 @@ static void check_fp8_weights(GPT *m) {
             }
         }
     }
+}
+
+// The block recipes' factors: every layer's W and W^T factors, every kept layer's saved input factors, the
+// cast scratch's, the scale telemetry, each inside BUF_FP8_BLOCK_SCALES, 16-byte aligned (cuBLASLt reads
+// them), and no two overlapping (the carving could put two views on the same bytes and stay in bounds).
+static void check_block_factors(GPT *m) {
+    const GPTConfig *cfg = &m->config;
+    size_t N = (size_t)m->B * m->T, C = cfg->channels,
+           counted = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 3;
+    int recipe = m->recipe;
+    std::vector<std::pair<const char *, size_t>> regions; // start, bytes
+    auto add = [&](const char *what, const void *p, size_t bytes) {
+        expect_in_buffer(m, BUF_FP8_BLOCK_SCALES, what, p, bytes, GEMM_ALIGN);
+        regions.push_back({(const char *)p, bytes});
+    };
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+            snprintf(scope_label, sizeof(scope_label), " | layer %d linear %d", l, lin);
+            size_t OC = linear_out_features(cfg, lin), IC = linear_in_features(cfg, lin);
+            add("W factors", weight_factors(m, l, lin, 0), fp8_weight_factor_bytes(recipe, OC, IC));
+            add("W^T factors", weight_factors(m, l, lin, 1), fp8_weight_factor_bytes(recipe, IC, OC));
+            if (l == kept_layer(m, l))
+                add("saved input factors", saved_input_factors_t(m, l, lin),
+                    fp8_tile_factor_bytes(recipe, IC, N));
+        }
+    scope_label[0] = '\0';
+    add("cast factors", m->cast_factors, fp8_tile_factor_bytes(recipe, N, 4 * C));
+    add("cast_t factors", m->cast_factors_t, fp8_tile_factor_bytes(recipe, 4 * C, N));
+    add("block_scale_min", m->block_scale_min, counted * sizeof(float));
+    add("block_scale_max", m->block_scale_max, counted * sizeof(float));
+    std::sort(regions.begin(), regions.end());
+    for (size_t i = 1; i < regions.size(); i++)
+        expect_layout(regions[i - 1].first + regions[i - 1].second <= regions[i].first,
+                      "two block-factor regions overlap (%zu and %zu bytes)", regions[i - 1].second,
+                      regions[i].second);
 }
 
 // Every layer's activations (layer_acts: kept per layer, or one layer with --recompute), its input and
@@ -344,6 +384,7 @@ static void check_layout(GPT *m) {
     scope_label[0] = '\0';
     check_weights(m);
     if (m->fp8_weights) check_fp8_weights(m);
+    if (m->block_scale_min) check_block_factors(m);
     check_activations(m);
     check_model_buffers(m);
     check_fp8_state(m);
@@ -418,6 +459,31 @@ static int check_small_models(long *padded_units) {
     return layouts;
 }
 
+// The block recipes (ZeRO-0 only in the CUDA trainer) on the shapes they take: channels and B*T multiples of
+// the block.
+static int check_block_layouts(void) {
+    static const int widths[][2] = {{128, 2}, {256, 4}}, mx_widths[][2] = {{32, 1}, {96, 3}};
+    int layouts = 0;
+    for (int layers = 1; layers <= 3; layers++)
+        for (int recipe = FP8_RECIPE_BLOCKWISE; recipe <= FP8_RECIPE_MXFP8; recipe++)
+            for (int wi = 0; wi < 4; wi++) {
+                const int *w = wi < 2 ? widths[wi] : mx_widths[wi - 2];
+                if (wi >= 2 && recipe != FP8_RECIPE_MXFP8) continue;
+                GPTConfig cfg = small_config(layers, w[0], w[1]);
+                for (int recompute = 0; recompute <= 1; recompute++)
+                    for (int B = 1; B <= 3; B++) {
+                        TrainOptions opts = layout_options(DTYPE_FLOAT8, 0, recompute, B, 128);
+                        opts.fp8_recipe = recipe;
+                        check_fp8_recipe_shape(&opts, &cfg, opts.batch_size, opts.seq_len);
+                        GPT m;
+                        carve(&m, &cfg, &opts, 1, 0);
+                        check_layout(&m);
+                        layouts++;
+                    }
+            }
+    return layouts;
+}
+
 // 70B in float8 on 32 GPUs with ZeRO-3, B=1, T=2048: every rank.
 static int check_70b(void) {
     TrainOptions opts = layout_options(DTYPE_FLOAT8, 3, 1, 1, 2048);
@@ -489,10 +555,12 @@ int main(void) {
     double start = wall_time_ms();
     self_test();
     long padded_units = 0;
-    int small = check_small_models(&padded_units), big = check_70b();
+    int small = check_small_models(&padded_units), big = check_70b(), block = check_block_layouts();
     check(padded_units > 0,
           "some units' sizes are not multiples of the world size (their chunks carry padding)");
-    printf("%d small layouts, %d 70B layouts, %ld units with padded chunks, %ld regions checked, %.2f s\n",
-           small, big, padded_units, regions_checked, (wall_time_ms() - start) / 1e3);
+    printf("%d small layouts, %d 70B layouts, %d block-recipe layouts, %ld units with padded chunks, %ld "
+           "regions "
+           "checked, %.2f s\n",
+           small, big, block, padded_units, regions_checked, (wall_time_ms() - start) / 1e3);
     return test_summary();
 }

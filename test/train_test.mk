@@ -2,6 +2,7 @@
 # Included by the main Makefile, which defines CC, BASE_CFLAGS, LDLIBS, HEADERS, DATA and the targets
 # train_cpu and test/build/train_cpu_asan.
 #   make test_gradcheck    analytic gradients against finite differences (float32, every tensor and layer)
+#   make test_recipe_grads bfloat16 and every FP8 recipe's gradients against float32's (the precision ratio bound)
 #   make test_cli          schedule, parameter layout, flags, presets, model and state files (no training)
 #   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
@@ -14,13 +15,20 @@ test/build/test_gradcheck: test/test_gradcheck.c test/test_util.h train_gpt.c $(
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_gradcheck.c $(LDLIBS)
 
+test/build/test_recipe_grads: test/test_recipe_grads.c test/test_util.h train_gpt.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_recipe_grads.c $(LDLIBS)
+
 test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
 
-.PHONY: test_gradcheck test_cli test_train test_resume test_recompute test_bad_inputs test_trainer
+.PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_trainer
 test_gradcheck: test/build/test_gradcheck
 	./test/build/test_gradcheck
+
+test_recipe_grads: test/build/test_recipe_grads
+	./test/build/test_recipe_grads
 
 test_cli: test/build/test_cli
 	./test/build/test_cli
@@ -38,7 +46,7 @@ test_bad_inputs: train_cpu test/build/train_cpu_asan test/test_bad_inputs.sh tes
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_bad_inputs.sh
 
 # all of the above
-test_trainer: test_gradcheck test_cli test_train test_resume test_recompute test_bad_inputs
+test_trainer: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs
 
 test_cpu: test_trainer
 
