@@ -35,7 +35,7 @@ fi
 log "build"
 make $jobs_flag train train_cpu test/build/compare_debug_state build/bench_gemm build/bench_kernels 2>&1 | tail -n 3
 log "make test_gpu"
-timeout 240 make test_gpu 2>&1 | tee "$out/test_gpu.txt" | tail -n 30
+timeout 300 make test_gpu 2>&1 | tee "$out/test_gpu.txt" | tail -n 30
 log "GEMM benchmark"
 timeout 90 ./build/bench_gemm 8192 2>&1 | tee "$out/bench_gemm.txt"
 log "kernel benchmark"
