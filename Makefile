@@ -94,7 +94,7 @@ test_gpu_host: train train_cpu
 # The tests that compile CUDA code (on the CPU) need nvcc; without it they are reported as skipped.
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
 ifeq ($(HAVE_NVCC),1)
-NVCC_TESTS := test_fp8_convert test_gpu_host test_plan_bounds
+NVCC_TESTS := test_fp8_convert test_gpu_host test_plan_bounds test_cudnn_graphs
 else
 NVCC_TESTS := skip_nvcc_tests
 endif
@@ -153,11 +153,44 @@ ifneq ($(NCCL_HOME),)
   CUDA_LIBS := -L$(NCCL_HOME)/lib -Xlinker -rpath=$(abspath $(NCCL_HOME))/lib $(CUDA_LIBS)
 endif
 NVCC_FLAGS += $(MPI_CFLAGS) -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX # the C API only: its C++ bindings do not build warning-free
-GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh gpu/nccl.cuh gpu/zero.cuh
+# cuDNN's fused attention (--attention fast, gpu/attention.cuh) when its headers are there: CUDNN_HOME (include/
+# cudnn.h and lib/libcudnn.so.9, as the nvidia-cudnn wheel's nvidia/cudnn has them) and CUDNN_FRONTEND_HOME
+# (include/cudnn_frontend.h, the header-only cudnn-frontend), by default where scripts/cudnn_deps.sh puts
+# them. USE_CUDNN=0 builds without (the exact attention only), USE_CUDNN=1 insists. -isystem: the
+# frontend's headers are not built warning-free under -Wextra.
+CUDNN_HOME ?= $(CURDIR)/build/cudnn
+CUDNN_FRONTEND_HOME ?= $(CURDIR)/build/cudnn_frontend
+USE_CUDNN ?= $(if $(and $(wildcard $(CUDNN_HOME)/include/cudnn.h),$(wildcard $(CUDNN_FRONTEND_HOME)/include/cudnn_frontend.h)),1,0)
+# gpu/attention_cudnn.cpp, host code, is compiled once and linked into every build (its NVRTC use is the
+# frontend's).
+ifeq ($(USE_CUDNN),1)
+  CUDNN_FLAGS := -DUSE_CUDNN -isystem $(CUDNN_FRONTEND_HOME)/include -isystem $(CUDNN_HOME)/include
+  CUDNN_OBJ := build/attention_cudnn.o
+  CUDNN_LIBS := $(CUDNN_OBJ) -L$(CUDNN_HOME)/lib -l:libcudnn.so.9 -Xlinker -rpath=$(abspath $(CUDNN_HOME))/lib -lnvrtc
+endif
+GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh gpu/attention.cuh gpu/attention_cudnn.h \
+               gpu/nccl.cuh gpu/zero.cuh
 
 .PHONY: train test_gpu compile_gpu
-train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS)
+build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h common.h
+	mkdir -p build
+	$(NVCC) -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror $(CUDNN_FLAGS) -c gpu/attention_cudnn.cpp -o $@
+
+# The fast attention's graphs against cudnn-frontend's support rules, without a GPU (test/test_cudnn_graphs.cpp)
+.PHONY: test_cudnn_graphs
+ifeq ($(USE_CUDNN),1)
+test/build/test_cudnn_graphs: test/test_cudnn_graphs.cpp test/test_util.h gpu/attention_cudnn.h gpt_model.h $(CUDNN_OBJ)
+	mkdir -p test/build
+	$(NVCC) -O1 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I. -o $@ test/test_cudnn_graphs.cpp $(CUDNN_LIBS)
+test_cudnn_graphs: test/build/test_cudnn_graphs
+	./test/build/test_cudnn_graphs
+else
+test_cudnn_graphs:
+	@echo "SKIPPED test_cudnn_graphs: no cuDNN headers (bash scripts/cudnn_deps.sh --headers-only fetches them)"
+endif
+
+train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS)
 
 build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
 	mkdir -p build
@@ -175,16 +208,18 @@ test/build/compare_debug_state: test/compare_debug_state.c debug_state.h checkpo
 test_gpu: train train_cpu test/build/compare_debug_state
 	bash test/test_gpu.sh
 
-# CI has no GPU: it compiles every CUDA program for each supported architecture.
+# CI has no GPU: it compiles every CUDA program for each supported architecture, with cuDNN where found,
+# and the trainer once without MPI and cuDNN.
 GPU_ARCHS := sm_90a:-gencode=arch=compute_90a,code=sm_90a sm_89:-gencode=arch=compute_89,code=sm_89 \
              sm_100a:-gencode=arch=compute_100a,code=sm_100a
-compile_gpu:
+compile_gpu: $(CUDNN_OBJ)
 	@set -e; for entry in $(GPU_ARCHS); do \
-	    name=$${entry%%:*}; arch=$${entry#*:}; mkdir -p build/$$name; echo "nvcc $$name"; \
-	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/train train_gpt_fp8.cu $(CUDA_LIBS); \
+	    name=$${entry%%:*}; arch=$${entry#*:}; mkdir -p build/$$name; echo "nvcc $$name (cuDNN: $(USE_CUDNN))"; \
+	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/train train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS); \
 	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_gemm dev/bench_gemm.cu $(CUDA_LIBS); \
-	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_kernels dev/bench_kernels.cu $(CUDA_LIBS) -lm; \
+	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/bench_kernels dev/bench_kernels.cu $(CUDA_LIBS) \
+	        $(CUDNN_LIBS) -lm; \
 	done
-	@echo "nvcc sm_90a without MPI"; mkdir -p build/sm_90a # a machine without MPI still builds the trainer
+	@echo "nvcc sm_90a without MPI or cuDNN"; mkdir -p build/sm_90a # a machine without either still builds it
 	$(NVCC) $(filter-out -DUSE_MPI,$(NVCC_FLAGS)) $(GPU_ARCH) -o build/sm_90a/train_without_mpi train_gpt_fp8.cu \
 	    $(filter-out $(MPI_LIBS),$(CUDA_LIBS))

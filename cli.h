@@ -16,6 +16,8 @@
 
 typedef enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1, DTYPE_FLOAT8 = 2 } Dtype;
 typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } LrSchedule;
+// The CUDA trainer's attention (gpu/attention.cuh); the CPU trainer has one, which `exact` matches.
+typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } AttentionChoice;
 
 #define OPTION_STRING_LEN 512
 
@@ -31,7 +33,7 @@ typedef struct {
     int layers, channels, heads, vocab, max_seq_len;
     int dtype;      // Dtype
     int fp8_recipe; // Fp8Recipe
-    int amax_history, fp8_margin, fp8_pow2_scales;
+    int amax_history, fp8_margin, fp8_pow2_scales, fp8_fast_accum;
     int batch_size, seq_len, total_batch_size;
     int steps;
     float lr;
@@ -42,6 +44,7 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_len, ckpt_every, resume;
     int seed, shuffle;
     int cuda_graph;
+    int attention; // AttentionChoice
     int bf16_check_every, bf16_check_stop;
     float bf16_check_tolerance;
     int fp8_stats_every;
@@ -97,6 +100,8 @@ static const OptionSpec OPTION_SPECS[] = {
     {"fp8_margin", OPT_INT, OPT_AT(fp8_margin), "0", 0, 16, NULL, "FP8 scale headroom: scale /= 2^margin"},
     {"fp8_pow2_scales", OPT_INT, OPT_AT(fp8_pow2_scales), "0", 0, 1, NULL,
      "blockwise: round each block's scale down to a power of two"},
+    {"fp8_fast_accum", OPT_INT, OPT_AT(fp8_fast_accum), "1", 0, 1, NULL,
+     "GPU trainer, per-tensor recipes: fast accumulation in the forward FP8 GEMMs (gradients never use it)"},
     {"batch_size", OPT_INT, OPT_AT(batch_size), "4", 1, 1 << 20, NULL, "micro-batch size B per process"},
     {"seq_len", OPT_INT, OPT_AT(seq_len), "0", 0, 1 << 20, NULL, "sequence length T (0: the model's maxT)"},
     {"total_batch_size", OPT_INT, OPT_AT(total_batch_size), "0", 0, 1 << 30, NULL,
@@ -126,6 +131,9 @@ static const OptionSpec OPTION_SPECS[] = {
     {"shuffle", OPT_INT, OPT_AT(shuffle), "0", 0, 1, NULL, "1: shuffle batch order within shards each epoch"},
     {"cuda_graph", OPT_INT, OPT_AT(cuda_graph), "1", 0, 1, NULL,
      "GPU trainer: capture the step in a CUDA Graph"},
+    {"attention", OPT_CHOICE, OPT_AT(attention), "auto", 0, 0, "auto|fast|exact",
+     "GPU trainer: fast (cuDNN's fused attention), exact (the kernels that match the CPU), auto (fast where "
+     "cuDNN is built in and runs the shape)"},
     {"bf16_check_every", OPT_INT, OPT_AT(bf16_check_every), "0", 0, 1 << 30, NULL,
      "every N steps also evaluate the batch in bfloat16 and log the loss difference (0: never)"},
     {"bf16_check_tolerance", OPT_FLOAT, OPT_AT(bf16_check_tolerance), "0", 0, 100, NULL,

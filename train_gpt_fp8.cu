@@ -44,6 +44,7 @@
 #include "dry_run.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
+#include "gpu/attention.cuh"
 #include "gpu/common.cuh"
 #include "health.h"
 #include "gpu/fp8.cuh"
@@ -60,7 +61,7 @@
 
 typedef struct {
     GPTConfig config;
-    int dtype, recipe, margin, pow2_scales, B, T, accum_steps;
+    int dtype, recipe, margin, pow2_scales, fast_accum, B, T, accum_steps;
     int histories_empty;   // delayed recipe: some tensor's amax history has no applied step yet (its casts
                            // measure)
     int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every kept layer are kept
@@ -102,6 +103,7 @@ typedef struct {
     bf16 *sample_row_bf16;                         // (Vp) its device-format copy
     cudaEvent_t tokens_copied;
     GemmContext gemm;
+    Attention attention;
     // Compute runs on `stream`; every NCCL call and ZeRO-3's gathers on `comm_stream`. Each wait below is
     // on an event recorded earlier in the same function call, so no wait crosses the boundary of a CUDA
     // Graph capture and none waits on an event last recorded inside one.
@@ -154,6 +156,7 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     model->recipe = opts->fp8_recipe;
     model->margin = opts->fp8_margin;
     model->pow2_scales = opts->fp8_pow2_scales;
+    model->fast_accum = opts->fp8_fast_accum;
     model->keeps_gemm_inputs = opts->dtype == DTYPE_BFLOAT16;
     model->fp8_weights = opts->dtype == DTYPE_FLOAT8;
     model->recompute = opts->recompute;
@@ -287,6 +290,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaStreamCreate(&model->stream));
     cuda_check(cudaStreamCreate(&model->comm_stream));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
+    attention_setup(&model->attention, opts->attention, B, T, cfg->channels, cfg->num_heads);
     reset_block_scale_stats(model);
     size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
     if (layernorm_backward_scratch_floats((int)N, cfg->channels) > scratch ||
@@ -300,6 +304,7 @@ static void gpt_free(GPT *model) {
     if (model->micro_graph) cuda_check(cudaGraphExecDestroy(model->micro_graph));
     if (model->update_graph) cuda_check(cudaGraphExecDestroy(model->update_graph));
     gemm_destroy(&model->gemm);
+    attention_free(&model->attention);
     cuda_check(cudaStreamDestroy(model->comm_stream));
     cuda_check(cudaStreamDestroy(model->stream));
     cudaEvent_t events[] = {model->tokens_copied,     model->forked,        model->joined,
@@ -708,7 +713,7 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
         gemm(&model->gemm, out, CUDA_R_16BF,
              fp8_operand(model->cast_fp8, FP8_E4M3, &model->scaling.descale[index]), 0,
              fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1, N,
-             OC, IC, bias, 0, 1, model->stream);
+             OC, IC, bias, 0, model->fast_accum, model->stream);
     } else {
         gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
@@ -826,7 +831,7 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     layernorm_forward(a.ln1, a.ln1_stats, a.ln1_stats + N, residual, weight_bf16(model, PT_LN1W, l),
                       weight_bf16(model, PT_LN1B, l), N, C, stream);
     linear_forward(model, l, LIN_QKV, a.qkv, a.ln1, record_amax);
-    attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
+    attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
     linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, record_amax); // dc: scratch in the forward
     residual_forward(a.residual2, residual, model->dc, NC, stream);
     layernorm_forward(a.ln2, a.ln2_stats, a.ln2_stats + N, a.residual2, weight_bf16(model, PT_LN2W, l),
@@ -914,7 +919,8 @@ static void layer_backward(GPT *model, int l) {
                        a.residual2, weight_bf16(model, PT_LN2W, l), a.ln2_stats, a.ln2_stats + N, N, C,
                        model->reduce_scratch, stream);
     linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty);
-    attention_backward(model->dqkv, model->att_delta, model->dc, a.qkv, a.att_lse, B, T, C, NH, stream);
+    attention_backward(&model->attention, model->dqkv, model->att_delta, model->dc, a.qkv, a.atty, a.att_lse,
+                       B, T, C, NH, stream);
     linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1);
     layernorm_backward(model->dresidual, grad_of(model, PT_LN1W, l), grad_of(model, PT_LN1B, l), model->dc,
                        layer_input(model, l), weight_bf16(model, PT_LN1W, l), a.ln1_stats, a.ln1_stats + N, N,
@@ -1582,10 +1588,10 @@ int main(int argc, char **argv) {
 
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d process(es), zero_stage %d, recompute %d | %.2f GiB planned per GPU\n",
+        "%d process(es), zero_stage %d, recompute %d | %.2f GiB planned per GPU | attention %s\n",
         props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
         model.num_params, dtype_name(opts.dtype), B, T, accum_steps, dist.world_size, opts.zero_stage,
-        opts.recompute, model.plan.total / 1073741824.0);
+        opts.recompute, model.plan.total / 1073741824.0, model.attention.description);
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {

@@ -14,7 +14,9 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xcompiler -fopenmp -I. dev/bench_kernels.cu -o build/bench_kernels -lm
 // clang-format on
 // or: make -f dev/kernels.mk build/bench_kernels
-// Run: build/bench_kernels [--small] [--reps N]. --small skips the 124M shape; exit status 1 on a failure.
+// Run: build/bench_kernels [--small] [--reps N]. --small skips the 124M shape and the attention speed shapes;
+// exit status 1 on a failure. In builds with cuDNN the fast attention is checked at every attention shape
+// too, and the attention table times both at T = 1024 and 2048, head sizes 64 and 128 (TFLOP/s).
 //
 // Tolerances. BF16 keeps 8 significant bits: one rounding to nearest moves a value by at most half an ulp,
 // 2^-8 relative; two roundings (CPU and GPU) of FP32 values that agree to FP32 precision land at most one
@@ -34,6 +36,15 @@
 //            error of ~sqrt(V) 2^-24, which -log inherits as an absolute one; a wrong max or target is O(1).
 //   lse      checked against a double-precision reference (the CPU keeps probabilities, not lse):
 //            2^-16 (1 + |ref|), a few FP32 ulps of max + log(sum).
+//   fast     the fast attention (cuDNN, --attention fast) against the CPU, as relative L2 distances
+//            ||gpu - cpu|| / ||cpu|| over the whole tensor. It rounds the probabilities to BF16 before
+//            they multiply V (and, in the backward, P and dS before their GEMMs): each is an independent
+//            relative rounding of at most 2^-9 per term, so a sum of them is off by ~2^-9 of its own size
+//            per rounding site; with the outputs' own roundings (both sides), out is within ~2^-8 and the
+//            gradients (three sites) within ~2^-7.5. Bounds 2^-6 (out) and 2^-5 (dq, dk, dv): 4x headroom,
+//            while a wrong mask, scale or layout is off by O(1). lse is FP32 on both sides: 2^-14 (1 + |ref|)
+//            against the double reference (the exact kernels' 2^-16, with 4x for cuDNN's exp2
+//            approximations).
 //   norm     sqrt(out) against the CPU trainer's norm (a serial sum of squares in double, one float
 //            rounding of the root): 2^-21 relative (the GPU rounds the square to a float first).
 
@@ -46,6 +57,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../gpu/attention.cuh"
 #include "../gpu/layers.cuh"
 
 typedef std::vector<float> Vec;
@@ -63,7 +75,8 @@ typedef struct {
 typedef struct {
     char family[16], shape[24], what[24];
     float ms;
-    double gbps; // 0: not memory-bound, not reported
+    double gbps;   // 0: not memory-bound, not reported
+    double tflops; // 0: not compute-bound, not reported
 } TimeRow;
 
 static std::vector<CheckRow> g_checks;
@@ -119,6 +132,29 @@ static void check_sum(const char *family, const char *what, const Vec &gpu, cons
     check(family, what, gpu.data(), ref.data(), ref.size(), 0x1p-16, 0x1p-16 * rms(ref.data(), ref.size()));
 }
 
+// ||gpu - ref|| / ||ref|| over the whole tensor within bound (the fast attention's check).
+static void check_rel_l2(const char *family, const char *what, const Vec &gpu, const Vec &ref, double bound) {
+    double diff = 0.0, norm = 0.0;
+    size_t exact = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double d = (double)gpu[i] - (double)ref[i];
+        diff += d * d;
+        norm += (double)ref[i] * ref[i];
+        exact += memcmp(&gpu[i], &ref[i], sizeof(float)) == 0;
+    }
+    const double distance = norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
+    CheckRow row;
+    snprintf(row.family, sizeof row.family, "%s", family);
+    snprintf(row.shape, sizeof row.shape, "%s", g_shape);
+    snprintf(row.what, sizeof row.what, "%s (rel L2)", what);
+    row.n = ref.size();
+    row.exact = ref.empty() ? 1.0 : (double)exact / (double)ref.size();
+    row.max_abs = distance;
+    row.worst = distance / bound;
+    row.ok = distance <= bound; // NaN fails
+    g_checks.push_back(row);
+}
+
 // A second GPU run from the same inputs must reproduce the first bit for bit.
 static void check_rerun(const char *family, const char *what, const Vec &first, const Vec &second) {
     char label[24];
@@ -149,7 +185,16 @@ static void time_kernel(const char *family, const char *what, double bytes, cuda
     snprintf(row.what, sizeof row.what, "%s", what);
     row.ms = ms[g_reps / 2];
     row.gbps = bytes > 0.0 && row.ms > 0.0f ? bytes / row.ms / 1e6 : 0.0;
+    row.tflops = 0.0;
     g_times.push_back(row);
+}
+
+// time_kernel for a compute-bound launch of `flops` floating-point operations: reports TFLOP/s.
+template <typename F>
+static void time_flops(const char *family, const char *what, double flops, cudaStream_t stream, F launch) {
+    time_kernel(family, what, 0.0, stream, launch);
+    TimeRow &row = g_times.back();
+    row.tflops = row.ms > 0.0f ? flops / row.ms / 1e9 : 0.0;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -433,6 +478,50 @@ static Vec qkv_part(const Vec &x, int N, int C, int part) {
     return y;
 }
 
+// FLOPs of causal attention over (B, NH, T, HS): the forward's two GEMMs (QK^T, PV) of 2 T^2 HS each,
+// halved by the mask; the backward's five (recomputed S, dV, dP, dQ, dK): 2.5 times the forward. The count
+// FlashAttention's and cuDNN's benchmarks report.
+static double attention_flops(int B, int NH, int T, int HS, int backward) {
+    const double forward = 2.0 * 2.0 * B * NH * (double)T * T * HS / 2.0;
+    return backward ? 2.5 * forward : forward;
+}
+
+// The fast attention at a shape the exact kernels were just checked at, against the same CPU results.
+static void bench_fast_attention(const Shape *s, cudaStream_t stream, const Vec &qkv, const Vec &dout,
+                                 const Vec &out, const Vec &lse, const Vec &dqkv) {
+    const int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
+    const size_t NC = (size_t)N * C, BHT = (size_t)B * NH * T;
+    Attention fast;
+    attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH);
+    if (!fast.fast) {
+        printf("  attention fast: not checked: %s\n", fast.description);
+        return;
+    }
+    bf16 *d_qkv = new_bf16(qkv), *d_dout = new_bf16(dout), *d_out = dev_alloc<bf16>(NC),
+         *d_dqkv = dev_alloc<bf16>(3 * NC);
+    float *d_lse = dev_alloc<float>(BHT);
+    auto forward = [&] { attention_forward(&fast, d_out, d_lse, d_qkv, B, T, C, NH, stream); };
+    auto backward = [&] {
+        attention_backward(&fast, d_dqkv, NULL, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, stream);
+    };
+    forward();
+    backward();
+    cuda_check(cudaStreamSynchronize(stream));
+    const Vec g_out = get_bf16(d_out, NC), g_lse = get_f32(d_lse, BHT), g_dqkv = get_bf16(d_dqkv, 3 * NC);
+    check_rel_l2("attn fast", "out", g_out, out, 0x1p-6);
+    check("attn fast", "lse (vs double)", g_lse.data(), lse.data(), BHT, 0x1p-14, 0x1p-14);
+    static const char *const parts[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; p++)
+        check_rel_l2("attn fast", parts[p], qkv_part(g_dqkv, N, C, p), qkv_part(dqkv, N, C, p), 0x1p-5);
+    const int HS = C / NH;
+    time_flops("attn fast", "forward", attention_flops(B, NH, T, HS, 0), stream, forward);
+    time_flops("attn fast", "backward", attention_flops(B, NH, T, HS, 1), stream, backward);
+    backward();
+    cuda_check(cudaStreamSynchronize(stream));
+    check_rerun("attn fast", "dqkv", g_dqkv, get_bf16(d_dqkv, 3 * NC)); // the deterministic backward
+    attention_free(&fast);
+}
+
 static void bench_attention(const Shape *s, cudaStream_t stream) {
     if (s->NH == 0) return;
     const int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
@@ -443,7 +532,7 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, DTYPE_BFLOAT16);
     bf16 *d_qkv = new_bf16(qkv), *d_out = dev_alloc<bf16>(NC);
     float *d_lse = dev_alloc<float>(BHT);
-    auto forward = [&] { attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, stream); };
+    auto forward = [&] { attention_exact_forward(d_out, d_lse, d_qkv, B, T, C, NH, stream); };
     forward();
     cuda_check(cudaStreamSynchronize(stream));
     const Vec g_out = get_bf16(d_out, NC), g_lse = get_f32(d_lse, BHT), lse = lse_reference(qkv, B, T, C, NH);
@@ -458,7 +547,9 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     round_to_storage(dqkv.data(), 3 * NC, DTYPE_BFLOAT16);
     bf16 *d_dout = new_bf16(dout), *d_dqkv = dev_alloc<bf16>(3 * NC);
     float *d_delta = dev_alloc<float>(BHT);
-    auto backward = [&] { attention_backward(d_dqkv, d_delta, d_dout, d_qkv, d_lse, B, T, C, NH, stream); };
+    auto backward = [&] {
+        attention_exact_backward(d_dqkv, d_delta, d_dout, d_qkv, d_lse, B, T, C, NH, stream);
+    };
     backward();
     cuda_check(cudaStreamSynchronize(stream));
     const Vec g_dqkv = get_bf16(d_dqkv, 3 * NC);
@@ -467,7 +558,63 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
         check_bf16("attention", parts[p], qkv_part(g_dqkv, N, C, p), qkv_part(dqkv, N, C, p));
     time_kernel("attention", "backward", 0.0, stream, backward);
     check_rerun("attention", "dqkv", g_dqkv, get_bf16(d_dqkv, 3 * NC));
+    bench_fast_attention(s, stream, qkv, dout, out, lse, dqkv);
     dev_free_all();
+}
+
+// Attention speed, exact against fast, at the shapes of the training runs (T 1024 and 2048, head sizes 64
+// and 128, 8192 tokens of 768 or 1024 channels). The fast path is checked against the exact one here (the
+// CPU would take minutes at these sizes) within the fast tolerances: the exact kernels agree with the CPU
+// to BF16 rounding (checked above), well inside them.
+static void bench_attention_speed(cudaStream_t stream) {
+    static const struct {
+        const char *name;
+        int B, T, C, NH;
+    } shapes[] = {{"T1024 hs64 B8 NH12", 8, 1024, 768, 12},
+                  {"T2048 hs64 B4 NH12", 4, 2048, 768, 12},
+                  {"T1024 hs128 B8 NH8", 8, 1024, 1024, 8},
+                  {"T2048 hs128 B4 NH8", 4, 2048, 1024, 8}};
+    for (const auto &shape : shapes) {
+        const int B = shape.B, T = shape.T, C = shape.C, NH = shape.NH, HS = C / NH;
+        const size_t NC = (size_t)B * T * C, BHT = (size_t)B * NH * T;
+        g_shape = shape.name;
+        printf("attention speed %s ...\n", shape.name);
+        fflush(stdout);
+        Attention exact, fast;
+        attention_setup(&exact, ATTENTION_EXACT, B, T, C, NH);
+        attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH);
+        const Vec qkv = randn(3 * NC, 0.0f, 1.5f, 1), dout = randn(NC, 0.0f, 1.0f, 1);
+        bf16 *d_qkv = new_bf16(qkv), *d_dout = new_bf16(dout);
+        bf16 *d_out[2] = {dev_alloc<bf16>(NC), dev_alloc<bf16>(NC)};
+        bf16 *d_dqkv[2] = {dev_alloc<bf16>(3 * NC), dev_alloc<bf16>(3 * NC)};
+        float *d_lse[2] = {dev_alloc<float>(BHT), dev_alloc<float>(BHT)}, *d_delta = dev_alloc<float>(BHT);
+        const Attention *atts[2] = {&exact, &fast};
+        for (int i = 0; i < (fast.fast ? 2 : 1); i++) {
+            const char *family = i ? "attn fast" : "attention";
+            auto forward = [&] {
+                attention_forward(atts[i], d_out[i], d_lse[i], d_qkv, B, T, C, NH, stream);
+            };
+            auto backward = [&] {
+                attention_backward(atts[i], d_dqkv[i], d_delta, d_dout, d_qkv, d_out[i], d_lse[i], B, T, C,
+                                   NH, stream);
+            };
+            forward();
+            backward();
+            time_flops(family, "forward", attention_flops(B, NH, T, HS, 0), stream, forward);
+            time_flops(family, "backward", attention_flops(B, NH, T, HS, 1), stream, backward);
+        }
+        if (fast.fast) {
+            cuda_check(cudaStreamSynchronize(stream));
+            check_rel_l2("attn fast", "out vs exact", get_bf16(d_out[1], NC), get_bf16(d_out[0], NC), 0x1p-6);
+            check_rel_l2("attn fast", "dqkv vs exact", get_bf16(d_dqkv[1], 3 * NC),
+                         get_bf16(d_dqkv[0], 3 * NC), 0x1p-5);
+        } else {
+            printf("  attention fast: not timed: %s\n", fast.description);
+        }
+        attention_free(&exact);
+        attention_free(&fast);
+        dev_free_all();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -584,6 +731,7 @@ int main(int argc, char **argv) {
         bench_crossentropy(s, stream);
         bench_reductions(s, stream);
     }
+    if (!small_only) bench_attention_speed(stream);
     cuda_check(cudaStreamDestroy(stream));
 
     int failures = 0;
@@ -594,12 +742,12 @@ int main(int argc, char **argv) {
                100.0 * r.exact, r.max_abs, r.worst, r.ok ? "ok" : "FAIL");
         failures += !r.ok;
     }
-    printf("\n%-12s %-20s %-16s %10s %9s\n", "family", "shape", "kernel", "ms", "GB/s");
+    printf("\n%-12s %-20s %-16s %10s %9s %9s\n", "family", "shape", "kernel", "ms", "GB/s", "TFLOP/s");
     for (const TimeRow &r : g_times) {
-        if (r.gbps > 0.0)
-            printf("%-12s %-20s %-16s %10.4f %9.1f\n", r.family, r.shape, r.what, r.ms, r.gbps);
-        else
-            printf("%-12s %-20s %-16s %10.4f %9s\n", r.family, r.shape, r.what, r.ms, "-");
+        char gbps[16] = "-", tflops[16] = "-";
+        if (r.gbps > 0.0) snprintf(gbps, sizeof gbps, "%.1f", r.gbps);
+        if (r.tflops > 0.0) snprintf(tflops, sizeof tflops, "%.1f", r.tflops);
+        printf("%-12s %-20s %-16s %10.4f %9s %9s\n", r.family, r.shape, r.what, r.ms, gbps, tflops);
     }
     printf("\n%d of %zu checks failed\n", failures, g_checks.size());
     return failures ? 1 : 0;

@@ -134,6 +134,10 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     if (is_fp8_type(a_type) != is_fp8_type(b_type))
         fail("cuBLASLt: an FP8 GEMM needs both operands in FP8, got %s x %s", gemm_type_name(a_type),
              gemm_type_name(b_type));
+    if (a_type == CUDA_R_8F_E5M2 && b_type == CUDA_R_8F_E5M2)
+        fail("cuBLASLt: E5M2 x E5M2 is not an FP8 GEMM cuBLASLt runs (one operand must be E4M3): M=%d N=%d "
+             "K=%d",
+             M, N, K);
     if (is_fp8_type(a_type) && (trans_a || !trans_b))
         fail("cuBLASLt: FP8 GEMMs need K-major operands (trans_a=0, trans_b=1), got trans_a=%d trans_b=%d",
              trans_a, trans_b);

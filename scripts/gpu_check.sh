@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # gpu_check.sh: everything that needs a GPU, in one run sized for under 9 minutes on one H200:
-# build, `make test_gpu` (CUDA trainer vs the CPU reference), the GEMM and kernel benchmarks, 30-step runs
-# of 124M and 1.5B (d48) in bfloat16 and float8, and 124M in float8 blockwise (with each run's planned and
+# build (with cuDNN's fused attention where the device's Python environment has the nvidia-cudnn wheel and
+# build/cudnn_frontend came along: scripts/cudnn_deps.sh), `make test_gpu` (CUDA trainer vs the CPU
+# reference, the fast attention included), the GEMM and kernel benchmarks (the attention's TFLOP/s, exact
+# and fast, T 1024 and 2048, head sizes 64 and 128), 30-step runs
+# of 124M and 1.5B (d48) in bfloat16 and float8, 124M float8 with the exact attention (the state before
+# the fast one), and 124M in float8 blockwise (with each run's planned and
 # really allocated memory), the ZeRO stages and --recompute in one process (each must give the ZeRO-0
 # run's model file byte for byte, also started by `mpirun -np 1` and torchrun-style), and with two or more
 # GPUs, two processes of batch B (mpirun for ZeRO 0, 1, 3; the torchrun-style file bootstrap for ZeRO 3)
@@ -32,26 +36,30 @@ if ! ls "$(dirname "$(command -v nvcc)")/../include/nccl.h" /usr/include/nccl.h 
         log "NCCL from $wheel"
     fi
 fi
+# cuDNN: the wheel's library and headers, and the frontend's headers carried in build/cudnn_frontend (the
+# device has no network); without them the build has the exact attention only, and says so
+bash scripts/cudnn_deps.sh build 2>&1 | tail -n 3 || log "no cuDNN: the exact attention only"
 log "build"
 make $jobs_flag train train_cpu test/build/compare_debug_state build/bench_gemm build/bench_kernels 2>&1 | tail -n 3
 log "make test_gpu"
-timeout 300 make test_gpu 2>&1 | tee "$out/test_gpu.txt" | tail -n 30
+timeout 330 make test_gpu 2>&1 | tee "$out/test_gpu.txt" | tail -n 30
 log "GEMM benchmark"
 timeout 90 ./build/bench_gemm 8192 2>&1 | tee "$out/bench_gemm.txt"
 log "kernel benchmark"
-timeout 60 ./build/bench_kernels 2>&1 | tee "$out/bench_kernels.txt" | tail -n 20
+timeout 120 ./build/bench_kernels 2>&1 | tee "$out/bench_kernels.txt" | grep -E "^(attention|attn fast) .* (forward|backward) |FAIL|checks failed" 
 log "30-step runs"
 python3 scripts/prepare_data.py --input "$data_file" --output_dir "$out/data" --tokenizer byte >/dev/null
 train_data="$out/data/tinyshakespeare_train_*.bin"
 summary="$out/summary.md"
-echo "| model | dtype | B x T | ms/step | tokens/s | MFU | peak GiB | planned / allocated GiB | loss@30 |" >"$summary"
-echo "|---|---|---|---|---|---|---|---|---|" >>"$summary"
-for run in 124M:bfloat16 124M:float8 124M:float8::blockwise 1.5B:bfloat16 1.5B:float8 124M:float8:z3; do
-    IFS=: read -r model dtype zero recipe <<<"$run"
+echo "| model | dtype | attention | B x T | ms/step | tokens/s | MFU | peak GiB | planned / allocated GiB | loss@30 |" >"$summary"
+echo "|---|---|---|---|---|---|---|---|---|---|" >>"$summary"
+for run in 124M:bfloat16 124M:float8 124M:float8:::exact 124M:float8::blockwise 1.5B:bfloat16 1.5B:float8 124M:float8:z3; do
+    IFS=: read -r model dtype zero recipe attention <<<"$run"
     B=16; [ "$model" = 1.5B ] && B=8
-    name="${model}_${dtype}${zero:+_$zero}${recipe:+_$recipe}"
+    name="${model}_${dtype}${zero:+_$zero}${recipe:+_$recipe}${attention:+_$attention}"
     extra=(); [ -n "$zero" ] && extra=(--zero_stage 3 --recompute 1)
     [ -n "$recipe" ] && extra+=(--fp8_recipe "$recipe")
+    [ -n "$attention" ] && extra+=(--attention "$attention")
     timeout 120 ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
         --train_data "$train_data" --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}" \
         --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
@@ -67,14 +75,16 @@ except OSError:
 summary = open(text).read()
 peak = re.search(r"peak memory ([0-9.]+) GiB", summary)
 mfu = re.search(r"MFU ([0-9.]+)%", summary)
+attention = re.search(r"\| attention (\w+)", summary)
+attention = attention.group(1) if attention else "?"
 mem = re.search(r"memory \| planned ([0-9]+) bytes .* allocated ([0-9]+) bytes", summary)
 memory = f"{int(mem.group(1)) / 2**30:.2f} / {int(mem.group(2)) / 2**30:.2f}" if mem else "?"
 if not steps:
-    print(f"| {model} | {dtype} | {B}x1024 | failed | | | | {memory} | |"); sys.exit()
+    print(f"| {model} | {dtype} | {attention} | {B}x1024 | failed | | | | {memory} | |"); sys.exit()
 timed = steps[5:] or steps
 ms = statistics.median(s["ms"] for s in timed)
 tps = statistics.median(s["tokens_per_second"] for s in timed)
-print(f"| {model} | {dtype} | {B}x1024 | {ms:.1f} | {tps:.0f} | {mfu.group(1) + '%' if mfu else '?'} | "
+print(f"| {model} | {dtype} | {attention} | {B}x1024 | {ms:.1f} | {tps:.0f} | {mfu.group(1) + '%' if mfu else '?'} | "
       f"{peak.group(1) if peak else '?'} | {memory} | {steps[-1]['loss']:.4f} |")
 PY
 done

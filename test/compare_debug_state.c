@@ -1,5 +1,7 @@
 // compare_debug_state: checks a trainer's --debug_state file against the CPU reference's.
 //   compare_debug_state CANDIDATE REFERENCE FLOAT32_REFERENCE   tolerance argued below
+//   compare_debug_state --rounding_sites F CANDIDATE REFERENCE FLOAT32_REFERENCE
+//                                                                 the same, bounds scaled by F (below)
 //   compare_debug_state --exact A B                               bitwise equality (determinism, resume)
 // CANDIDATE is typically the CUDA trainer's file, REFERENCE train_cpu's with the same flags and dtype,
 // FLOAT32_REFERENCE train_cpu's with --dtype float32 (same seed and data).
@@ -13,8 +15,13 @@
 // a floor for the FP32 summation-order differences themselves: 1e-5 relative for logits and losses
 // (sums of at most a few thousand terms, 2^-24 * sqrt(terms) * headroom), 1e-4 for gradients, which are
 // sums over the whole batch and all positions. Distances are relative L2 norms per tensor.
+// --rounding_sites F: for a candidate that rounds in more places than the reference (the GPU's fast
+// attention rounds its probabilities and their gradients to BF16, which the CPU keeps in FP32): each added
+// site is one more rounding of the same unit roundoff, so with at most (F - 1) times the reference's own
+// rounding effect added, the distance stays within F times the reference's distance from float32.
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../debug_state.h"
@@ -73,18 +80,19 @@ static double tensor_distance(const GPTConfig *cfg, int tensor, const float *a, 
     return norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
 }
 
-static int compare_toleranced(const DebugState *cand, const DebugState *ref, const DebugState *ref32) {
+static int compare_toleranced(const DebugState *cand, const DebugState *ref, const DebugState *ref32,
+                              double sites) {
     size_t N = (size_t)ref->B * ref->T, logits = N * ref->config.padded_vocab_size;
-    double bound = fmax(rel_l2(ref->logits, ref32->logits, logits, ref->logits), 1e-5);
+    double bound = fmax(sites * rel_l2(ref->logits, ref32->logits, logits, ref->logits), 1e-5);
     check(rel_l2(cand->logits, ref->logits, logits, ref->logits) <= bound, "logits",
           rel_l2(cand->logits, ref->logits, logits, ref->logits), bound);
-    bound = fmax(fabs(ref->loss - ref32->loss), 1e-5 * fabs(ref->loss));
+    bound = fmax(sites * fabs(ref->loss - ref32->loss), 1e-5 * fabs(ref->loss));
     check(fabs(cand->loss - ref->loss) <= bound, "loss", fabs(cand->loss - ref->loss), bound);
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         char what[64];
         snprintf(what, sizeof(what), "gradient %s", PARAM_TENSOR_NAMES[t]);
         double d = tensor_distance(&ref->config, t, cand->grads, ref->grads, ref->grads);
-        double b = fmax(tensor_distance(&ref->config, t, ref->grads, ref32->grads, ref->grads), 1e-4);
+        double b = fmax(sites * tensor_distance(&ref->config, t, ref->grads, ref32->grads, ref->grads), 1e-4);
         check(d <= b, what, d, b);
     }
     double loss_gap = 0.0;
@@ -94,16 +102,26 @@ static int compare_toleranced(const DebugState *cand, const DebugState *ref, con
         char what[64];
         snprintf(what, sizeof(what), "loss of step %d", s + 1);
         double d = fabs(cand->step_losses[s] - ref->step_losses[s]);
-        double b = fmax(loss_gap, 1e-5 * fabs(ref->step_losses[s]));
+        double b = fmax(sites * loss_gap, 1e-5 * fabs(ref->step_losses[s]));
         check(d <= b, what, d, b);
     }
     return failed;
 }
 
 int main(int argc, char **argv) {
+    double sites = 1.0;
+    if (argc == 6 && strcmp(argv[1], "--rounding_sites") == 0) {
+        char *end = NULL;
+        sites = strtod(argv[2], &end);
+        if (*end != '\0' || !(sites >= 1.0 && sites <= 16.0))
+            fail("--rounding_sites: '%s' is not a factor in [1, 16]", argv[2]);
+        argc -= 2;
+        argv += 2;
+    }
     int exact = argc == 4 && strcmp(argv[1], "--exact") == 0;
     if (!exact && argc != 4)
-        fail("usage: compare_debug_state CANDIDATE REFERENCE FLOAT32_REFERENCE | --exact A B");
+        fail("usage: compare_debug_state [--rounding_sites F] CANDIDATE REFERENCE FLOAT32_REFERENCE | "
+             "--exact A B");
     DebugState a, b, c;
     debug_state_read(argv[exact ? 2 : 1], &a);
     debug_state_read(argv[exact ? 3 : 2], &b);
@@ -113,7 +131,7 @@ int main(int argc, char **argv) {
     } else {
         debug_state_read(argv[3], &c);
         check_same_run(&b, &c, argv[3]);
-        compare_toleranced(&a, &b, &c);
+        compare_toleranced(&a, &b, &c, sites);
         debug_state_free(&c);
     }
     printf("%d passed, %d failed\n", passed, failed);

@@ -4,7 +4,10 @@
 #  - the plain-C-GEMM build of train_cpu sums in another order than OpenBLAS, which is exactly how the GPU
 #    differs from the CPU reference: it must pass the toleranced comparison in bfloat16 and float8
 #    (this exercises the tolerance argument of compare_debug_state.c on real data);
-#  - gradients off by 5%, or logits of another model, must fail.
+#  - gradients off by 5%, or logits of another model, must fail;
+#  - --rounding_sites 2 (the GPU's fast attention): scales the bounds, so a float8 candidate, whose E4M3 and
+#    E5M2 roundings are 16-32x bfloat16's, is still caught against a bfloat16 reference; a factor out of
+#    range is refused.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -46,6 +49,12 @@ data[start:end] = struct.pack(f"<{len(grads)}f", *(g * 1.05 for g in grads))
 open(sys.argv[2], "wb").write(data)
 PY
 expect fail "gradients off by 5% are caught" $compare "$tmp/scaled.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
+expect pass "--rounding_sites 2 passes what the plain bound passes" \
+    $compare --rounding_sites 2 "$tmp/bfloat16_delayed_noblas.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
+expect fail "--rounding_sites 2 still catches float8 against a bfloat16 reference" \
+    $compare --rounding_sites 2 "$tmp/float8_delayed.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
+expect fail "--rounding_sites 0.5 is refused" \
+    $compare --rounding_sites 0.5 "$tmp/bfloat16_delayed_noblas.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"
 expect fail "another seed's run is caught" $compare --exact "$tmp/bfloat16_delayed.bin" "$tmp/float8_delayed.bin"
 ./train_cpu "${model[@]}" --dtype bfloat16 --seed 7 --debug_state "$tmp/seed7.bin" >/dev/null
 expect fail "a differently initialised model is caught" $compare "$tmp/seed7.bin" "$tmp/bfloat16_delayed.bin" "$tmp/f32.bin"

@@ -20,6 +20,10 @@
 
 #include <vector>
 
+#include <errno.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "../gpu/common.cuh"
 #include "../fp8_scaling.h"
 #include "../gpu/gemm.cuh"
@@ -557,6 +561,79 @@ static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
     return status;
 }
 
+// Runs fn in a child process: it must exit 1 with a one-line error containing want (gpu/gemm.cuh's
+// refusals end the process, as every fail() does). The child refuses before any device work, so the
+// emulator's worker threads, which a fork does not copy, are never needed there.
+template <typename F> static void expect_refusal(const char *what, const char *want, F fn) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) fail("pipe: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    if (child == 0) {
+        dup2(pipe_fds[1], 2);
+        close(pipe_fds[0]);
+        fn();
+        _exit(0);
+    }
+    close(pipe_fds[1]);
+    char message[512] = {0};
+    size_t length = 0;
+    ssize_t got;
+    while (length < sizeof message - 1 &&
+           (got = read(pipe_fds[0], message + length, sizeof message - 1 - length)) > 0)
+        length += (size_t)got;
+    close(pipe_fds[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    const char *newline = strchr(message, '\n');
+    const bool one_line = newline && newline[1] == '\0';
+    expect(WIFEXITED(status) && WEXITSTATUS(status) == 1 && one_line && strstr(message, want), "%s: %s", what,
+           message);
+}
+
+// gpu/gemm.cuh's plan cache: one plan per shape, types, scale modes and bias alignment (the heuristic
+// reads the bias pointer's alignment and may pick a kernel that needs it), reused across calls; and the
+// operand combinations it refuses with their own messages.
+static void test_gemm_plans(void) {
+    GemmContext ctx;
+    void *workspace = NULL;
+    char *mem = NULL;
+    cuda_check(cudaMalloc(&workspace, 1 << 20));
+    cuda_check(cudaMalloc((void **)&mem, 1 << 20));
+    gemm_init(&ctx, workspace, 1 << 20);
+    const int M = 32, N = 64, K = 48;
+    bf16 *a = (bf16 *)mem, *b = (bf16 *)(mem + 65536), *d = (bf16 *)(mem + 131072);
+    const bf16 *bias256 = (const bf16 *)(mem + 196608), *bias64 = (const bf16 *)(mem + 196608 + 64),
+               *bias256_again = (const bf16 *)(mem + 196608 + 512);
+    GemmOperand A = {a, CUDA_R_16BF, NULL, 0}, B = {b, CUDA_R_16BF, NULL, 0};
+    GemmPlan *first = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, bias256, 0, 0);
+    GemmPlan *again = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, bias256_again, 0, 0);
+    GemmPlan *other = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, bias64, 0, 0);
+    expect(first == again && ctx.num_plans == 2 && other != first && other->bias_alignment == 64 &&
+               first->bias_alignment == 256,
+           "GEMM plans: a bias of the same alignment reuses the plan, a 64-byte aligned one gets its own");
+    GemmPlan *no_bias = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, NULL, 0, 0);
+    GemmPlan *accumulate = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, NULL, 1, 0);
+    expect(no_bias != first && accumulate != no_bias && ctx.num_plans == 4,
+           "GEMM plans: with and without a bias, with and without accumulation, are distinct");
+    gemm(&ctx, d, CUDA_R_16BF, A, 0, B, 1, M, N, K, bias64, 0, 0, 0);
+    cuda_check(cudaDeviceSynchronize());
+    expect(ctx.num_plans == 4, "GEMM plans: a call finds its plan instead of making another");
+    const float *descale = (const float *)(mem + 262144);
+    GemmOperand e5m2_a = {a, CUDA_R_8F_E5M2, descale, 0}, e5m2_b = {b, CUDA_R_8F_E5M2, descale, 0},
+                e4m3_b = {b, CUDA_R_8F_E4M3, descale, 0};
+    expect_refusal("E5M2 x E5M2 refused with its own message", "E5M2 x E5M2",
+                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, e5m2_b, CUDA_R_16BF, NULL, 0, 0); });
+    expect_refusal("FP8 x BF16 refused", "needs both operands in FP8",
+                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, B, CUDA_R_16BF, NULL, 0, 0); });
+    expect_refusal("an FP8 GEMM not in TN form refused", "K-major",
+                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 0, e4m3_b, CUDA_R_16BF, NULL, 0, 0); });
+    gemm_destroy(&ctx);
+    cuda_check(cudaFree(mem));
+    cuda_check(cudaFree(workspace));
+}
+
 static void test_cublaslt(void) {
     cudaDeviceProp props;
     cuda_check(cudaGetDeviceProperties(&props, 0));
@@ -844,6 +921,7 @@ int main(int argc, char **argv) {
     test_copies();
     test_graphs();
     test_cublaslt();
+    test_gemm_plans();
     test_nccl();
     return test_summary();
 }

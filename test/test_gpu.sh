@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_gpu.sh: the CUDA trainer against the CPU reference (needs a GPU; `make test_gpu`).
-#  1. for bfloat16 and float8 delayed, current, blockwise (also with power-of-two scales) and mxfp8 (where
+#  1. for bfloat16 and float8 delayed (also without the forward's fast accumulation), current, blockwise (also with power-of-two scales) and mxfp8 (where
 #     the device has it: Blackwell; the emulation as a B200): train_cpu and train write --debug_state for
 #     the same small model, seed and data; compare_debug_state checks logits, loss, every gradient tensor
 #     and the losses of the following steps within the tolerance argued in test/compare_debug_state.c; the
@@ -17,16 +17,22 @@
 #  7. run health on the GPU: an injected NaN is skipped and leaves the weights untouched; the BF16 shadow
 #     check is exactly zero in bfloat16; --eval_only equals the validation loss of learning-rate-0 runs;
 #     the cast kernels count saturations where the CPU does (a model with LayerNorm gains of 1000);
-#     sampling runs.
+#     sampling runs;
+#  8. the fast attention (cuDNN: builds with it, on a GPU; elsewhere its one-line refusal): bfloat16 and
+#     float8 against the CPU reference with compare_debug_state --rounding_sites 2 (its BF16 probabilities
+#     and their gradients are rounding sites the CPU does not have); two runs, CUDA Graph and op by op, and a
+#     resumed run give identical weights (its backward is cuDNN's deterministic one).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
 TRAIN=${TRAIN:-./train} # ./train_emu: the same suite on the CPU emulation of CUDA (make test_gpu_emu)
 test_tmpdir tmp test_gpu
 test_data_dir "$tmp/data" text
-# hs = 32 (the attention kernels' minimum), B*T and C multiples of 16 (FP8 GEMMs)
-model=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8
-       --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
+# hs = 32 (the attention kernels' minimum), B*T and C multiples of 16 (FP8 GEMMs). The exact attention (the
+# CPU's arithmetic) for the comparisons with the CPU reference; the fast one is section 8.
+common=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8
+        --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
+model=("${common[@]}" --attention exact)
 run_pair() { # name, extra flags...
     local name="$1"; shift
     ./train_cpu "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" >/dev/null
@@ -41,6 +47,7 @@ set +e
 run_pair bfloat16 --dtype bfloat16
 run_pair float8_delayed --dtype float8 --fp8_recipe delayed
 run_pair float8_current --dtype float8 --fp8_recipe current
+run_pair float8_precise_accum --dtype float8 --fp8_recipe delayed --fp8_fast_accum 0
 run_pair float8_blockwise --dtype float8 --fp8_recipe blockwise
 run_pair float8_blockwise_pow2 --dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1
 # mxfp8 needs Blackwell's cuBLASLt mode: on the emulation a B200 (CUDA_EMU_DEVICE, which a GPU ignores); a
@@ -81,7 +88,7 @@ PY
     result $? "$recipe block scales: the weights' equal the CPU's bit for bit, the activations' within 2^-7"
 done
 model96=(--model_size d2 --channels 96 --heads 3 --vocab 256 --seq_len 32 --batch_size 2
-         --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
+         --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)
 ./train_cpu "${model96[@]}" --steps 3 --output_dir "" --dtype float32 --debug_state "$tmp/cpu96_float32.bin" >/dev/null
 for dtype in bfloat16 float8; do
     ./train_cpu "${model96[@]}" --steps 3 --output_dir "" --dtype $dtype --debug_state "$tmp/cpu96_$dtype.bin" >/dev/null
@@ -146,7 +153,7 @@ cmp -s "$tmp/zero_3_0_float8/model_00000006.bin" "$tmp/zero_half/model_00000006.
     cmp -s "$tmp/zero_3_0_float8/state_00000006_00000.bin" "$tmp/zero_half/state_00000006_00000.bin"
 result $? "resume is bit-exact with --zero_stage 3 (float8)"
 health=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8 --val_batches 2
-        --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin")
+        --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin" --attention exact)
 "$TRAIN" "${health[@]}" --steps 5 --dtype float8 --inject_nan_step 3 --ckpt_every 1 --output_dir "$tmp/nan" >"$tmp/nan.txt"
 grep -q 'skipped (non-finite' "$tmp/nan.txt" && cmp -s "$tmp/nan/model_00000002.bin" "$tmp/nan/model_00000003.bin"
 result $? "an injected NaN is skipped and changes no weight"
@@ -209,4 +216,35 @@ result $? "delayed recipe, a fresh run's step 1 on the GPU: every activation and
     --sample_len 16 --output_dir "" >"$tmp/sample.txt"
 grep -q '^sample | ' "$tmp/sample.txt"
 result $? "the GPU trainer samples text"
+
+fast=("${common[@]}" --attention fast)
+fast_refusal=$("$TRAIN" "${fast[@]}" --steps 1 --output_dir "" 2>&1 >/dev/null | tail -n 1)
+if [[ "$fast_refusal" == *"--attention fast:"* ]]; then
+    # where it cannot run (a build without cuDNN, the emulation; a device cuDNN declines), one line says why,
+    # and auto names the attention it runs instead in the banner
+    [[ "$fast_refusal" == "error: --attention fast: "* ]] &&
+        "$TRAIN" "${common[@]}" --steps 1 --output_dir "" >"$tmp/auto.txt" && grep -q "| attention exact (" "$tmp/auto.txt"
+    result $? "the fast attention is refused with one line where it cannot run, auto says which runs"
+    echo "skip: the fast attention: $fast_refusal"
+else
+    for run in bfloat16:bfloat16 float8:float8_delayed; do
+        dtype=${run%%:*}
+        "$TRAIN" "${fast[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/fast_$dtype.bin" >/dev/null
+        ./test/build/compare_debug_state --rounding_sites 2 "$tmp/fast_$dtype.bin" "$tmp/cpu_${run#*:}.bin" \
+            "$tmp/cpu_float32.bin" >"$tmp/cmp_fast_$dtype.txt" 2>&1
+        result $? "GPU $dtype with the fast attention matches the CPU reference (--rounding_sites 2)"
+        tail -n 1 "$tmp/cmp_fast_$dtype.txt"; grep FAIL "$tmp/cmp_fast_$dtype.txt" || true
+        for variant in graph:"--cuda_graph 1" eager:"--cuda_graph 0" half:"--ckpt_every 2"; do
+            read -r -a extra <<<"${variant#*:}"
+            "$TRAIN" "${fast[@]}" --steps 4 --dtype $dtype --output_dir "$tmp/fast_${dtype}_${variant%%:*}" \
+                "${extra[@]}" >/dev/null
+        done
+        rm -f "$tmp/fast_${dtype}_half/model_00000004.bin" && echo 2 >"$tmp/fast_${dtype}_half/latest_checkpoint" &&
+            "$TRAIN" "${fast[@]}" --steps 4 --dtype $dtype --output_dir "$tmp/fast_${dtype}_half" --resume 1 >/dev/null
+        for variant in eager:"op-by-op" half:"resumed at step 2"; do
+            cmp -s "$tmp/fast_${dtype}_graph/model_00000004.bin" "$tmp/fast_${dtype}_${variant%%:*}/model_00000004.bin"
+            result $? "fast attention, $dtype: ${variant#*:} gives the CUDA Graph run's weights"
+        done
+    done
+fi
 finish
