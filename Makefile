@@ -130,7 +130,12 @@ test_health: train_cpu
 test_study_report: train_cpu python_deps
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_study_report.sh
 
-test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
+# dev/perf_model.py, the expected step times: it must run (its numbers are a model, checked on a GPU)
+.PHONY: test_perf_model
+test_perf_model:
+	$(PYTHON) dev/perf_model.py >/dev/null && echo "ok   dev/perf_model.py runs"
+
+test_cpu: $(NVCC_TESTS) test_perf_model test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
           test_cpu_kernels test_health test_study_report test_export test_compare
 
 test: test_cpu

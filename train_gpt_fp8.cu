@@ -29,7 +29,6 @@
 // --recompute 1 keeps only each layer's input for the backward, which replays the layer's forward first.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
-#include <nvtx3/nvToolsExt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,7 +287,11 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     model->sample_row = (float *)malloc_check(cfg->padded_vocab_size * sizeof(float), "sampling");
     model->sample_row_bf16 = (bf16 *)malloc_check(cfg->padded_vocab_size * sizeof(bf16), "sampling");
     cuda_check(cudaStreamCreate(&model->stream));
-    cuda_check(cudaStreamCreate(&model->comm_stream));
+    // the collectives at the greatest priority: a gather or reduce-scatter the next layer waits for is
+    // scheduled ahead of compute blocks queued behind it
+    int least_priority = 0, greatest_priority = 0;
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+    cuda_check(cudaStreamCreateWithPriority(&model->comm_stream, cudaStreamDefault, greatest_priority));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
     attention_setup(&model->attention, opts->attention, B, T, cfg->channels, cfg->num_heads);
     reset_block_scale_stats(model);
@@ -828,6 +831,7 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     cudaStream_t stream = model->stream;
     const bf16 *residual = layer_input(model, l);
     LayerActs a = layer_acts(model, l);
+    nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
     layernorm_forward(a.ln1, a.ln1_stats, a.ln1_stats + N, residual, weight_bf16(model, PT_LN1W, l),
                       weight_bf16(model, PT_LN1B, l), N, C, stream);
     linear_forward(model, l, LIN_QKV, a.qkv, a.ln1, record_amax);
@@ -840,10 +844,12 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     gelu_forward(a.fch_gelu, a.fch, 4 * NC, stream);
     if (recomputing) {
         save_linear_input(model, l, LIN_FCPROJ, a.fch_gelu);
+        nvtxRangePop();
         return;
     }
     linear_forward(model, l, LIN_FCPROJ, model->dc, a.fch_gelu, record_amax);
     residual_forward(model->residual3 + l * NC, a.residual2, model->dc, NC, stream);
+    nvtxRangePop();
 }
 
 // ZeRO-3: layer `layer` gathered into slot layer % 2 on the communication stream, once the compute stream
@@ -877,11 +883,13 @@ static void gpt_forward(GPT *model, int record_amax) {
         layer_forward(model, l, record_amax, 0);
         if (zero3) layer_finished(model, l);
     }
+    nvtxRangePushA("lm head");
     layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
                       weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
     // LM head tied to wte, BF16: (N,C) . (Vp,C)^T -> (N,Vp)
     gemm(&model->gemm, model->logits, CUDA_R_16BF, bf16_operand(model->lnf), 0,
          bf16_operand(weight_bf16(model, PT_WTE, 0)), 1, N, cfg->padded_vocab_size, C, NULL, 0, 0, stream);
+    nvtxRangePop();
 }
 
 // A forward no backward follows (evaluation, sampling, the BF16 shadow check): with ZeRO-3 it puts
@@ -901,9 +909,11 @@ static void gpt_loss(GPT *model, int write_dlogits, float *loss_sum) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T;
     float dloss = 1.0f / ((float)N * model->accum_steps * model->comm.world_size);
+    nvtxRangePushA("cross-entropy");
     crossentropy_forward_backward(model->logits, model->losses, model->tokens + N, dloss, N, cfg->vocab_size,
                                   cfg->padded_vocab_size, write_dlogits, model->stream);
     launch<accumulate_mean_kernel>({1, 256, 0, model->stream}, loss_sum, model->losses, N);
+    nvtxRangePop();
 }
 
 static void layer_backward(GPT *model, int l) {
@@ -912,6 +922,7 @@ static void layer_backward(GPT *model, int l) {
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
     LayerActs a = layer_acts(model, l);
+    nvtx_push("layer %d backward", l);
     linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu);
     gelu_backward(model->dfch, a.fch, 4 * NC, stream);
     linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2);
@@ -925,6 +936,7 @@ static void layer_backward(GPT *model, int l) {
     layernorm_backward(model->dresidual, grad_of(model, PT_LN1W, l), grad_of(model, PT_LN1B, l), model->dc,
                        layer_input(model, l), weight_bf16(model, PT_LN1W, l), a.ln1_stats, a.ln1_stats + N, N,
                        C, model->reduce_scratch, stream);
+    nvtxRangePop();
 }
 
 // ZeRO-3, before layer l's backward: gather layer l-1 ahead (layers L-1 and L-2 are still in their slots
@@ -975,6 +987,7 @@ static void gpt_backward(GPT *model) {
         ShardUnit u = shard_map_unit(&model->shards, 0);
         cuda_check(cudaMemsetAsync(model->grads, 0, u.chunk * model->shards.ways * sizeof(float), stream));
     }
+    nvtxRangePushA("lm head backward");
     gemm(&model->gemm, model->dc, CUDA_R_16BF, bf16_operand(dlogits), 0,
          bf16_operand(weight_bf16(model, PT_WTE, 0)), 0, N, C, Vp, NULL, 0, 0, stream);
     gemm(&model->gemm, grad_of(model, PT_WTE, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
@@ -983,6 +996,7 @@ static void gpt_backward(GPT *model) {
     layernorm_backward(model->dresidual, grad_of(model, PT_LNFW, 0), grad_of(model, PT_LNFB, 0), model->dc,
                        model->residual3 + (L - 1) * NC, weight_bf16(model, PT_LNFW, 0), model->lnf_stats,
                        model->lnf_stats + N, N, C, model->reduce_scratch, stream);
+    nvtxRangePop();
     for (int l = L - 1; l >= 0; l--) {
         if (zero3) begin_layer_backward(model, l);
         if (model->recompute && l < L - 1) layer_forward(model, l, 0, 1); // the forward left layer L-1's
@@ -1045,18 +1059,38 @@ static void reduce_gradients(GPT *model) {
 // AdamW over this rank's chunk of every unit, each launch told where its chunk starts in the parameter
 // vector (weight decay depends on the tensor). The BF16 copy is written here for ZeRO-0 and ZeRO-1 (into
 // this rank's chunk of the gathered buffer); ZeRO-3 converts at each gather.
+// AdamW on this rank's parameters: one launch per run of consecutive tensors that share their weight decay
+// (in a layer's unit: LayerNorm and biases, then each weight, alternating), so that no element has to look
+// up its tensor.
 static void adamw_step(GPT *model, const float *grads) {
+    const GPTConfig *cfg = &model->config;
+    nvtxRangePushA("adamw");
     for (int unit = 0; unit < model->num_units; unit++) {
         ShardUnit u = shard_map_unit(&model->shards, unit);
         if (!u.owned) continue;
         bf16 *copy = model->zero_stage == 0   ? model->params_bf16
                      : model->zero_stage == 1 ? model->params_bf16 + (size_t)model->shards.rank * u.chunk
                                               : NULL;
-        launch<adamw_kernel>({elementwise_blocks(u.owned), 256, 0, model->stream}, model->params + u.shard,
-                             copy, grads + u.shard, model->m + u.shard, model->v + u.shard, u.owned,
-                             shard_unit_begin(&model->shards, &u), model->config, model->step_params,
-                             model->step_results);
+        const size_t begin = shard_unit_begin(&model->shards, &u), end = begin + u.owned;
+        for (size_t start = begin; start < end;) {
+            int tensor, layer;
+            size_t stop = param_locate(cfg, start, &tensor, &layer);
+            const int decayed = param_is_decayed(tensor);
+            while (stop < end) {
+                int next, next_layer;
+                size_t next_stop = param_locate(cfg, stop, &next, &next_layer);
+                if (param_is_decayed(next) != decayed) break;
+                stop = next_stop;
+            }
+            if (stop > end) stop = end;
+            const size_t at = u.shard + (start - begin), n = stop - start;
+            launch<adamw_kernel>({elementwise_blocks((n + 3) / 4), 256, 0, model->stream}, model->params + at,
+                                 copy ? copy + (start - begin) : NULL, grads + at, model->m + at,
+                                 model->v + at, n, decayed, model->step_params, model->step_results);
+            start = stop;
+        }
     }
+    nvtxRangePop();
 }
 
 // After the micro-steps: gradients reduced, their norm, the skip decision (the same on every rank: the

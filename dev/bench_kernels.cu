@@ -1,4 +1,5 @@
-// dev/bench_kernels.cu: checks every kernel of gpu/layers.cuh against the CPU reference trainer and times it.
+// dev/bench_kernels.cu: checks the kernels of gpu/layers.cuh, both attentions (gpu/attention.cuh) and AdamW
+// (gpu/fp8.cuh) against the CPU reference trainer and times them.
 //
 // The reference is train_gpt.c itself, included below (its functions are static, so including it is how
 // they are reached): the GPU is checked against the oracle the project trusts, not against a second copy of
@@ -55,9 +56,11 @@
 #pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "../gpu/attention.cuh"
+#include "../gpu/fp8.cuh"
 #include "../gpu/layers.cuh"
 
 typedef std::vector<float> Vec;
@@ -700,6 +703,67 @@ static void bench_reductions(const Shape *s, cudaStream_t stream) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// AdamW (gpu/fp8.cuh) against the CPU trainer's adamw_run, bit for bit: runs that start at each float
+// offset modulo 16 bytes (the kernel's scalar head, 16-byte body and tail), with and without weight decay,
+// the gradient clipped (norm 2 against a clip of 1), the BF16 copy written, the elements around the run
+// untouched.
+
+static void bench_adamw(cudaStream_t stream, int small_only) {
+    StepParams params = {};
+    params.lr = 1e-3f, params.beta1 = 0.9f, params.beta2 = 0.95f, params.eps = 1e-8f,
+    params.weight_decay = 0.1f;
+    params.grad_clip = 1.0f, params.beta1_correction = 1.0f - powf(0.9f, 3.0f);
+    params.beta2_correction = 1.0f - powf(0.95f, 3.0f);
+    StepResults results = {};
+    results.grad_norm = 2.0f;
+    const AdamWStep step = {params.lr,
+                            params.grad_clip / results.grad_norm,
+                            params.beta1,
+                            params.beta2,
+                            params.eps,
+                            params.beta1_correction,
+                            params.beta2_correction};
+    // (elements, first float offset, decay): every offset and decay on a small run; the timed big run once
+    std::vector<std::array<size_t, 3>> runs;
+    for (size_t offset = 0; offset < 4; offset++)
+        for (size_t decayed = 0; decayed < 2; decayed++) runs.push_back({4099, offset, decayed});
+    if (!small_only) runs.push_back({(size_t)1 << 24, 1, 1});
+    for (const auto &run : runs) {
+        const size_t n = run[0], offset = run[1], decayed = run[2];
+        char shape[24];
+        snprintf(shape, sizeof shape, "n %zu +%zu%s", n, offset, decayed ? " decay" : "");
+        g_shape = shape;
+        // offset elements before the run and 4 after it, which must stay as they are
+        const size_t total = offset + n + 4;
+        Vec p = randn(total, 0.0f, 0.05f, 0), g = randn(total, 0.0f, 1.0f, 0),
+            m = randn(total, 0.0f, 0.1f, 0), v = randn(total, 0.0f, 0.1f, 0), copy(total, 0.0f);
+        for (float &x : v) x *= x; // second moments are squares
+        float *d_p = new_f32(p), *d_g = new_f32(g), *d_m = new_f32(m), *d_v = new_f32(v);
+        bf16 *d_copy = new_bf16(copy);
+        StepParams *d_params = dev_alloc<StepParams>(1);
+        StepResults *d_results = dev_alloc<StepResults>(1);
+        to_dev(d_params, &params, sizeof params);
+        to_dev(d_results, &results, sizeof results);
+        adamw_run(p.data() + offset, g.data() + offset, m.data() + offset, v.data() + offset, n,
+                  decayed ? params.weight_decay : 0.0f, &step);
+        for (size_t i = offset; i < offset + n; i++) copy[i] = bf16_round(p[i]);
+        auto update = [&] {
+            launch<adamw_kernel>({elementwise_blocks((n + 3) / 4), 256, 0, stream}, d_p + offset,
+                                 d_copy + offset, d_g + offset, d_m + offset, d_v + offset, n, (int)decayed,
+                                 d_params, d_results);
+        };
+        update();
+        cuda_check(cudaStreamSynchronize(stream));
+        check_exact("adamw", "params", get_f32(d_p, total), p);
+        check_exact("adamw", "m", get_f32(d_m, total), m);
+        check_exact("adamw", "v", get_f32(d_v, total), v);
+        check_exact("adamw", "bf16 copy", get_bf16(d_copy, total), copy);
+        if (n > 4099) time_kernel("adamw", "update", (double)n * (7 * 4 + 2), stream, update);
+        dev_free_all();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
     int small_only = 0;
@@ -731,6 +795,7 @@ int main(int argc, char **argv) {
         bench_crossentropy(s, stream);
         bench_reductions(s, stream);
     }
+    bench_adamw(stream, small_only);
     if (!small_only) bench_attention_speed(stream);
     cuda_check(cudaStreamDestroy(stream));
 

@@ -7,10 +7,12 @@ divides them by achieved rates: the assumed fractions of the H200's peaks below,
 ones (docs/gpu-results.md, dev/bench_gemm, dev/bench_kernels) replace them. It prints the expected ms/step,
 tokens/s and MFU of three states of the trainer, so that the effect of issue 10's work is stated before a
 GPU measures it:
-  exact     the attention on CUDA cores (gpu/attention.cuh's exact kernels, the only attention before)
-  fast      cuDNN's fused attention (--attention fast, the default where cuDNN is built in)
-  fused     fast, plus the fusions still planned: FP8 casts written by the kernel that produces the
-            tensor (no separate read), GELU and bias gradients in GEMM epilogues, one-pass cross-entropy
+  before    the attention on CUDA cores (gpu/attention.cuh's exact kernels, the only attention before), the
+            cross-entropy reading each logits row three times (--attention exact runs this attention today)
+  now       cuDNN's fused attention (--attention fast, the default where cuDNN is built in), the one-pass
+            (online softmax) cross-entropy: a read and a write of the logits (its second read hits L2)
+  fused     now, plus the fusions still planned: FP8 casts written by the kernel that produces the tensor
+            (no separate read), GELU and bias gradients in GEMM epilogues
 The byte counts are per token and layer, in the order the step runs its kernels (comments below); a kernel
 is taken to move its bytes at the assumed bandwidth and the GEMMs and attention to run at their assumed
 rates, one after the other (the step has no overlap between them). Host waits between steps are not
@@ -42,9 +44,10 @@ def gemm_flops(L, C, Vp, tokens):
     return 6 * 12 * C * C * L * tokens, 6 * Vp * C * tokens
 
 
-def memory_bytes(L, C, Vp, tokens, params, dtype, fused):
+def memory_bytes(L, C, Vp, tokens, params, dtype, state):
     """DRAM bytes of the memory-bound kernels of one step, per family."""
     b = 2  # BF16 activations
+    fused = state == "fused"
     per_layer = {
         # forward: 2 LayerNorms (read x, write y), residual add (2 reads, 1 write), GELU (read 4C, write 4C)
         "layernorm/residual": (2 * 2 * C + 3 * C) * b,
@@ -62,8 +65,8 @@ def memory_bytes(L, C, Vp, tokens, params, dtype, fused):
         read = 0 if fused else b
         per_layer["fp8 casts"] = (inputs + grads) * (read + 2)
     totals = {name: per_token * tokens * L for name, per_token in per_layer.items()}
-    # cross-entropy over (tokens, Vp) BF16 logits: three reads and a write as written, one pass fused
-    totals["cross-entropy"] = tokens * Vp * b * (2 if fused else 4)
+    # cross-entropy over (tokens, Vp) BF16 logits: three reads and a write before, one read and a write now
+    totals["cross-entropy"] = tokens * Vp * b * (4 if state == "before" else 2)
     # AdamW over FP32 masters: read param, grad, m, v; write param, m, v; write the BF16 (and FP8) copies
     totals["adamw"] = params * (7 * 4 + 2 + (1 if dtype == "float8" else 0))
     return totals
@@ -80,9 +83,9 @@ def step_model(model, dtype, state, rates):
         "GEMM (block linears)": block_flops / (block_rate * 1e12) * 1e3,
         "GEMM (LM head, BF16)": head_flops / (rates.bf16_tflops * 1e12) * 1e3,
     }
-    attention_rate = rates.exact_attention_tflops if state == "exact" else rates.fast_attention_tflops
+    attention_rate = rates.exact_attention_tflops if state == "before" else rates.fast_attention_tflops
     ms["attention"] = (att_forward + att_backward) / (attention_rate * 1e12) * 1e3
-    for name, nbytes in memory_bytes(L, C, Vp, tokens, params, dtype, state == "fused").items():
+    for name, nbytes in memory_bytes(L, C, Vp, tokens, params, dtype, state).items():
         ms[name] = nbytes / (rates.bandwidth_gbps * 1e9) * 1e3
     total = sum(ms.values())
     model_flops = (6 * params + 12 * L * C * T) * tokens  # the trainer's MFU accounting
@@ -114,9 +117,9 @@ def main():
         L, C, NH, Vp, B, T = MODELS[model]
         for dtype in dtypes:
             print(f"\n{model} {dtype}, B={B} T={T}")
-            rows = {state: step_model(model, dtype, state, rates) for state in ("exact", "fast", "fused")}
+            rows = {state: step_model(model, dtype, state, rates) for state in ("before", "now", "fused")}
             print(f"  {'ms per step':24s}" + "".join(f"{state:>10s}" for state in rows))
-            for family in rows["exact"][0]:
+            for family in rows["before"][0]:
                 print(f"  {family:24s}" + "".join(f"{rows[s][0][family]:10.2f}" for s in rows))
             print(f"  {'total':24s}" + "".join(f"{rows[s][1]:10.1f}" for s in rows))
             print(f"  {'tokens/s':24s}" + "".join(f"{rows[s][2]:10.0f}" for s in rows))

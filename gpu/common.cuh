@@ -1,11 +1,14 @@
 // gpu/common.cuh: what every CUDA file of the project shares: error checks that end with one clear
-// line, the element types, and the one way kernels are launched.
+// line, the element types, the one way kernels are launched, and named NVTX ranges.
 #ifndef GPU_COMMON_CUH
 #define GPU_COMMON_CUH
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <tuple>
 #include <utility>
@@ -22,6 +25,26 @@ static inline void cuda_check_at(cudaError_t err, const char *what, const char *
 
 static inline int ceil_div(long a, long b) {
     return (int)((a + b - 1) / b);
+}
+
+// An NVTX range named printf-style, closed by nvtxRangePop: a layer's forward or backward, the optimizer, a
+// collective, as Nsight Systems shows them on the timeline (and projected onto the GPU's streams). NVTX3 is
+// header-only and returns at once when no profiler is attached; the name costs one snprintf. Ranges are
+// host-side marks: a CUDA Graph replay shows them only as the capture recorded them, so a per-layer
+// timeline is taken with --cuda_graph 0.
+__attribute__((format(printf, 1, 2))) static inline void nvtx_push(const char *format, ...) {
+    char name[64];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(name, sizeof name, format, args);
+    va_end(args);
+    nvtxRangePushA(name);
+}
+
+// Blocks of a grid-stride elementwise kernel over n elements (256 threads each).
+static inline int elementwise_blocks(size_t n) {
+    size_t blocks = n / 256 + 1;
+    return blocks > 1024 ? 1024 : (int)blocks;
 }
 
 // ----------------------------------------------------------------------------

@@ -346,7 +346,12 @@ template <int W> static __global__ void gelu_backward_kernel(bf16 *dinout, const
 
 // ---------------------------------------------------------------------------------------------------------
 // Cross-entropy with the logits gradient, one block per row. Each thread owns the same 8-column packs
-// in every pass, so the in-place write of pass 3 never overwrites a value another thread still reads.
+// in every pass, so the in-place write of pass 2 never overwrites a value another thread still reads.
+// Pass 1 is an online softmax: each thread keeps the running max of its values and the sum of exp(z - max),
+// rescaled when the max grows, so the row is read once for both (the CPU's max pass then sum pass, in one;
+// the sum differs from the CPU's by FP32 rounding, as any reordered sum does). Pass 2 writes the gradient;
+// its read of the row mostly hits L2 (GPT-2's rows are 100 KB; the rows of the blocks in flight on an H100
+// or H200 fit its 50 MB), so DRAM sees the row read once and written once.
 
 constexpr int CE_THREADS = 1024;
 
@@ -356,23 +361,26 @@ static __global__ void __launch_bounds__(CE_THREADS)
     __shared__ float red[32];
     bf16 *row = logits + (size_t)blockIdx.x * Vp;
     const int target = targets[blockIdx.x];
-    const float z_target = bf2f(row[target]); // read by all threads before any write
-    const int real_packs = (V + 7) / 8;       // packs holding the V real columns (Vp % 8 == 0)
-    float mx = -INFINITY;
+    const float z_target = bf2f(row[target]);        // read by all threads before any write
+    const int real_packs = (V + 7) / 8;              // packs holding the V real columns (Vp % 8 == 0)
+    float thread_max = -INFINITY, thread_sum = 0.0f; // sum of exp(z - thread_max) over this thread's values
     for (int p = threadIdx.x; p < real_packs; p += blockDim.x) {
         const Bf16Pack<8> zp = load_pack<8>(row + p * 8);
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (p * 8 + k < V) mx = fmaxf(mx, bf2f(zp.v[k]));
+        for (int k = 0; k < 8; k++) {
+            if (p * 8 + k >= V) continue;
+            const float z = bf2f(zp.v[k]);
+            if (z > thread_max) {
+                thread_sum = fadd(fmul(thread_sum, expf(fsub(thread_max, z))), 1.0f);
+                thread_max = z;
+            } else {
+                thread_sum = fadd(thread_sum, expf(fsub(z, thread_max)));
+            }
+        }
     }
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int p = threadIdx.x; p < real_packs; p += blockDim.x) {
-        const Bf16Pack<8> zp = load_pack<8>(row + p * 8);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (p * 8 + k < V) sum = fadd(sum, expf(fsub(bf2f(zp.v[k]), mx)));
-    }
+    const float mx = block_max(thread_max, red);
+    // each thread's sum rescaled to the row's max; a thread without values (V below the threads) adds 0
+    float sum = thread_max == -INFINITY ? 0.0f : fmul(thread_sum, expf(fsub(thread_max, mx)));
     sum = block_sum(sum, red); // its barriers also order every read above before the writes below
     if (threadIdx.x == 0) losses[blockIdx.x] = -logf(fdiv(expf(fsub(z_target, mx)), sum));
     if (!write_dlogits) return;

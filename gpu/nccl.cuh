@@ -148,7 +148,10 @@ static inline void comm_group_end(const Comm *c) {
 // buf (count elements) = the reduction over the ranks of every rank's buf.
 static inline void comm_all_reduce(const Comm *c, void *buf, size_t count, ncclDataType_t type,
                                    ncclRedOp_t op, cudaStream_t stream) {
-    if (c->comm) nccl_check(ncclAllReduce(buf, buf, count, type, op, c->comm, stream));
+    if (!c->comm) return;
+    nvtx_push("all-reduce %zu", count);
+    nccl_check(ncclAllReduce(buf, buf, count, type, op, c->comm, stream));
+    nvtxRangePop();
 }
 
 // base holds world_size chunks of `chunk` elements of elem_bytes each; afterwards every chunk is its rank's.
@@ -156,15 +159,19 @@ static inline void comm_all_gather(const Comm *c, void *base, size_t chunk, nccl
                                    size_t elem_bytes, cudaStream_t stream) {
     if (!c->comm) return;
     const char *mine = (const char *)base + (size_t)c->rank * chunk * elem_bytes;
+    nvtx_push("all-gather %zu", chunk);
     nccl_check(ncclAllGather(mine, base, chunk, type, c->comm, stream));
+    nvtxRangePop();
 }
 
 // base holds world_size chunks of `chunk` floats; afterwards this rank's chunk is the sum over the ranks of
 // theirs (the other chunks are left undefined).
 static inline void comm_reduce_scatter(const Comm *c, float *base, size_t chunk, cudaStream_t stream) {
-    if (c->comm)
-        nccl_check(ncclReduceScatter(base, base + (size_t)c->rank * chunk, chunk, ncclFloat32, ncclSum,
-                                     c->comm, stream));
+    if (!c->comm) return;
+    nvtx_push("reduce-scatter %zu", chunk);
+    nccl_check(ncclReduceScatter(base, base + (size_t)c->rank * chunk, chunk, ncclFloat32, ncclSum, c->comm,
+                                 stream));
+    nvtxRangePop();
 }
 
 #endif // GPU_NCCL_CUH

@@ -112,10 +112,4 @@ __global__ void add_kernel(float *dst, const float *src, size_t n) {
         dst[i] = __fadd_rn(dst[i], src[i]);
 }
 
-// Blocks of a grid-stride elementwise kernel over n elements (256 threads each).
-static inline int elementwise_blocks(size_t n) {
-    size_t blocks = n / 256 + 1;
-    return blocks > 1024 ? 1024 : (int)blocks;
-}
-
 #endif // GPU_ZERO_CUH

@@ -13,8 +13,8 @@
 #   3. a missing cross-stream wait: a consumer stream that does not wait for its producer reads the
 #      producer's value in the issue order, and the stale one when later streams run as early as their
 #      dependencies allow (CUDA_EMU_STREAM_ORDER=last-stream): the emulation exposes it;
-#   4. gpu/layers.cuh's kernels against the CPU reference trainer's functions (dev/bench_kernels.cu --small
-#      on the emulation: the same tolerances as on a GPU; the timings it prints are the emulation's).
+#   4. the kernels of gpu/layers.cuh, the exact attention and AdamW against the CPU reference trainer's
+#      functions (dev/bench_kernels.cu --small on the emulation: the same tolerances as on a GPU; the timings it prints are the emulation's).
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -62,6 +62,6 @@ result $((1 - good)) "with its cudaStreamWaitEvent, the consumer stream reads th
 result $? "without it: the issue order hides the race, last-stream (later streams as early as allowed) exposes it"
 
 ./test/build/bench_kernels_emu --small --reps 1 >"$tmp/bench.txt" 2>&1
-result $? "gpu/layers.cuh kernels against the CPU reference on the emulation: $(grep 'checks failed' "$tmp/bench.txt")"
+result $? "the layer, attention and AdamW kernels against the CPU reference on the emulation: $(grep 'checks failed' "$tmp/bench.txt")"
 grep FAIL "$tmp/bench.txt"
 finish
