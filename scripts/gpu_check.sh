@@ -12,6 +12,9 @@
 # against one process of batch 2B.
 # Prints two tables last.
 # Usage: scripts/gpu_check.sh [DATA=path/to/text]   (writes logs under ${OUT:-out/gpu_check})
+# On a device machine without network: run `bash scripts/cudnn_deps.sh --headers-only` here first and carry
+# build/cudnn_frontend along (the device's Python environment has cuDNN itself, not the frontend's headers;
+# do not carry build/cudnn, whose headers-only copy cannot run).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
