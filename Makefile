@@ -177,7 +177,7 @@ GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/layers.cuh gpu/attent
                gpu/nccl.cuh gpu/zero.cuh
 
 .PHONY: train test_gpu compile_gpu
-build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h common.h
+build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h gpu/common.cuh common.h
 	mkdir -p build
 	$(NVCC) -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror $(CUDNN_FLAGS) -c gpu/attention_cudnn.cpp -o $@
 

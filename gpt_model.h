@@ -180,6 +180,21 @@ GPT_HD static inline int param_is_decayed(int tensor) {
            tensor == PT_FCW || tensor == PT_FCPROJW;
 }
 
+// The end (at most limit) of the run of parameters from `offset` whose tensors all share the weight decay
+// of offset's, and that decay: what one AdamW loop (CPU) or launch (GPU) covers, consecutive tensors alike
+// merged (in a layer's unit: LayerNorm and biases, then each weight, alternating).
+static inline size_t param_decay_run(const GPTConfig *cfg, size_t offset, size_t limit, int *decayed) {
+    int tensor, layer;
+    size_t stop = param_locate(cfg, offset, &tensor, &layer);
+    *decayed = param_is_decayed(tensor);
+    while (stop < limit) {
+        size_t next_stop = param_locate(cfg, stop, &tensor, &layer);
+        if (param_is_decayed(tensor) != *decayed) break;
+        stop = next_stop;
+    }
+    return stop < limit ? stop : limit;
+}
+
 // The four linear layers of a block: their weight tensor, bias tensor, and (out, in) features.
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_BLOCK_LINEARS };
 

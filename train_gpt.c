@@ -1149,7 +1149,7 @@ static void adamw_run(float *p, const float *g, float *m, float *v, size_t n, fl
     }
 }
 
-// AdamW on the weights this rank owns, tensor run by tensor run (the decay depends on the tensor).
+// AdamW on the weights this rank owns, run by run of tensors that share their weight decay.
 static void adamw_update(GPT *model, const TrainOptions *opts, float lr, float grad_scale, long t) {
     const GPTConfig *cfg = &model->config;
     AdamWStep step = {lr,
@@ -1163,14 +1163,11 @@ static void adamw_update(GPT *model, const TrainOptions *opts, float lr, float g
         ShardUnit unit = shard_map_unit(&model->shards, u);
         size_t begin = shard_unit_begin(&model->shards, &unit);
         for (size_t done = 0; done < unit.owned;) {
-            int tensor, layer;
-            size_t end = param_locate(cfg, begin + done, &tensor, &layer);
-            size_t n = end - (begin + done);
-            if (n > unit.owned - done) n = unit.owned - done;
+            int decayed;
+            size_t n = param_decay_run(cfg, begin + done, begin + unit.owned, &decayed) - (begin + done);
             size_t i = unit.shard + done;
-            float weight_decay = param_is_decayed(tensor) ? opts->weight_decay : 0.0f;
-            adamw_run(model->master + i, model->grad_shard + i, model->m + i, model->v + i, n, weight_decay,
-                      &step);
+            adamw_run(model->master + i, model->grad_shard + i, model->m + i, model->v + i, n,
+                      decayed ? opts->weight_decay : 0.0f, &step);
             done += n;
         }
     }

@@ -1056,14 +1056,11 @@ static void reduce_gradients(GPT *model) {
     }
 }
 
-// AdamW over this rank's chunk of every unit, each launch told where its chunk starts in the parameter
-// vector (weight decay depends on the tensor). The BF16 copy is written here for ZeRO-0 and ZeRO-1 (into
-// this rank's chunk of the gathered buffer); ZeRO-3 converts at each gather.
-// AdamW on this rank's parameters: one launch per run of consecutive tensors that share their weight decay
-// (in a layer's unit: LayerNorm and biases, then each weight, alternating), so that no element has to look
-// up its tensor.
+// AdamW over this rank's chunk of every unit: one launch per run of consecutive tensors that share their
+// weight decay (param_decay_run), so that no element has to look up its tensor. The BF16 copy is written
+// here for ZeRO-0 and ZeRO-1 (into this rank's chunk of the gathered buffer); ZeRO-3 converts at each
+// gather.
 static void adamw_step(GPT *model, const float *grads) {
-    const GPTConfig *cfg = &model->config;
     nvtxRangePushA("adamw");
     for (int unit = 0; unit < model->num_units; unit++) {
         ShardUnit u = shard_map_unit(&model->shards, unit);
@@ -1073,16 +1070,8 @@ static void adamw_step(GPT *model, const float *grads) {
                                               : NULL;
         const size_t begin = shard_unit_begin(&model->shards, &u), end = begin + u.owned;
         for (size_t start = begin; start < end;) {
-            int tensor, layer;
-            size_t stop = param_locate(cfg, start, &tensor, &layer);
-            const int decayed = param_is_decayed(tensor);
-            while (stop < end) {
-                int next, next_layer;
-                size_t next_stop = param_locate(cfg, stop, &next, &next_layer);
-                if (param_is_decayed(next) != decayed) break;
-                stop = next_stop;
-            }
-            if (stop > end) stop = end;
+            int decayed;
+            const size_t stop = param_decay_run(&model->config, start, end, &decayed);
             const size_t at = u.shard + (start - begin), n = stop - start;
             launch<adamw_kernel>({elementwise_blocks((n + 3) / 4), 256, 0, model->stream}, model->params + at,
                                  copy ? copy + (start - begin) : NULL, grads + at, model->m + at,

@@ -19,8 +19,8 @@
 
 #include <cudnn_frontend.h>
 
-#include "../common.h"
 #include "attention_cudnn.h"
+#include "common.cuh" // cuda_check, fail
 
 struct AttentionGraphs {
     cudnnHandle_t handle;
@@ -88,6 +88,12 @@ static std::shared_ptr<fe::graph::Graph> new_graph(int sm_version) {
     return graph;
 }
 
+// The first line of a cudnn-frontend error's message: the reason, for a one-line error or banner.
+static std::string first_line(fe::error_t &status) {
+    std::string message = status.get_message();
+    return message.substr(0, message.find('\n'));
+}
+
 // "" when cuDNN built an execution plan for the graph, else its reason (first line).
 static std::string build_graph(fe::graph::Graph &graph, cudnnHandle_t handle) {
     auto stage = [&](int i) -> fe::error_t {
@@ -106,9 +112,7 @@ static std::string build_graph(fe::graph::Graph &graph, cudnnHandle_t handle) {
     };
     for (int i = 0; i < 5; i++) {
         fe::error_t status = stage(i);
-        if (status.is_good()) continue;
-        std::string why = status.get_message();
-        return why.substr(0, why.find('\n'));
+        if (!status.is_good()) return first_line(status);
     }
     return "";
 }
@@ -186,11 +190,6 @@ static void execute(const AttentionGraphs *graphs, const fe::graph::Graph &graph
 }
 } // namespace attention_impl
 
-static void cuda_check_at(cudaError_t err, const char *what, const char *file, int line) {
-    if (err != cudaSuccess) fail("CUDA: %s: %s (%s:%d)", what, cudaGetErrorString(err), file, line);
-}
-#define cuda_check(call) cuda_check_at((call), #call, __FILE__, __LINE__)
-
 AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, char *why, size_t why_size) {
     using namespace attention_impl;
     AttentionGraphs *graphs = new AttentionGraphs();
@@ -224,8 +223,7 @@ int cudnn_attention_validate(int B, int T, int C, int NH, int sm_version, char *
     for (const auto &graph : graphs) {
         fe::error_t status = graph->validate();
         if (!status.is_good()) {
-            std::string reason = status.get_message();
-            snprintf(why, why_size, "%s", reason.substr(0, reason.find('\n')).c_str());
+            snprintf(why, why_size, "%s", first_line(status).c_str());
             return 0;
         }
     }
