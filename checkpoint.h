@@ -13,6 +13,7 @@
 #ifndef CHECKPOINT_H
 #define CHECKPOINT_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,8 +62,12 @@ static inline void note_temp_file(const char *tmp_path, int open) {
     }
 }
 
-static inline FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_len) {
+static inline void temp_path(const char *path, char *tmp_path, size_t tmp_len) {
     if ((size_t)snprintf(tmp_path, tmp_len, "%s.tmp", path) >= tmp_len) fail("%s: path too long", path);
+}
+
+static inline FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_len) {
+    temp_path(path, tmp_path, tmp_len);
     FILE *f = fopen_check(tmp_path, "wb");
     note_temp_file(tmp_path, 1);
     return f;
@@ -83,14 +88,24 @@ static inline void fsync_parent_dir(const char *path) {
     }
 }
 
-static inline void atomic_commit(FILE *f, const char *tmp_path, const char *path) {
+// The temp file's data on disk, then the file closed (the first half of atomic_commit).
+static inline void atomic_close(FILE *f, const char *tmp_path, const char *path) {
     if (ferror(f)) fail("%s: a write failed (disk full?); %s is left as it was", tmp_path, path);
     if (fflush(f) != 0 || fsync(fileno(f)) != 0)
         fail("%s: cannot flush to disk: %s; %s is left as it was", tmp_path, strerror(errno), path);
     if (fclose(f) != 0) fail("%s: close failed: %s; %s is left as it was", tmp_path, strerror(errno), path);
+}
+
+// The closed, durable temp file renamed over path (the second half).
+static inline void atomic_publish(const char *tmp_path, const char *path) {
     if (rename(tmp_path, path) != 0) fail("%s: cannot rename to %s: %s", tmp_path, path, strerror(errno));
     note_temp_file(tmp_path, 0);
     fsync_parent_dir(path);
+}
+
+static inline void atomic_commit(FILE *f, const char *tmp_path, const char *path) {
+    atomic_close(f, tmp_path, path);
+    atomic_publish(tmp_path, path);
 }
 
 // mkdir -p
@@ -215,12 +230,45 @@ static inline void model_file_write_range(FILE *f, const char *tmp, const GPTCon
     visit_file_range(&io, cfg, begin, count, (float *)data, write_slice);
 }
 
+// A model file written by all ranks at once, each its own ranges, so that no rank holds the whole model
+// and the write takes 1/N of one rank's time: rank 0 creates the temp file (the header, the file at its
+// full size), then, after a barrier, every rank opens it (model_file_open_part), writes its ranges in
+// place (model_file_write_range) and flushes them to disk (atomic_close); after a second barrier rank 0
+// renames it over the path (atomic_publish). A failure on any rank leaves the path as it was.
+static inline void model_file_create_sized(const char *path, char *tmp, size_t tmp_len,
+                                           const GPTConfig *cfg) {
+    FILE *f = model_file_create(path, tmp, tmp_len, cfg);
+    off_t bytes = (off_t)(MODEL_FILE_HEADER_INTS * sizeof(int) + param_count(cfg) * sizeof(float));
+    if (fflush(f) != 0 || ftruncate(fileno(f), bytes) != 0)
+        fail("%s: cannot size to %lld bytes: %s; %s is left as it was", tmp, (long long)bytes,
+             strerror(errno), path);
+    atomic_close(f, tmp, path);
+}
+
+static inline FILE *model_file_open_part(const char *path, char *tmp, size_t tmp_len) {
+    temp_path(path, tmp, tmp_len);
+    FILE *f = fopen(tmp, "r+b");
+    if (!f)
+        fail("%s: cannot open to write this rank's part: %s (rank 0 creates it: --output_dir must be a "
+             "directory every rank sees)",
+             tmp, strerror(errno));
+    return f;
+}
+
+// The part rank `rank` of `ranks` writes of parameters every rank holds whole: an equal share.
+static inline void model_file_share(size_t num_params, int rank, int ranks, size_t *begin, size_t *count) {
+    *begin = num_params * (size_t)rank / (size_t)ranks;
+    *count = num_params * (size_t)(rank + 1) / (size_t)ranks - *begin;
+}
+
+// One process's model file: the parallel write with one rank.
 static inline void save_model_file(const char *path, const float *params, const GPTConfig *cfg) {
     char tmp[CHECKPOINT_PATH_LEN];
-    FILE *f = model_file_create(path, tmp, sizeof(tmp), cfg);
-    ModelFileIO io = {f, tmp, 3};
-    visit_llmc_order((float *)params, cfg, write_slice, &io);
-    atomic_commit(f, tmp, path);
+    model_file_create_sized(path, tmp, sizeof(tmp), cfg);
+    FILE *f = model_file_open_part(path, tmp, sizeof(tmp));
+    model_file_write_range(f, tmp, cfg, 0, param_count(cfg), params);
+    atomic_close(f, tmp, path);
+    atomic_publish(tmp, path);
 }
 
 // Reads the header of a model file and checks it describes a model, and that the file holds exactly it.
@@ -808,24 +856,43 @@ static inline void write_latest_checkpoint(const char *dir, long step) {
     atomic_commit(f, tmp, path);
 }
 
-// The step of the last complete checkpoint in dir; fails if there is none.
-static inline long read_latest_checkpoint(const char *dir) {
+// The step of the last complete checkpoint in dir, or -1 with why there is none in why.
+static inline long find_latest_checkpoint(const char *dir, char *why, size_t len) {
     char path[CHECKPOINT_PATH_LEN];
     snprintf(path, sizeof(path), "%s/latest_checkpoint", dir);
     struct stat st;
-    if (stat(path, &st) != 0) fail("--resume: %s: no checkpoint to resume from: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) {
+        snprintf(why, len, "--resume: %s: no checkpoint to resume from: %s", path, strerror(errno));
+        return -1;
+    }
     FILE *f = fopen_regular(path);
     long step = -1;
     int ok = fscanf(f, "%ld", &step) == 1 && step >= 0;
     fclose(f);
-    if (!ok) fail("%s: corrupt (expected a step number)", path);
-    return step;
+    if (ok) return step;
+    snprintf(why, len, "%s: corrupt (expected a step number)", path);
+    return -1;
 }
 
-// Whether a --resume run has steps to train: a run resumed at its last step (a requeued job that had
-// finished) says so and has nothing to do; a checkpoint beyond --steps is refused.
-static inline int resume_has_work(const TrainOptions *opts) {
-    long step = read_latest_checkpoint(opts->output_dir);
+// The step a --resume run continues, decided by rank 0 alone and given to every rank: ranks reading the
+// pointer themselves could read it on either side of its replacement and resume different steps. The
+// caller sums resume_step_proposal over the ranks (rank 0's value, the others' 0) and passes the sum to
+// resume_step_agreed, which fails on every rank when rank 0 found none.
+static inline double resume_step_proposal(int rank, const char *dir) {
+    char why[CHECKPOINT_PATH_LEN + 128];
+    return rank == 0 ? (double)find_latest_checkpoint(dir, why, sizeof(why)) : 0.0;
+}
+
+static inline long resume_step_agreed(double sum, int rank, const char *dir) {
+    if (sum >= 0) return (long)sum;
+    char why[CHECKPOINT_PATH_LEN + 128];
+    if (rank == 0 && find_latest_checkpoint(dir, why, sizeof(why)) < 0) fail("%s", why);
+    fail("--resume: rank %d: rank 0 found no complete checkpoint in %s", rank, dir);
+}
+
+// Whether a --resume run at checkpoint `step` has steps to train: a run resumed at its last step (a
+// requeued job that had finished) says so and has nothing to do; a checkpoint beyond --steps is refused.
+static inline int resume_has_work(const TrainOptions *opts, long step) {
     if (step > opts->steps)
         fail("--steps %d: the latest checkpoint in %s is at step %ld, beyond the end of this run",
              opts->steps, opts->output_dir, step);
@@ -833,6 +900,76 @@ static inline int resume_has_work(const TrainOptions *opts) {
     printf("resumed | step %ld | nothing to train: the run in %s is complete at --steps %d\n", step,
            opts->output_dir, opts->steps);
     return 0;
+}
+
+// --keep_checkpoints: after checkpoint `latest` is durable and named by latest_checkpoint, the files of
+// every older step but the keep - 1 newest are removed (the model file last, so that a kill mid-way leaves
+// no step whose state files survive their model). Steps beyond `latest` (files of a checkpoint being
+// written, or left by a run killed before naming them) are not touched; neither is anything else.
+static inline int checkpoint_file_step(const char *name, long *step) {
+    int end = 0;
+    if (sscanf(name, "model_%8ld.bin%n", step, &end) == 1 && end == 18 && name[end] == '\0') return 1;
+    int rank;
+    return sscanf(name, "state_%8ld_%5d.bin%n", step, &rank, &end) == 2 && end == 24 && name[end] == '\0';
+}
+
+static inline int compare_longs_descending(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+// The model files' steps below `latest` in dir (n of them, newest first), or NULL when there are none.
+static inline long *older_checkpoint_steps(const char *dir, long latest, size_t *n) {
+    *n = 0;
+    long *steps = NULL;
+    for (int pass = 0; pass < 2; pass++) { // count, then collect
+        DIR *d = opendir(dir);
+        if (!d) fail("--keep_checkpoints: cannot list %s: %s", dir, strerror(errno));
+        size_t found = 0;
+        for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+            long step;
+            if (strncmp(e->d_name, "model_", 6) || !checkpoint_file_step(e->d_name, &step) || step >= latest)
+                continue;
+            if (pass == 1 && found < *n) steps[found] = step;
+            found++;
+        }
+        closedir(d);
+        if (pass == 0) {
+            if (!found) return NULL;
+            *n = found;
+            steps = (long *)malloc_check(found * sizeof(long), "checkpoint steps");
+        } else if (found < *n) {
+            *n = found; // removed meanwhile (by hand)
+        }
+    }
+    qsort(steps, *n, sizeof(long), compare_longs_descending);
+    return steps;
+}
+
+static inline void prune_checkpoints(const char *dir, long latest, int keep) {
+    size_t n;
+    long *steps = keep > 0 ? older_checkpoint_steps(dir, latest, &n) : NULL;
+    if (!steps || n < (size_t)keep) { // latest and at most keep - 1 older ones: all kept
+        free(steps);
+        return;
+    }
+    long oldest_kept = keep == 1 ? latest : steps[keep - 2];
+    char path[CHECKPOINT_PATH_LEN];
+    DIR *d = opendir(dir);
+    if (!d) fail("--keep_checkpoints: cannot list %s: %s", dir, strerror(errno));
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) { // the state files of the removed steps first
+        long step;
+        if (strncmp(e->d_name, "state_", 6) || !checkpoint_file_step(e->d_name, &step) || step >= oldest_kept)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (remove(path) != 0) fail("--keep_checkpoints: cannot remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+    for (size_t i = (size_t)keep - 1; i < n; i++) {
+        model_file_path(dir, steps[i], path, sizeof(path));
+        if (remove(path) != 0) fail("--keep_checkpoints: cannot remove %s: %s", path, strerror(errno));
+    }
+    free(steps);
 }
 
 #endif // CHECKPOINT_H

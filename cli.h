@@ -41,7 +41,7 @@ typedef struct {
     int warmup_steps;
     float final_lr_frac;
     float beta1, beta2, eps, weight_decay, grad_clip;
-    int val_every, val_batches, sample_every, sample_len, ckpt_every, resume;
+    int val_every, val_batches, sample_every, sample_len, ckpt_every, keep_checkpoints, resume;
     int seed, shuffle;
     int cuda_graph;
     int attention; // AttentionChoice
@@ -50,10 +50,10 @@ typedef struct {
     int fp8_stats_every;
     float skip_loss_z, skip_norm_z;
     int guard_window;
-    int inject_nan_step;
+    int inject_nan_step, inject_stall_rank;
     float price_kwh, pue;
     int eval_only;
-    int zero_stage, recompute, dry_run, world_size;
+    int zero_stage, recompute, dry_run, world_size, nccl_timeout_s;
     float gpu_memory_gb;
 } TrainOptions;
 
@@ -125,6 +125,8 @@ static const OptionSpec OPTION_SPECS[] = {
     {"sample_len", OPT_INT, OPT_AT(sample_len), "64", 1, 1 << 20, NULL, "tokens per sample"},
     {"ckpt_every", OPT_INT, OPT_AT(ckpt_every), "0", 0, 1 << 30, NULL,
      "steps between checkpoints (0: only at the end)"},
+    {"keep_checkpoints", OPT_INT, OPT_AT(keep_checkpoints), "0", 0, 1 << 20, NULL,
+     "keep the N newest complete checkpoints in --output_dir, delete older ones (0: keep all)"},
     {"resume", OPT_INT, OPT_AT(resume), "0", 0, 1, NULL,
      "1: continue from the latest checkpoint in --output_dir"},
     {"seed", OPT_INT, OPT_AT(seed), "1337", 0, 2147483647, NULL, "initialisation and shuffling seed"},
@@ -150,6 +152,8 @@ static const OptionSpec OPTION_SPECS[] = {
      "steps in the moving window of the loss and norm guards"},
     {"inject_nan_step", OPT_INT, OPT_AT(inject_nan_step), "0", 0, 1 << 30, NULL,
      "test: make the gradient of this step (1-based) NaN (0: never)"},
+    {"inject_stall_rank", OPT_INT, OPT_AT(inject_stall_rank), "-1", -1, 1 << 20, NULL,
+     "test: this rank stops answering before its first step, as a hung process would (-1: none)"},
     {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
     {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
@@ -162,6 +166,8 @@ static const OptionSpec OPTION_SPECS[] = {
      "1: print the per-process memory plan and whether it fits --gpu_memory_gb, allocate nothing, exit"},
     {"world_size", OPT_INT, OPT_AT(world_size), "0", 0, 1 << 20, NULL,
      "processes the --dry_run plans for (0: the processes of this run)"},
+    {"nccl_timeout_s", OPT_INT, OPT_AT(nccl_timeout_s), "300", 1, 86400, NULL,
+     "seconds a wait on the other processes (NCCL, MPI) may last before the run aborts with an error"},
     {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "141", 1, 1e6, NULL,
      "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (H200: 141)"},
 };

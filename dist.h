@@ -7,8 +7,10 @@
 #define DIST_H
 
 #include <limits.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #ifdef USE_MPI
 #include <mpi.h>
@@ -19,8 +21,11 @@
 
 typedef struct {
     int rank, world_size, local_rank;
-    int mpi; // 1: the ranks come from MPI and MPI carries the host-side collectives
+    int mpi;       // 1: the ranks come from MPI and MPI carries the host-side collectives
+    int timeout_s; // --nccl_timeout_s: the longest wait for the other processes
 } Dist;
+
+#define DIST_DEFAULT_TIMEOUT_S 300 // until the flags are read (cli.h's default)
 
 // An environment variable as a non-negative int, or -1 when unset; a malformed value is an error.
 static inline int dist_env_int(const char *name) {
@@ -39,6 +44,26 @@ static inline int dist_launched_by_mpi(void) {
            getenv("MPI_LOCALRANKID");
 }
 
+// The first of the variables that is set, as dist_env_int reads it, or -1.
+static inline int dist_env_first(const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (getenv(names[i]) && *getenv(names[i])) return dist_env_int(names[i]);
+    return -1;
+}
+
+// Whether the ranks come from MPI. torchrun's RANK / WORLD_SIZE win where an MPI launcher's variables
+// are set too and say otherwise: `srun torchrun ...` on a PMIx cluster starts several workers inside one
+// MPI task, whom MPI_Init would make one and the same rank. Where they agree (a launcher that exports
+// both), MPI: it also carries the host-side collectives.
+static inline int dist_ranks_from_mpi(void) {
+    if (!dist_launched_by_mpi()) return 0;
+    if (dist_env_int("WORLD_SIZE") < 0) return 1;
+    static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    return dist_env_first(sizes, 3) == dist_env_int("WORLD_SIZE") &&
+           dist_env_first(ranks, 3) == dist_env_int("RANK");
+}
+
 static inline void dist_from_env(Dist *d) {
     int rank = dist_env_int("RANK"), world = dist_env_int("WORLD_SIZE"), local = dist_env_int("LOCAL_RANK");
     if (world < 0) return;
@@ -54,8 +79,9 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
     d->world_size = 1;
     d->local_rank = 0;
     d->mpi = 0;
+    d->timeout_s = DIST_DEFAULT_TIMEOUT_S;
 #ifdef USE_MPI
-    if (dist_launched_by_mpi()) {
+    if (dist_ranks_from_mpi()) {
         MPI_Init(argc, argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &d->world_size);
@@ -69,7 +95,7 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
 #else
     (void)argc;
     (void)argv;
-    if (dist_env_int("OMPI_COMM_WORLD_SIZE") > 1 || dist_env_int("PMI_SIZE") > 1)
+    if (dist_ranks_from_mpi() && (dist_env_int("OMPI_COMM_WORLD_SIZE") > 1 || dist_env_int("PMI_SIZE") > 1))
         fail("started by an MPI launcher, but this binary was built without MPI (install libopenmpi-dev and "
              "rebuild)");
 #endif
@@ -207,12 +233,31 @@ GPT_HD static inline size_t shard_unit_begin(const ShardMap *m, const ShardUnit 
 // MPI counts are int: a larger buffer goes in pieces.
 #define DIST_MPI_PIECE ((size_t)1 << 30)
 
+// Every collective is non-blocking and waited for at most --nccl_timeout_s: a peer that died, hangs or is
+// cut off ends this process with one line (and mpirun the others) instead of holding every process until
+// the allocation ends.
+static inline void dist_wait(const Dist *d, MPI_Request *request, const char *what, size_t count) {
+    double start = wall_time_ms();
+    for (int done = 0;;) {
+        MPI_Test(request, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (wall_time_ms() - start > 1e3 * d->timeout_s)
+            fail("rank %d: %s of %zu elements: no progress in --nccl_timeout_s %d s: another process stopped "
+                 "answering (hung, killed or cut off)",
+                 d->rank, what, count, d->timeout_s);
+        sched_yield();
+    }
+}
+
 static inline void dist_allreduce(const Dist *d, void *buf, size_t n, MPI_Datatype type, size_t elem_bytes,
                                   MPI_Op op) {
     if (!d->mpi || d->world_size == 1) return;
     for (size_t done = 0; done < n; done += DIST_MPI_PIECE) {
         size_t piece = n - done < DIST_MPI_PIECE ? n - done : DIST_MPI_PIECE;
-        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + done * elem_bytes, (int)piece, type, op, MPI_COMM_WORLD);
+        MPI_Request request;
+        MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem_bytes, (int)piece, type, op, MPI_COMM_WORLD,
+                       &request);
+        dist_wait(d, &request, "MPI_Allreduce", piece);
     }
 }
 
@@ -277,7 +322,9 @@ static inline void dist_reduce_scatter_unit(const Dist *d, const float *full, si
         int *counts = (int *)malloc_check(2 * d->world_size * sizeof(int), "MPI counts"),
             *displs = counts + d->world_size;
         dist_unit_counts(d, unit_size, counts, displs);
-        MPI_Reduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Request request;
+        MPI_Ireduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+        dist_wait(d, &request, "MPI_Reduce_scatter", unit_size);
         free(counts);
         return;
     }
@@ -293,7 +340,10 @@ static inline void dist_allgather_unit(const Dist *d, const float *shard, float 
         int *counts = (int *)malloc_check(2 * d->world_size * sizeof(int), "MPI counts"),
             *displs = counts + d->world_size;
         dist_unit_counts(d, unit_size, counts, displs);
-        MPI_Allgatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+        MPI_Request request;
+        MPI_Iallgatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, MPI_COMM_WORLD,
+                        &request);
+        dist_wait(d, &request, "MPI_Allgatherv", unit_size);
         free(counts);
         return;
     }
@@ -304,10 +354,22 @@ static inline void dist_allgather_unit(const Dist *d, const float *shard, float 
 
 static inline void dist_barrier(const Dist *d) {
 #ifdef USE_MPI
-    if (d->mpi && d->world_size > 1) MPI_Barrier(MPI_COMM_WORLD);
+    if (d->mpi && d->world_size > 1) {
+        MPI_Request request;
+        MPI_Ibarrier(MPI_COMM_WORLD, &request);
+        dist_wait(d, &request, "MPI_Barrier", 0);
+    }
 #else
     (void)d;
 #endif
+}
+
+// --inject_stall_rank: the chosen rank stops answering, as a hung process would, until it is killed; the
+// others must end on --nccl_timeout_s.
+static inline void dist_stall_if_chosen(const Dist *d, int rank) {
+    if (d->rank != rank) return;
+    fflush(stdout);
+    for (;;) pause();
 }
 
 // The host-side collectives above need MPI: a multi-process run without it is refused.

@@ -1206,21 +1206,39 @@ static void state_blocks(GPT *model, StepGuard *guard, StateBlock blocks[NUM_STA
     blocks[STATE_GUARD_HISTORY] = (StateBlock){guard->history, 2 * (size_t)guard->window};
 }
 
+// Every rank holds the whole model: each writes an equal share of the file (checkpoint.h's parallel write).
+static void save_model(GPT *model, const char *path) {
+    const Dist *dist = model->dist;
+    char tmp[CHECKPOINT_PATH_LEN];
+    if (dist->rank == 0) model_file_create_sized(path, tmp, sizeof(tmp), &model->config);
+    dist_barrier(dist);
+    size_t begin, count;
+    model_file_share(model->num_params, dist->rank, dist->world_size, &begin, &count);
+    FILE *f = model_file_open_part(path, tmp, sizeof(tmp));
+    model_file_write_range(f, tmp, &model->config, begin, count, model->params + begin);
+    atomic_close(f, tmp, path);
+    dist_barrier(dist);
+    if (dist->rank == 0) atomic_publish(tmp, path);
+}
+
 static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
-    if (state->rank == 0) save_model_file(model_path, model->params, &model->config);
+    save_model(model, model_path);
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, guard, blocks);
     save_state_file(state_path, state, &model->config, blocks);
     dist_barrier(model->dist); // every rank's files are complete before the pointer moves on
-    if (state->rank == 0) write_latest_checkpoint(opts->output_dir, (long)state->step);
+    if (state->rank == 0) {
+        write_latest_checkpoint(opts->output_dir, (long)state->step);
+        prune_checkpoints(opts->output_dir, (long)state->step, opts->keep_checkpoints);
+    }
     printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
 }
 
-static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
-    long step = read_latest_checkpoint(opts->output_dir);
+static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, TrainState *state,
+                            StepGuard *guard) {
     char model_path[CHECKPOINT_PATH_LEN];
     model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
     float *params = load_checkpoint_model(model_path, &model->config);
@@ -1285,6 +1303,7 @@ int main(int argc, char **argv) {
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
+    dist.timeout_s = opts.nccl_timeout_s;
     GPTConfig cfg;
     float *init_params = NULL;
     if (*opts.init_from)
@@ -1299,10 +1318,16 @@ int main(int argc, char **argv) {
         return status;
     }
     prepare_output_dir(opts.output_dir);
-    if (opts.resume && !resume_has_work(&opts)) {
-        free(init_params);
-        dist_finalize(&dist);
-        return 0;
+    long resume_step = -1;
+    if (opts.resume) {
+        double proposal = resume_step_proposal(dist.rank, opts.output_dir);
+        dist_sum_doubles(&dist, &proposal, 1);
+        resume_step = resume_step_agreed(proposal, dist.rank, opts.output_dir);
+        if (!resume_has_work(&opts, resume_step)) {
+            free(init_params);
+            dist_finalize(&dist);
+            return 0;
+        }
     }
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
@@ -1332,7 +1357,7 @@ int main(int argc, char **argv) {
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
-        load_checkpoint(&model, &opts, &state, &guard);
+        load_checkpoint(&model, &opts, resume_step, &state, &guard);
         resume_data_position(&train_loader, opts.output_dir, &state);
     }
     refresh_compute_weights(&model);
@@ -1363,6 +1388,7 @@ int main(int argc, char **argv) {
     float dloss = 1.0f / ((float)B * T * accum_steps * world);
 
     fp8_stats_reset_counts(&model.fp8.stats); // the start-up weight casts belong to no step
+    dist_stall_if_chosen(&dist, opts.inject_stall_rank);
 
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();

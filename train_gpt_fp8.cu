@@ -120,10 +120,14 @@ static void *plan_ptr(GPT *model, BufferId id) {
     return model->plan.bytes[id] ? model->memory + model->plan.offset[id] : NULL;
 }
 
-static void copy_to_host(void *dst, const void *src, size_t bytes) {
+// The device is waited for first through comm_wait_stream, which a collective stuck on a peer cannot hold
+// forever (a plain cudaMemcpy would wait for it unboundedly); the copy then runs alone.
+static void copy_to_host(GPT *model, void *dst, const void *src, size_t bytes) {
+    comm_wait_stream(&model->comm, model->stream, "copying results to the host");
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+// At start-up only, before any collective is in flight.
 static void copy_to_device(void *dst, const void *src, size_t bytes) {
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
@@ -337,13 +341,15 @@ static void compute_after_comm(GPT *model) {
 // values (n <= 4 host doubles) = their sum over the ranks. Every rank calls it at the same point.
 static void sum_over_ranks(GPT *model, double *values, int n) {
     if (!model->comm.comm) return;
-    double *device = model->step_results->host_values;
-    cuda_check(cudaMemcpyAsync(device, values, n * sizeof(double), cudaMemcpyHostToDevice, model->stream));
+    double *device = model->step_results->host_values, *pinned = model->step_results_host->host_values;
+    memcpy(pinned, values, n * sizeof(double)); // pinned: a copy from pageable memory would block the host
+    cuda_check(cudaMemcpyAsync(device, pinned, n * sizeof(double), cudaMemcpyHostToDevice, model->stream));
     comm_after_compute(model);
     comm_all_reduce(&model->comm, device, (size_t)n, ncclFloat64, ncclSum, model->comm_stream);
     compute_after_comm(model);
-    cuda_check(cudaMemcpyAsync(values, device, n * sizeof(double), cudaMemcpyDeviceToHost, model->stream));
-    cuda_check(cudaStreamSynchronize(model->stream));
+    cuda_check(cudaMemcpyAsync(pinned, device, n * sizeof(double), cudaMemcpyDeviceToHost, model->stream));
+    comm_wait_stream(&model->comm, model->stream, "a sum over the ranks");
+    memcpy(values, pinned, n * sizeof(double));
 }
 
 // ----------------------------------------------------------------------------
@@ -1019,7 +1025,7 @@ static void gpt_backward(GPT *model) {
 static void upload_batch(GPT *model, const int *inputs, const int *targets) {
     int N = model->B * model->T;
     int *host = model->tokens_host;
-    cuda_check(cudaEventSynchronize(model->tokens_copied));
+    comm_wait_event(&model->comm, model->tokens_copied, "the previous batch's upload");
     memcpy(host, inputs, N * sizeof(int));
     memcpy(host + N, targets, N * sizeof(int));
     int *positions = host + 2 * N, *bucket_tokens = host + 3 * N, *starts = host + 4 * N;
@@ -1158,7 +1164,7 @@ static void set_step_params(GPT *model, const TrainOptions *opts, int step, long
 static void read_step_results(GPT *model) {
     cuda_check(cudaMemcpyAsync(model->step_results_host, model->step_results, sizeof(StepResults),
                                cudaMemcpyDeviceToHost, model->stream));
-    cuda_check(cudaStreamSynchronize(model->stream));
+    comm_wait_stream(&model->comm, model->stream, "the step's results");
 }
 
 // The mean validation loss over num_batches batches of every rank (each reads its own rows).
@@ -1184,14 +1190,14 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
     int Vp = model->config.padded_vocab_size;
     upload_batch(model, tokens, tokens);
     forward_only(model);
-    copy_to_host(model->sample_row_bf16, model->logits + (size_t)position * Vp, Vp * sizeof(bf16));
+    copy_to_host(model, model->sample_row_bf16, model->logits + (size_t)position * Vp, Vp * sizeof(bf16));
     for (int v = 0; v < Vp; v++) model->sample_row[v] = __bfloat162float(model->sample_row_bf16[v]);
     return model->sample_row;
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints: the same files as train_cpu. The model file holds the FP32 master, written by rank 0 unit
-// by unit as the ranks gather it; every rank writes its own state file (its moments); rank 0 moves
+// Checkpoints: the same files as train_cpu. The model file holds the FP32 master, every rank writing its
+// own part of it in place; every rank writes its own state file (its moments); rank 0 moves
 // latest_checkpoint only after every rank's files are on disk.
 
 #define CHECKPOINT_PIECE ((size_t)1 << 24) // floats per host copy while writing the model file
@@ -1228,47 +1234,6 @@ static GPTConfig read_model_config(const char *path) {
     return cfg;
 }
 
-// Unit `unit`'s FP32 master, whole, on the device: ZeRO-0 holds it; ZeRO-1/3 all-gather it through the
-// gradient buffer, free between steps (unit 0 at its start, a ZeRO-3 layer in the first layer slot).
-static const float *gather_master_unit(GPT *model, int unit) {
-    if (model->zero_stage == 0) return model->params;
-    ShardUnit u = shard_map_unit(&model->shards, unit);
-    float *staging = model->grads + (unit == 0 ? 0 : model->global_slot);
-    cuda_check(cudaMemcpyAsync(staging + (size_t)model->shards.rank * u.chunk, model->params + u.shard,
-                               u.chunk * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
-    if (model->comm.comm) {
-        comm_after_compute(model);
-        comm_all_gather(&model->comm, staging, u.chunk, ncclFloat32, sizeof(float), model->comm_stream);
-        compute_after_comm(model);
-    }
-    return staging;
-}
-
-// Every rank takes part; rank 0 writes.
-static void save_model(GPT *model, const char *path) {
-    const GPTConfig *cfg = &model->config;
-    int writer = model->comm.rank == 0;
-    char tmp[CHECKPOINT_PATH_LEN];
-    FILE *f = writer ? model_file_create(path, tmp, sizeof(tmp), cfg) : NULL;
-    float *host =
-        writer ? (float *)malloc_check(CHECKPOINT_PIECE * sizeof(float), "checkpoint staging") : NULL;
-    for (int unit = 0; unit < model->num_units; unit++) {
-        ShardUnit u = shard_map_unit(&model->shards, unit);
-        const float *values = gather_master_unit(model, unit);
-        for (size_t done = 0; writer && done < u.size; done += CHECKPOINT_PIECE) {
-            size_t n = u.size - done < CHECKPOINT_PIECE ? u.size - done : CHECKPOINT_PIECE;
-            copy_to_host(host, values + done, n * sizeof(float));
-            model_file_write_range(f, tmp, cfg, u.start + done, n, host);
-        }
-    }
-    if (model->zero_stage != 0) // the next step accumulates gradients where the units were staged
-        cuda_check(cudaMemsetAsync(model->grads, 0, model->plan.bytes[BUF_GRADS], model->stream));
-    if (writer) {
-        atomic_commit(f, tmp, path);
-        free(host);
-    }
-}
-
 // Returns once every rank has reached it: MPI's barrier, or without MPI an all-reduce every rank joins.
 static void barrier_all_ranks(GPT *model, const Dist *dist) {
     if (dist->mpi) {
@@ -1277,6 +1242,40 @@ static void barrier_all_ranks(GPT *model, const Dist *dist) {
     }
     double token = 0.0;
     sum_over_ranks(model, &token, 1);
+}
+
+// Every rank writes its own part of the file (checkpoint.h's parallel write): with ZeRO-1/3 its chunk of
+// every unit, straight from its shard (nothing is gathered); with ZeRO-0, where every rank holds the whole
+// master, an equal share.
+static void write_model_part(GPT *model, FILE *f, const char *tmp, size_t begin, size_t count,
+                             const float *device, float *host) {
+    for (size_t done = 0; done < count; done += CHECKPOINT_PIECE) {
+        size_t n = count - done < CHECKPOINT_PIECE ? count - done : CHECKPOINT_PIECE;
+        copy_to_host(model, host, device + done, n * sizeof(float));
+        model_file_write_range(f, tmp, &model->config, begin + done, n, host);
+    }
+}
+
+static void save_model(GPT *model, const Dist *dist, const char *path) {
+    char tmp[CHECKPOINT_PATH_LEN];
+    if (model->comm.rank == 0) model_file_create_sized(path, tmp, sizeof(tmp), &model->config);
+    barrier_all_ranks(model, dist);
+    FILE *f = model_file_open_part(path, tmp, sizeof(tmp));
+    float *host = (float *)malloc_check(CHECKPOINT_PIECE * sizeof(float), "checkpoint staging");
+    if (model->zero_stage == 0) {
+        size_t begin, count;
+        model_file_share(model->num_params, model->comm.rank, model->comm.world_size, &begin, &count);
+        write_model_part(model, f, tmp, begin, count, model->params + begin, host);
+    }
+    for (int unit = 0; model->zero_stage != 0 && unit < model->num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->shards, unit);
+        write_model_part(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
+                         model->params + u.shard, host);
+    }
+    free(host);
+    atomic_close(f, tmp, path);
+    barrier_all_ranks(model, dist);
+    if (model->comm.rank == 0) atomic_publish(tmp, path);
 }
 
 // The state file's arrays, staged on the host: this rank's moments and the amax histories copied from the
@@ -1295,23 +1294,26 @@ static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *op
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
-    cuda_check(cudaStreamSynchronize(model->stream));
-    save_model(model, model_path);
+    comm_wait_stream(&model->comm, model->stream, "the step before a checkpoint");
+    save_model(model, dist, model_path);
     float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
-    copy_to_host(blocks[STATE_ADAM_M].data, model->m, S * sizeof(float));
-    copy_to_host(blocks[STATE_ADAM_V].data, model->v, S * sizeof(float));
-    copy_to_host(blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history, H * sizeof(float));
+    copy_to_host(model, blocks[STATE_ADAM_M].data, model->m, S * sizeof(float));
+    copy_to_host(model, blocks[STATE_ADAM_V].data, model->v, S * sizeof(float));
+    copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history, H * sizeof(float));
     save_state_file(state_path, state, &model->config, blocks);
     free(host);
     barrier_all_ranks(model, dist);
-    if (model->comm.rank == 0) write_latest_checkpoint(opts->output_dir, (long)state->step);
+    if (model->comm.rank == 0) {
+        write_latest_checkpoint(opts->output_dir, (long)state->step);
+        prune_checkpoints(opts->output_dir, (long)state->step, opts->keep_checkpoints);
+    }
     printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
 }
 
-static void load_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
-    long step = read_latest_checkpoint(opts->output_dir);
+static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, TrainState *state,
+                            StepGuard *guard) {
     char model_path[CHECKPOINT_PATH_LEN];
     model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
     load_master(model, model_path, 0);
@@ -1364,16 +1366,16 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
         compute_after_comm(model);
     }
     unsigned long long *counts = (unsigned long long *)malloc_check(num_counts * 8, "fp8 stats");
-    copy_to_host(stats->amax, s->amax_last, n * sizeof(float));
-    copy_to_host(stats->scale, s->scale_last, n * sizeof(float)); // the step's, as the CPU reports
-    copy_to_host(stats->amax + n, s->weight_amax, w * sizeof(float));
-    copy_to_host(stats->scale + n, s->weight_scale, w * sizeof(float));
-    copy_to_host(counts, s->counts, num_counts * sizeof(unsigned long long));
+    copy_to_host(model, stats->amax, s->amax_last, n * sizeof(float));
+    copy_to_host(model, stats->scale, s->scale_last, n * sizeof(float)); // the step's, as the CPU reports
+    copy_to_host(model, stats->amax + n, s->weight_amax, w * sizeof(float));
+    copy_to_host(model, stats->scale + n, s->weight_scale, w * sizeof(float));
+    copy_to_host(model, counts, s->counts, num_counts * sizeof(unsigned long long));
     cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->stream));
     int block = fp8_recipe_is_block(model->recipe), weight_casts = model->recipe == FP8_RECIPE_MXFP8 ? 2 : 1;
     if (block) { // each tensor's spread of block scales; its scale is that of the block holding its amax
-        copy_to_host(stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
-        copy_to_host(stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));
+        copy_to_host(model, stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
+        copy_to_host(model, stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));
         reset_block_scale_stats(model);
     }
     // block recipes cast each activation and gradient twice (tiles along each GEMM's reduction), mxfp8 each
@@ -1453,7 +1455,7 @@ static double energy_all_ranks(GPT *model, EnergyMeter *meter) {
 static void logits_to_host(GPT *model, float *out) {
     size_t n = (size_t)model->B * model->T * model->config.padded_vocab_size;
     bf16 *staging = (bf16 *)malloc_check(n * sizeof(bf16), "debug state");
-    copy_to_host(staging, model->logits, n * sizeof(bf16));
+    copy_to_host(model, staging, model->logits, n * sizeof(bf16));
     for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(staging[i]);
     free(staging);
 }
@@ -1468,7 +1470,7 @@ static void debug_first_micro_step(GPT *model, DebugState *debug, const int *inp
     gpt_backward(model);
     read_step_results(model);
     debug->loss = model->step_results_host->loss_sum;
-    copy_to_host(debug->grads, model->grads, model->num_params * sizeof(float));
+    copy_to_host(model, debug->grads, model->grads, model->num_params * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
@@ -1521,6 +1523,7 @@ int main(int argc, char **argv) {
     TrainOptions opts;
     parse_options(&opts, argc, argv);
     validate_options(&opts);
+    dist.timeout_s = opts.nccl_timeout_s;
     if (opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
     GPTConfig cfg = *opts.init_from ? read_model_config(opts.init_from) : config_from_options(&opts);
@@ -1533,10 +1536,6 @@ int main(int argc, char **argv) {
         return status;
     }
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
-    if (opts.resume && !resume_has_work(&opts)) {
-        dist_finalize(&dist);
-        return 0;
-    }
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;
     int accum_steps = resolve_grad_accum_steps(&opts, T, dist.world_size);
@@ -1576,7 +1575,7 @@ int main(int argc, char **argv) {
              "newer (blockwise runs on Hopper; train_cpu runs every recipe)",
              props.name, props.major, props.minor);
     Comm comm;
-    comm_init(&comm, &dist, opts.output_dir);
+    comm_init(&comm, &dist, opts.output_dir, opts.nccl_timeout_s);
     struct stat output_stat;
     if (dist.rank != 0 && *opts.output_dir &&
         (stat(opts.output_dir, &output_stat) != 0 || !S_ISDIR(output_stat.st_mode)))
@@ -1594,7 +1593,17 @@ int main(int argc, char **argv) {
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
     if (opts.resume) {
-        load_checkpoint(&model, &opts, &state, &guard);
+        double proposal = resume_step_proposal(dist.rank, opts.output_dir);
+        sum_over_ranks(&model, &proposal, 1);
+        long resume_step = resume_step_agreed(proposal, dist.rank, opts.output_dir);
+        if (!resume_has_work(&opts, resume_step)) {
+            step_guard_free(&guard);
+            gpt_free(&model);
+            comm_destroy(&model.comm);
+            dist_finalize(&dist);
+            return 0;
+        }
+        load_checkpoint(&model, &opts, resume_step, &state, &guard);
         resume_data_position(&train_loader, opts.output_dir, &state);
     } else {
         load_master(&model, *opts.init_from ? opts.init_from : NULL, (uint64_t)opts.seed);
@@ -1607,7 +1616,9 @@ int main(int argc, char **argv) {
     if (opts.dtype == DTYPE_FLOAT8)
         fetch_fp8_stats(&model, &stats); // the start-up weight casts belong to no step
     EnergyMeter energy;
-    energy_meter_start(&energy, dist.local_rank);
+    int device;
+    cuda_check(cudaGetDevice(&device));
+    energy_meter_start(&energy, device); // the GPU this process uses, not its local rank's index
 
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
@@ -1634,6 +1645,7 @@ int main(int argc, char **argv) {
         printf("note | CUDA Graphs are off with several processes: the steps and their NCCL calls run op by "
                "op\n");
 
+    dist_stall_if_chosen(&dist, opts.inject_stall_rank);
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
         nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts

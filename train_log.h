@@ -33,12 +33,6 @@ static inline int is_due(int steps_done, int every, int last) {
     return last || (every > 0 && steps_done % every == 0);
 }
 
-static inline double wall_time_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 typedef struct {
     FILE *jsonl; // NULL: no JSON-lines log
 } RunLog;

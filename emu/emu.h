@@ -28,6 +28,12 @@ enum OpKind { OP_KERNEL, OP_COPY, OP_MEMSET, OP_EVENT, OP_MATMUL, OP_COLLECTIVE,
 // to the capture's graph. It runs when the host synchronises, with device memory accessible.
 cudaError_t enqueue(cudaStream_t stream, OpKind kind, std::function<void()> run);
 
+// Called by a running operation that waits on something outside the device (a collective on its peers):
+// it has not finished, stays at the head of its stream and runs again later, keeping what its closure
+// holds. A host poll (cudaStreamQuery, cudaEventQuery) then returns cudaErrorNotReady, as a GPU's does
+// while a kernel spins on a peer; a synchronising call waits for it.
+void op_waits(void);
+
 // Whether [p, p + bytes) lies inside one allocation of cudaMalloc (and, for pinned, of cudaMallocHost).
 bool is_device_range(const void *p, size_t bytes);
 bool is_pinned_range(const void *p, size_t bytes);

@@ -2,8 +2,9 @@
 // ranks is one of MPI_COMM_WORLD's processes each, on a duplicate of it; a collective is queued on its
 // stream and, when the stream reaches it, first compares its description with every other rank's (the
 // same sequence of collectives everywhere, with the same counts, types and operations, as NCCL
-// requires) and then moves the data over MPI. Reductions gather every rank's contribution and add them
-// in rank order, so that every rank gets the same bits, as NCCL's do.
+// requires) and then moves the data over MPI, both non-blocking (a collective whose peers have not joined
+// leaves its stream waiting). Reductions gather every rank's contribution and add them in rank order, so
+// that every rank gets the same bits, as NCCL's do.
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cuda_bf16.h"
@@ -24,6 +26,7 @@
 struct ncclComm {
     int rank, nranks;
     bool aborted;
+    bool initializing;           // non-blocking creation not yet confirmed by ncclCommGetAsyncError
     unsigned long long sequence; // collectives queued so far
 #ifdef USE_MPI
     MPI_Comm mpi;
@@ -145,48 +148,97 @@ ncclResult_t usage(const char *fmt, const char *call) {
 }
 
 #ifdef USE_MPI
-// The rank's collective, checked against every other rank's description, then done over MPI.
-void run_collective(ncclComm *comm, Description desc, const void *send, void *recv) {
-    std::vector<Description> all(comm->nranks);
-    MPI_Allgather(&desc, (int)sizeof(desc), MPI_BYTE, all.data(), (int)sizeof(desc), MPI_BYTE, comm->mpi);
-    for (int r = 0; r < comm->nranks; r++) {
-        const Description &o = all[r];
+// A collective of several ranks in flight: first every rank's description is gathered and compared,
+// then the data moves; both over non-blocking MPI, so that the stream reports it waiting (emu::op_waits)
+// while a peer has not joined, as a GPU's NCCL kernel spins, instead of blocking the host in MPI. MPI
+// moves host copies: device memory is closed to the host between the emulator's drains, when a peer's
+// MPI may still read or write it.
+struct Collective {
+    ncclComm *comm = NULL;
+    Description desc = {};
+    const void *send = NULL;
+    void *recv = NULL;
+    int stage = 0; // 0: not started, 1: descriptions moving, 2: data moving
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<Description> all;
+    std::vector<char> outgoing, incoming; // this rank's contribution; what arrives (every rank's, or root's)
+};
+
+void check_descriptions(const Collective &c) {
+    const Description &desc = c.desc;
+    for (int r = 0; r < c.comm->nranks; r++) {
+        const Description &o = c.all[r];
         if (memcmp(&o, &desc, sizeof(desc)) != 0)
             emu::fatal(
                 "NCCL collective #%llu differs across ranks: this rank %d calls %s(count %llu, type %d, op "
                 "%d, root %d), rank %d calls %s(count %llu, type %d, op %d, root %d) as its #%llu: every "
                 "rank must issue the same collectives in the same order",
-                desc.sequence, comm->rank, kind_name(desc.kind), desc.count, desc.type, desc.op, desc.root, r,
-                kind_name(o.kind), o.count, o.type, o.op, o.root, o.sequence);
+                desc.sequence, c.comm->rank, kind_name(desc.kind), desc.count, desc.type, desc.op, desc.root,
+                r, kind_name(o.kind), o.count, o.type, o.op, o.root, o.sequence);
     }
-    const size_t elem = type_size((ncclDataType_t)desc.type), bytes = (size_t)desc.count * elem;
-    const int n = comm->nranks;
+}
+
+size_t send_bytes_of(const Description &desc, int nranks) {
+    const size_t bytes = (size_t)desc.count * type_size((ncclDataType_t)desc.type);
+    return desc.kind == REDUCE_SCATTER ? bytes * nranks : bytes;
+}
+
+void start_data(Collective &c) {
+    const Description &desc = c.desc;
+    const size_t bytes = (size_t)desc.count * type_size((ncclDataType_t)desc.type);
+    const int n = c.comm->nranks;
+    MPI_Comm mpi = c.comm->mpi;
     if (bytes * (size_t)n > (size_t)INT_MAX)
         emu::fatal("NCCL emulation: %zu bytes per collective are too many for MPI counts", bytes * n);
+    const char *send = (const char *)c.send;
+    c.outgoing.assign(send, send + send_bytes_of(desc, n));
+    c.incoming.resize(desc.kind == BROADCAST ? bytes : bytes * n);
     switch (desc.kind) {
-    case ALL_REDUCE: {
-        std::vector<char> gathered(bytes * n);
-        MPI_Allgather(send, (int)bytes, MPI_BYTE, gathered.data(), (int)bytes, MPI_BYTE, comm->mpi);
-        reduce(recv, gathered.data(), desc.count, n, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
-        break;
-    }
+    case ALL_REDUCE:
     case ALL_GATHER:
-        if ((const char *)send == (const char *)recv + (size_t)comm->rank * bytes)
-            MPI_Allgather(MPI_IN_PLACE, 0, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->mpi);
-        else
-            MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->mpi);
+        MPI_Iallgather(c.outgoing.data(), (int)bytes, MPI_BYTE, c.incoming.data(), (int)bytes, MPI_BYTE, mpi,
+                       &c.request);
         break;
-    case REDUCE_SCATTER: { // rank r's chunk r from every rank, then reduced
-        std::vector<char> chunks(bytes * n);
-        MPI_Alltoall(send, (int)bytes, MPI_BYTE, chunks.data(), (int)bytes, MPI_BYTE, comm->mpi);
-        reduce(recv, chunks.data(), desc.count, n, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
+    case REDUCE_SCATTER: // rank r's chunk r from every rank, then reduced
+        MPI_Ialltoall(c.outgoing.data(), (int)bytes, MPI_BYTE, c.incoming.data(), (int)bytes, MPI_BYTE, mpi,
+                      &c.request);
         break;
-    }
     case BROADCAST:
-        if (comm->rank == desc.root && send != recv) memcpy(recv, send, bytes);
-        MPI_Bcast(recv, (int)bytes, MPI_BYTE, desc.root, comm->mpi);
+        if (c.comm->rank == desc.root) memcpy(c.incoming.data(), send, bytes);
+        MPI_Ibcast(c.incoming.data(), (int)bytes, MPI_BYTE, desc.root, mpi, &c.request);
         break;
     }
+}
+
+void finish_data(Collective &c) {
+    const Description &desc = c.desc;
+    if (desc.kind == ALL_REDUCE || desc.kind == REDUCE_SCATTER)
+        reduce(c.recv, c.incoming.data(), desc.count, c.comm->nranks, (ncclDataType_t)desc.type,
+               (ncclRedOp_t)desc.op);
+    else
+        memcpy(c.recv, c.incoming.data(), c.incoming.size());
+}
+
+// One step of the collective; true once it is complete (or its communicator aborted).
+bool advance(Collective &c) {
+    if (c.comm->aborted) return true;
+    if (c.stage == 0) {
+        c.all.resize(c.comm->nranks);
+        MPI_Iallgather(&c.desc, (int)sizeof(c.desc), MPI_BYTE, c.all.data(), (int)sizeof(c.desc), MPI_BYTE,
+                       c.comm->mpi, &c.request);
+        c.stage = 1;
+    }
+    int done = 0;
+    MPI_Test(&c.request, &done, MPI_STATUS_IGNORE);
+    if (!done) return false;
+    if (c.stage == 1) {
+        check_descriptions(c);
+        start_data(c);
+        c.stage = 2;
+        return advance(c);
+    }
+    finish_data(c);
+    return true;
 }
 #endif
 
@@ -197,6 +249,10 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
     const char *call = kind_name(kind);
     if (!comm) return usage("%s: no communicator", call);
     if (comm->aborted) return usage("%s: the communicator was aborted", call);
+    if (comm->initializing)
+        return usage("%s: the non-blocking communicator's creation is not confirmed yet (poll "
+                     "ncclCommGetAsyncError until it is no longer ncclInProgress)",
+                     call);
     if (!valid_type(type)) return usage("%s: a data type the emulation does not reduce", call);
     if ((int)op < 0 || (int)op > 4) return usage("%s: an unknown reduction operation", call);
     if (!emu::is_device_range(send, send_bytes) || !emu::is_device_range(recv, recv_bytes)) {
@@ -220,19 +276,28 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
         return ncclInvalidArgument;
     }
     Description desc = {comm->sequence++, (unsigned long long)count, (int)kind, (int)type, (int)op, root};
-    cudaError_t err =
-        emu::enqueue(stream, emu::OP_COLLECTIVE, [comm, desc, send, recv, send_bytes, recv_bytes] {
-            if (comm->nranks == 1) {
-                if (desc.kind == ALL_REDUCE || desc.kind == REDUCE_SCATTER)
-                    reduce(recv, send, desc.count, 1, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
-                else if (send != recv)
-                    memmove(recv, send, std::min(send_bytes, recv_bytes));
-                return;
-            }
 #ifdef USE_MPI
-            run_collective(comm, desc, send, recv);
+    auto progress = std::make_shared<Collective>(); // kept across the runs of a collective that waits
 #endif
-        });
+    cudaError_t err = emu::enqueue(stream, emu::OP_COLLECTIVE, [=] {
+        if (comm->aborted) return;
+        if (comm->nranks == 1) {
+            if (desc.kind == ALL_REDUCE || desc.kind == REDUCE_SCATTER)
+                reduce(recv, send, desc.count, 1, (ncclDataType_t)desc.type, (ncclRedOp_t)desc.op);
+            else if (send != recv)
+                memmove(recv, send, std::min(send_bytes, recv_bytes));
+            return;
+        }
+#ifdef USE_MPI
+        if (!progress->comm) {
+            progress->comm = comm;
+            progress->desc = desc;
+            progress->send = send;
+            progress->recv = recv;
+        }
+        if (!advance(*progress)) emu::op_waits();
+#endif
+    });
     return err == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
 
@@ -266,6 +331,20 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     unsigned long long stamp = (unsigned long long)getpid() ^ ((unsigned long long)time(NULL) << 20);
     memcpy(id->internal + sizeof(ID_MAGIC), &stamp, sizeof(stamp));
     return ncclSuccess;
+}
+
+// Non-blocking (config->blocking == 0): created before it returns, as the emulation's MPI_Allgather of
+// the ids blocks, but reported ncclInProgress, as NCCL's may be, until ncclCommGetAsyncError is asked.
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config) {
+    if (!config || config->magic != NCCL_CONFIG_MAGIC) {
+        emu::explain("ncclCommInitRankConfig: the config was not set from NCCL_CONFIG_INITIALIZER");
+        return ncclInvalidArgument;
+    }
+    ncclResult_t result = ncclCommInitRank(comm, nranks, id, rank);
+    if (result != ncclSuccess || config->blocking != 0) return result;
+    (*comm)->initializing = true;
+    return ncclInProgress;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
@@ -322,15 +401,24 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     return ncclSuccess;
 }
 
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+    if (!comm) return ncclInvalidArgument;
+    return ncclSuccess; // ncclCommDestroy waits for its queued collectives
+}
+
+// Its collectives still queued, or waiting on their peers, end at once without moving data (NCCL's
+// kernels exit), so that the process can exit. Its MPI communicator is left as it is: freeing it would
+// wait for the peers.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
-    comm->aborted = true; // its MPI communicator is left as it is: freeing it would wait for the peers
+    comm->aborted = true;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
     if (!comm) return ncclInvalidArgument;
-    *async_error = ncclSuccess; // a failing peer ends its process, and mpirun the others
+    *async_error = ncclSuccess; // a failing peer ends its process; one that hangs leaves a collective waiting
+    comm->initializing = false;
     return ncclSuccess;
 }
 

@@ -49,9 +49,22 @@ typedef enum {
     ncclBfloat16 = 9,
 } ncclDataType_t;
 
+// The one field the project sets: blocking = 0 makes creation return ncclInProgress until confirmed.
+#define NCCL_CONFIG_MAGIC 0xcafebeef
+typedef struct {
+    size_t size;
+    unsigned int magic, version;
+    int blocking;
+} ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER                                                                              \
+    { sizeof(ncclConfig_t), NCCL_CONFIG_MAGIC, 0, 1 }
+
 const char *ncclGetErrorString(ncclResult_t result);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config);
+ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);

@@ -1331,12 +1331,20 @@ static bool ready(const Op &op) {
     return true;
 }
 
-// Runs every queued operation of every stream.
-static void drain(void) {
+static bool op_waiting = false; // set by op_waits() while an operation runs
+
+void op_waits(void) {
+    op_waiting = true;
+}
+
+// Runs queued operations of every stream: all of them, or (poll) until every stream left is blocked on
+// an operation that waits outside the device (op_waits), which a synchronising call instead retries.
+static void drain(bool poll = false) {
     std::lock_guard<std::recursive_mutex> lock(api_mutex);
     if (draining) fatal("internal: a device operation synchronised");
     draining = true;
     open_device_memory(true);
+    std::vector<CUstream_st *> blocked; // streams whose head waited since the last progress
     for (;;) {
         std::vector<std::pair<uint64_t, int>> candidates;
         std::vector<CUstream_st *> owners;
@@ -1344,17 +1352,30 @@ static void drain(void) {
         for (CUstream_st *s : streams) {
             if (s->queue.empty()) continue;
             pending = true;
-            if (!ready(s->queue.front())) continue;
+            if (!ready(s->queue.front()) || std::count(blocked.begin(), blocked.end(), s)) continue;
             candidates.push_back({s->queue.front().id, s->index});
             owners.push_back(s);
         }
         if (!pending) break;
-        if (candidates.empty()) fatal("internal: the queued stream operations wait on each other");
+        if (candidates.empty()) {
+            if (blocked.empty()) fatal("internal: the queued stream operations wait on each other");
+            if (poll) break;
+            blocked.clear();
+            usleep(100);
+            continue;
+        }
         CUstream_st *s = owners[pick(candidates)];
         Op op = std::move(s->queue.front());
         s->queue.pop_front();
+        op_waiting = false;
         op.run();
+        if (op_waiting) {
+            s->queue.push_front(std::move(op));
+            blocked.push_back(s);
+            continue;
+        }
         s->completed++;
+        blocked.clear();
     }
     open_device_memory(false);
     draining = false;
@@ -1377,7 +1398,12 @@ static void run_graph(const CUgraphExec_st *exec) {
         size_t chosen = pick(candidates);
         int node = ready_nodes[chosen];
         ready_nodes.erase(ready_nodes.begin() + chosen);
-        exec->nodes[node].run();
+        // graphs hold no collective of several ranks (the trainer captures none then): a wait is brief
+        do {
+            op_waiting = false;
+            exec->nodes[node].run();
+            if (op_waiting) usleep(100);
+        } while (op_waiting);
         for (int d : dependents[node])
             if (--remaining[d] == 0) ready_nodes.push_back(d);
     }
@@ -1789,9 +1815,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-    if (resolve(stream)->capture) return set_error(cudaErrorStreamCaptureUnsupported);
-    drain(); // a poll must see progress: the queued work runs now
-    return cudaSuccess;
+    CUstream_st *s = resolve(stream);
+    if (s->capture) return set_error(cudaErrorStreamCaptureUnsupported);
+    drain(true); // a poll must see progress: the queued work runs now, up to what waits on other ranks
+    return s->queue.empty() ? cudaSuccess : cudaErrorNotReady;
 }
 
 static std::vector<void *> wait_sites;
@@ -1960,7 +1987,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-    return cudaEventSynchronize(event);
+    if (!event) return set_error(cudaErrorInvalidResourceHandle);
+    if (event->capture) return set_error(cudaErrorCapturedEvent);
+    cudaError_t err = refuse_during_capture("cudaEventQuery");
+    if (err != cudaSuccess) return set_error(err);
+    drain(true);
+    return !event->recorded || event->stream->completed >= event->position ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {

@@ -1,12 +1,19 @@
 // gpu/nccl.cuh: the NCCL communicator of a run of several processes (one GPU each) and the collectives the
 // trainer uses, each the identity when the run is one process (no communicator, no NCCL call at all).
-// The communicator needs one unique id that rank 0 draws and every rank learns before ncclCommInitRank:
+// The communicator needs one unique id that rank 0 draws and every rank learns before it joins:
 //  - started by MPI (mpirun, srun): rank 0 broadcasts it with MPI_Bcast;
+//  - NCCL_COMM_ID=<host>:<port> set (any launcher): every rank derives it from that address, where rank 0
+//    listens; no file;
 //  - started torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, no MPI): rank 0 writes it to a file in
 //    --output_dir (temp file + rename, so nobody reads half of it) and the others poll for it, which needs
-//    a directory every rank sees: one node, or a filesystem the nodes share. The file's name carries the
-//    launcher's per-launch values so a file left by an earlier run is not mistaken for this run's, and
-//    rank 0 removes it once every rank has joined (or at exit).
+//    a directory every rank sees: one node, or a filesystem the nodes share. The file's name carries a
+//    value unique to the launch (torchrun's run id and restart count, or Slurm's job, step and requeue
+//    count), so a file an earlier, killed launch left behind is never read; a launch without one is
+//    refused. Rank 0 removes it once every rank has joined (or at exit).
+// The communicator is non-blocking and every wait on it is bounded: a peer that died, hangs or lost its
+// link ends the run after --nccl_timeout_s with one line naming the rank and the collective (the
+// communicator aborted first, so that its kernels exit), for the launcher's requeue and --resume to take
+// over, instead of holding every other GPU until the allocation ends.
 // Collectives are in place, as NCCL defines it: all-gather when sendbuff == recvbuff + rank * sendcount,
 // reduce-scatter when recvbuff == sendbuff + rank * recvcount.
 #ifndef GPU_NCCL_CUH
@@ -27,10 +34,77 @@ static inline void nccl_check_at(ncclResult_t result, const char *what, const ch
 typedef struct {
     ncclComm_t comm; // NULL when the run is one process
     int rank, world_size;
+    int timeout_s;             // --nccl_timeout_s
+    unsigned long long issued; // collectives enqueued so far
+    char last_collective[96];  // the last of them, for the message of a wait that times out
+    cudaEvent_t drained;       // recorded to wait for a stream
 } Comm;
 
 #define NCCL_ID_FILE_MAGIC 20261202
-#define NCCL_ID_WAIT_SECONDS 300
+
+// Ends the run: the communicator aborted (its kernels exit, the device can be left), then one line.
+__attribute__((noreturn)) static inline void comm_fail(Comm *c, const char *what, const char *why) {
+    if (c->comm) ncclCommAbort(c->comm);
+    c->comm = NULL;
+    char last[192] = "";
+    if (c->issued)
+        snprintf(last, sizeof(last), " (the last NCCL collective this rank issued: #%llu, %s)", c->issued,
+                 c->last_collective);
+    fail("rank %d: %s: %s%s; the communicator was aborted", c->rank, what, why, last);
+}
+
+// The outcome of an NCCL call on the non-blocking communicator: ncclInProgress is polled until it settles,
+// at most --nccl_timeout_s.
+static inline void comm_settle(Comm *c, ncclResult_t result, const char *what) {
+    double start = wall_time_ms();
+    while (result == ncclInProgress) {
+        if (wall_time_ms() - start > 1e3 * c->timeout_s) {
+            char why[96];
+            snprintf(why, sizeof(why), "not complete after --nccl_timeout_s %d s", c->timeout_s);
+            comm_fail(c, what, why);
+        }
+        usleep(1000);
+        nccl_check(ncclCommGetAsyncError(c->comm, &result));
+    }
+    if (result != ncclSuccess) comm_fail(c, what, ncclGetErrorString(result));
+}
+
+// Returns once `event` has completed. One process: a plain synchronisation (nothing waits on a peer).
+// Several: a poll that ends the run on an NCCL error or after --nccl_timeout_s.
+static inline void comm_wait_event(Comm *c, cudaEvent_t event, const char *what) {
+    if (!c->comm) {
+        cuda_check(cudaEventSynchronize(event));
+        return;
+    }
+    double start = wall_time_ms();
+    for (;;) {
+        cudaError_t status = cudaEventQuery(event);
+        if (status == cudaSuccess) return;
+        if (status != cudaErrorNotReady) cuda_check(status);
+        ncclResult_t async;
+        nccl_check(ncclCommGetAsyncError(c->comm, &async));
+        if (async != ncclSuccess && async != ncclInProgress) comm_fail(c, what, ncclGetErrorString(async));
+        if (wall_time_ms() - start > 1e3 * c->timeout_s) {
+            char why[160];
+            snprintf(why, sizeof(why),
+                     "no progress in --nccl_timeout_s %d s: another process stopped answering (hung, killed "
+                     "or cut off)",
+                     c->timeout_s);
+            comm_fail(c, what, why);
+        }
+        usleep(20);
+    }
+}
+
+// Returns once everything enqueued on `stream` so far has run, as comm_wait_event.
+static inline void comm_wait_stream(Comm *c, cudaStream_t stream, const char *what) {
+    if (!c->comm) {
+        cuda_check(cudaStreamSynchronize(stream));
+        return;
+    }
+    cuda_check(cudaEventRecord(c->drained, stream));
+    comm_wait_event(c, c->drained, what);
+}
 
 typedef struct {
     int magic, world_size;
@@ -44,37 +118,64 @@ static void remove_nccl_id_file(void) {
     *nccl_id_file_path = '\0';
 }
 
-// <dir>/nccl_id[_value...] with the values of the launcher's per-launch variables that are set (torchrun's
-// run id, Slurm's job id, the rendezvous address and port), characters other than [A-Za-z0-9.-] as '-'.
-static inline void nccl_id_path(char *path, size_t len, const char *dir) {
-    static const char *const keys[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT"};
-    size_t n = (size_t)snprintf(path, len, "%s/nccl_id", dir);
+// The values, unique to this launch, that name the id file ("" when the launcher gives none): torchrun's
+// run id (random with --standalone, --rdzv-id otherwise; "none" when not given) and its restart count,
+// Slurm's job and step ids and requeue count.
+static inline void launch_nonce(char *nonce, size_t len) {
+    static const char *const keys[] = {"TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
+                                       "SLURM_STEP_ID", "SLURM_RESTART_COUNT"};
+    const char *run_id = getenv("TORCHELASTIC_RUN_ID"), *job = getenv("SLURM_JOB_ID");
+    size_t n = 0;
+    *nonce = '\0';
+    if (!((run_id && *run_id && strcmp(run_id, "none")) || (job && *job))) return;
     for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]) && n < len; k++) {
         const char *value = getenv(keys[k]);
         if (!value || !*value) continue;
-        size_t start = n + 1;
-        n += (size_t)snprintf(path + n, len - n, "_%s", value);
-        for (size_t i = start; i < n && i < len; i++) {
-            char c = path[i];
-            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-                  c == '-'))
-                path[i] = '-';
+        size_t start = n;
+        n += (size_t)snprintf(nonce + n, len - n, "_%s", value);
+        for (size_t i = start + 1; i < n && i < len; i++) {
+            char ch = nonce[i];
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                  ch == '.' || ch == '-'))
+                nonce[i] = '-';
         }
     }
-    if (n >= len) fail("--output_dir: %s: path too long for the NCCL id file", dir);
+    if (n >= len) nonce[len - 1] = '\0';
+}
+
+// <dir>/nccl_id<nonce>.
+static inline void nccl_id_path(char *path, size_t len, const char *dir) {
+    char nonce[256];
+    launch_nonce(nonce, sizeof(nonce));
+    if ((size_t)snprintf(path, len, "%s/nccl_id%s", dir, nonce) >= len)
+        fail("--output_dir: %s: path too long for the NCCL id file", dir);
+}
+
+static inline int comm_id_from_env(void) {
+    const char *address = getenv("NCCL_COMM_ID");
+    return address && *address;
 }
 
 // Before any CUDA call: a torchrun-style launch exchanges the id through --output_dir, so it needs one.
 static inline void comm_check_bootstrap(const Dist *d, const char *output_dir) {
-    if (d->world_size > 1 && !d->mpi && !*output_dir)
+    if (d->world_size == 1 || d->mpi || comm_id_from_env()) return;
+    if (!*output_dir)
         fail("WORLD_SIZE=%d without MPI: the processes exchange the NCCL id through a file in --output_dir, "
-             "which is empty (give a directory every rank sees, or start with mpirun)",
+             "which is empty (give a directory every rank sees, set NCCL_COMM_ID=<rank 0 host>:<port>, or "
+             "start with mpirun)",
+             d->world_size);
+    char nonce[256];
+    launch_nonce(nonce, sizeof(nonce));
+    if (!*nonce)
+        fail("WORLD_SIZE=%d without MPI: the launcher gives no value unique to this launch (torchrun's "
+             "--rdzv-id or --standalone, or a Slurm job), so the NCCL id file in --output_dir could be one "
+             "an earlier launch left; set NCCL_COMM_ID=<rank 0 host>:<free port> instead",
              d->world_size);
 }
 
 // The unique id through a file in output_dir (torchrun-style launch without MPI; comm_check_bootstrap
 // has checked there is one).
-static inline ncclUniqueId nccl_id_through_file(const Dist *d, const char *output_dir) {
+static inline ncclUniqueId nccl_id_through_file(const Dist *d, const char *output_dir, int timeout_s) {
     char path[CHECKPOINT_PATH_LEN];
     nccl_id_path(path, sizeof(path), output_dir);
     NcclIdFile msg;
@@ -98,11 +199,10 @@ static inline ncclUniqueId nccl_id_through_file(const Dist *d, const char *outpu
             fclose(f);
             if (got == sizeof(msg) && msg.magic == NCCL_ID_FILE_MAGIC) break;
         }
-        if (waited == NCCL_ID_WAIT_SECONDS * 10)
-            fail("rank %d: no NCCL id from rank 0 in %s after %d s: --output_dir must be a directory every "
-                 "rank "
-                 "sees (a filesystem shared by the nodes), and rank 0 must have started",
-                 d->rank, path, NCCL_ID_WAIT_SECONDS);
+        if (waited >= timeout_s * 10)
+            fail("rank %d: no NCCL id from rank 0 in %s after --nccl_timeout_s %d s: --output_dir must be a "
+                 "directory every rank sees (a filesystem shared by the nodes), and rank 0 must have started",
+                 d->rank, path, timeout_s);
         usleep(100000);
     }
     if (msg.world_size != d->world_size)
@@ -112,65 +212,88 @@ static inline ncclUniqueId nccl_id_through_file(const Dist *d, const char *outpu
 }
 
 // The communicator of this run on the current device (cudaSetDevice first). One process: none.
-static inline void comm_init(Comm *c, const Dist *d, const char *output_dir) {
-    c->comm = NULL;
+static inline void comm_init(Comm *c, const Dist *d, const char *output_dir, int timeout_s) {
+    memset(c, 0, sizeof(*c));
     c->rank = d->rank;
     c->world_size = d->world_size;
+    c->timeout_s = timeout_s;
     if (d->world_size == 1) return;
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
-    if (d->mpi) {
+    if (comm_id_from_env()) {
+        nccl_check(ncclGetUniqueId(&id)); // NCCL makes it of NCCL_COMM_ID: the same on every rank
+    } else if (d->mpi) {
 #ifdef USE_MPI
         if (d->rank == 0) nccl_check(ncclGetUniqueId(&id));
-        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Request request;
+        MPI_Ibcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD, &request);
+        dist_wait(d, &request, "MPI_Bcast of the NCCL id", sizeof(id));
 #endif
     } else {
-        id = nccl_id_through_file(d, output_dir);
+        id = nccl_id_through_file(d, output_dir, timeout_s);
     }
-    nccl_check(ncclCommInitRank(&c->comm, d->world_size, id, d->rank));
+    cuda_check(cudaEventCreateWithFlags(&c->drained, cudaEventDisableTiming));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0; // a rank that never joins must not hold this one inside NCCL
+    ncclResult_t result = ncclCommInitRankConfig(&c->comm, d->world_size, id, d->rank, &config);
+    comm_settle(c, result, "joining the NCCL communicator");
     remove_nccl_id_file(); // every rank has joined, so every rank has read it
 }
 
 static inline void comm_destroy(Comm *c) {
-    if (c->comm) nccl_check(ncclCommDestroy(c->comm));
+    if (!c->comm) return;
+    comm_settle(c, ncclCommFinalize(c->comm), "ncclCommFinalize");
+    nccl_check(ncclCommDestroy(c->comm));
+    cuda_check(cudaEventDestroy(c->drained));
     c->comm = NULL;
 }
 
-// ncclGroupStart / End around several collectives: NCCL launches them as one operation.
-static inline void comm_group_start(const Comm *c) {
-    if (c->comm) nccl_check(ncclGroupStart());
+// Names the collective about to be enqueued (for comm_fail's message).
+static inline void comm_issue(Comm *c, const char *kind, size_t count) {
+    c->issued++;
+    snprintf(c->last_collective, sizeof(c->last_collective), "%s of %zu elements", kind, count);
 }
 
-static inline void comm_group_end(const Comm *c) {
-    if (c->comm) nccl_check(ncclGroupEnd());
+// ncclGroupStart / End around several collectives: NCCL launches them as one operation.
+static inline void comm_group_start(Comm *c) {
+    if (c->comm) comm_settle(c, ncclGroupStart(), "ncclGroupStart");
+}
+
+static inline void comm_group_end(Comm *c) {
+    if (c->comm) comm_settle(c, ncclGroupEnd(), "ncclGroupEnd");
 }
 
 // buf (count elements) = the reduction over the ranks of every rank's buf.
-static inline void comm_all_reduce(const Comm *c, void *buf, size_t count, ncclDataType_t type,
-                                   ncclRedOp_t op, cudaStream_t stream) {
+static inline void comm_all_reduce(Comm *c, void *buf, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                   cudaStream_t stream) {
     if (!c->comm) return;
     nvtx_push("all-reduce %zu", count);
-    nccl_check(ncclAllReduce(buf, buf, count, type, op, c->comm, stream));
+    comm_issue(c, "ncclAllReduce", count);
+    comm_settle(c, ncclAllReduce(buf, buf, count, type, op, c->comm, stream), "ncclAllReduce");
     nvtxRangePop();
 }
 
 // base holds world_size chunks of `chunk` elements of elem_bytes each; afterwards every chunk is its rank's.
-static inline void comm_all_gather(const Comm *c, void *base, size_t chunk, ncclDataType_t type,
-                                   size_t elem_bytes, cudaStream_t stream) {
+static inline void comm_all_gather(Comm *c, void *base, size_t chunk, ncclDataType_t type, size_t elem_bytes,
+                                   cudaStream_t stream) {
     if (!c->comm) return;
     const char *mine = (const char *)base + (size_t)c->rank * chunk * elem_bytes;
     nvtx_push("all-gather %zu", chunk);
-    nccl_check(ncclAllGather(mine, base, chunk, type, c->comm, stream));
+    comm_issue(c, "ncclAllGather", chunk);
+    comm_settle(c, ncclAllGather(mine, base, chunk, type, c->comm, stream), "ncclAllGather");
     nvtxRangePop();
 }
 
 // base holds world_size chunks of `chunk` floats; afterwards this rank's chunk is the sum over the ranks of
 // theirs (the other chunks are left undefined).
-static inline void comm_reduce_scatter(const Comm *c, float *base, size_t chunk, cudaStream_t stream) {
+static inline void comm_reduce_scatter(Comm *c, float *base, size_t chunk, cudaStream_t stream) {
     if (!c->comm) return;
     nvtx_push("reduce-scatter %zu", chunk);
-    nccl_check(ncclReduceScatter(base, base + (size_t)c->rank * chunk, chunk, ncclFloat32, ncclSum, c->comm,
-                                 stream));
+    comm_issue(c, "ncclReduceScatter", chunk);
+    comm_settle(
+        c,
+        ncclReduceScatter(base, base + (size_t)c->rank * chunk, chunk, ncclFloat32, ncclSum, c->comm, stream),
+        "ncclReduceScatter");
     nvtxRangePop();
 }
 

@@ -99,6 +99,22 @@ result() { # STATUS WHAT
     if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; fi
 }
 
+# stall_ends DIR NAME PROCESSES STALLED_RANK COMMAND...: the run under "${MPIRUN[@]}" in which rank
+# STALLED_RANK stops answering before its first step (--inject_stall_rank) must end by itself, non-zero,
+# with the one-line error of --nccl_timeout_s 2 from some other rank and none from the stalled one (mpirun
+# then ends the stalled process). A hang is caught by the outer timeout of 120 s, far above the startup and
+# the 2 s wait. Output in DIR/NAME.out and .err.
+stall_ends() {
+    local dir=$1 name=$2 np=$3 stalled=$4 status=0 start=$SECONDS
+    shift 4
+    timeout 120 "${MPIRUN[@]}" -np "$np" "$@" --nccl_timeout_s 2 --inject_stall_rank "$stalled" \
+        >"$dir/$name.out" 2>"$dir/$name.err" || status=$?
+    local line
+    line=$(grep -m1 "^error: rank [0-9]*: .*no progress in --nccl_timeout_s 2 s" "$dir/$name.err" || true)
+    [ $status != 0 ] && [ $status != 124 ] && [ -n "$line" ] && ! grep -q "^error: rank $stalled:" "$dir/$name.err"
+    result $? "$name: $np processes, rank $stalled stalls: ended with exit $status after $((SECONDS - start)) s: ${line:-no timeout line}"
+}
+
 merge_flags() {
     local -a base=() extra=() out=()
     while [ $# -gt 0 ] && [ "$1" != -- ]; do base+=("$1"); shift; done

@@ -19,7 +19,9 @@
 # checkpoint and continues within the float32 bounds (bit-identically with 2 processes), a different
 # global batch is refused with one error line; RANK/WORLD_SIZE without an MPI launcher is refused (the CPU
 # collectives need MPI), and so are srun tasks that got no ranks (srun without --mpi=pmix would start lone
-# runs sharing one output directory).
+# runs sharing one output directory); a rank that stops answering (--inject_stall_rank, 2 and 4
+# processes) makes the others exit non-zero on --nccl_timeout_s instead of hanging; --keep_checkpoints
+# removes the older steps' files of every rank.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -41,7 +43,7 @@ STEPS=6
 COMMON=(--model_size d2 --vocab 256 --train_data "$TMP/data/text_train_*.bin" --val_data "$TMP/data/text_val_*.bin"
     --seq_len 64 --steps $STEPS --val_every 3 --val_batches 2 --lr $LR)
 
-if ! ldd ./train_cpu | grep -q libmpi; then
+if ! grep -q libmpi <<<"$(ldd ./train_cpu)"; then
     echo "SKIPPED test_dist: ./train_cpu was built without MPI (install libopenmpi-dev, then make clean train_cpu)"
     exit 0
 fi
@@ -209,5 +211,17 @@ SLURM_STEP_NUM_TASKS=4 ./train_cpu "${COMMON[@]}" --output_dir "$TMP/slurm" >"$T
 verdict=0
 [ $status = 1 ] && grep -q "^error: srun started 4 tasks without MPI ranks" "$TMP/slurm.out" || verdict=1
 result $verdict "srun tasks without MPI ranks: refused with one error line (no lone runs sharing an output_dir)"
+
+# --keep_checkpoints with 2 processes: rank 0 removes every rank's files of the older steps, after the new
+# checkpoint is named
+status=0
+run keep_np2 2 --batch_size 1 --ckpt_every 2 --keep_checkpoints 1 || status=$?
+listed=$(cd "$TMP/keep_np2" && ls | tr '\n' ' ')
+[ $status = 0 ] && [ "$listed" = "latest_checkpoint model_00000006.bin state_00000006_00000.bin state_00000006_00001.bin " ]
+result $? "--keep_checkpoints 1, 2 processes: $listed"
+
+# a rank that stops answering: the others end on --nccl_timeout_s instead of waiting for it forever
+stall_ends "$TMP" stall_np2 2 1 ./train_cpu "${COMMON[@]}" --batch_size 1 --output_dir "$TMP/stall2"
+stall_ends "$TMP" stall_np4_z3 4 0 ./train_cpu "${COMMON[@]}" --batch_size 1 --zero_stage 3 --output_dir "$TMP/stall4"
 
 finish

@@ -10,7 +10,9 @@
 #     ZeRO 0, 1 and 3 give bit-identical model files, as they do in train_cpu;
 #   - a ZeRO-3 run resumed from its step-3 checkpoint ends with the straight run's model and state files;
 #   - the emulated NCCL across processes: collectives against their definitions (2 and 4 ranks), and a
-#     rank that issues another collective than the others is stopped with one error line.
+#     rank that issues another collective than the others is stopped with one error line;
+#   - a rank that stops answering (--inject_stall_rank; ZeRO-1 and ZeRO-3) makes the other end non-zero on
+#     --nccl_timeout_s with one line naming the wait and the last collective.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -23,7 +25,7 @@ if ! command -v mpirun >/dev/null; then
 fi
 MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x CUDA_EMU_THREADS)
 if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
-if ! ldd ./train_emu | grep -q libmpi; then
+if ! grep -q libmpi <<<"$(ldd ./train_emu)"; then
     echo "SKIPPED test_dist_emu: the emulation was built without MPI (install libopenmpi-dev, then make clean)"
     exit 0
 fi
@@ -91,4 +93,9 @@ status=0
 "${MPIRUN[@]}" -np 2 ./test/build/test_emu nccl mismatch >"$TMP/mismatch.out" 2>&1 || status=$?
 grep -q "cuda-emu: error: (rank [01]) NCCL collective #0 differs across ranks" "$TMP/mismatch.out" && [ $status != 0 ]
 result $? "a rank that issues another collective than the others is stopped"
+
+# a rank that stops answering: the others' bounded waits on the stream (the emulated collective waits on its
+# peer, as NCCL's kernel spins) end on --nccl_timeout_s, the communicator aborted
+stall_ends "$TMP" emu_stall_z1 2 1 ./train_emu "${COMMON[@]}" --dtype float8 --zero_stage 1 --output_dir "$TMP/stall1"
+stall_ends "$TMP" emu_stall_z3 2 0 ./train_emu "${COMMON[@]}" --dtype float8 --zero_stage 3 --output_dir "$TMP/stall3"
 finish

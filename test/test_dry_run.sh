@@ -24,7 +24,7 @@ dry() {
     "$BIN" --dry_run 1 --train_data "$tmp/none_*.bin" --val_data '' --output_dir "$tmp/out" "$@"
 }
 
-if ! dry --model_size d2 2>/dev/null | grep -q '^dry run | model '; then
+if ! grep -q '^dry run | model ' <<<"$(dry --model_size d2 2>/dev/null)"; then
     bad "'$BIN --dry_run 1' does not print the memory plan: $(dry --model_size d2 2>&1 | tail -n 2)"
     finish
 fi

@@ -14,7 +14,11 @@
 #      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1);
 #   4. the trainer under AddressSanitizer, UBSan and LeakSanitizer (test/build/train_emu_sanitize): a
 #      bfloat16 run with CUDA Graphs, validation and sampling, and a float8 ZeRO-3 run with recompute, end
-#      with status 0 and no report.
+#      with status 0 and no report;
+#   5. a torchrun-style rank 1 never reads an NCCL id file an earlier launch left in --output_dir (another
+#      torchrun run id, or the same one before a restart): it waits for its own launch's file and ends on
+#      --nccl_timeout_s with one line naming that file; the control, the same launch and restart, reads
+#      it (and fails to join).
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -96,4 +100,27 @@ small=(--model_size d2 --channels 96 --heads 3 --vocab 256 --seq_len 32 --batch_
 sanitized "bfloat16, CUDA Graphs, validation, sampling" "${small[@]}" --dtype bfloat16 --cuda_graph 1 \
     --tokenizer "$tmp/data/text_tokenizer.bin" --sample_every 2 --sample_len 4
 sanitized "float8, ZeRO-3, recompute" "${small[@]}" --dtype float8 --zero_stage 3 --recompute 1
+
+# A well-formed id file (magic, world size 2, an id) of an earlier launch: read, it would take rank 1 into
+# a communicator whose rank 0 is gone (here: the emulation's refusal of a rank without MPI).
+stale_id() { # FILE
+    "$PY" -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<ii", 20261202, 2) + bytes(128))' "$1"
+}
+mkdir -p "$tmp/ids"
+stale_id "$tmp/ids/nccl_id_launch-1_0"
+for launch in "launch-2 0" "launch-1 1"; do
+    read -r run_id restart <<<"$launch"
+    status=0
+    TORCHELASTIC_RUN_ID=$run_id TORCHELASTIC_RESTART_COUNT=$restart RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 \
+        ./train_emu "${small[@]}" --output_dir "$tmp/ids" --nccl_timeout_s 1 >"$tmp/ids.out" 2>"$tmp/ids.err" ||
+        status=$?
+    want="error: rank 1: no NCCL id from rank 0 in $tmp/ids/nccl_id_${run_id}_$restart after --nccl_timeout_s 1 s"
+    [ $status = 1 ] && [ "$(wc -l <"$tmp/ids.err")" = 1 ] && [[ "$(cat "$tmp/ids.err")" == "$want"* ]]
+    result $? "run id $run_id, restart $restart: the file of launch-1 restart 0 is not read ($(head -c 150 "$tmp/ids.err"))"
+done
+status=0
+TORCHELASTIC_RUN_ID=launch-1 TORCHELASTIC_RESTART_COUNT=0 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 \
+    ./train_emu "${small[@]}" --output_dir "$tmp/ids" --nccl_timeout_s 1 >"$tmp/ids.out" 2>"$tmp/ids.err" || status=$?
+[ $status = 1 ] && grep -q "^error: rank 1: joining the NCCL communicator" "$tmp/ids.err"
+result $? "control: the same launch and restart reads that file ($(grep -m1 '^error' "$tmp/ids.err" | head -c 120))"
 finish

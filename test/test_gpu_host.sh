@@ -73,8 +73,24 @@ gpu_error "ZeRO-3 has no whole gradient for the debug state" "--zero_stage 0 or 
     --debug_state "$tmp/debug.bin"
 # several processes, torchrun-style (no MPI): refused before any CUDA call when the setup cannot work
 RANK=0 WORLD_SIZE=2 gpu_error "torchrun-style launch without --output_dir" "through a file in --output_dir"
-RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 gpu_error "--debug_state with several processes" "runs one process" \
+TORCHELASTIC_RUN_ID=launch-1 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 gpu_error "--debug_state with several processes" \
+    "runs one process" --output_dir "$tmp/out2" --debug_state "$tmp/debug.bin"
+# the NCCL id file's name must be unique to the launch, or a file left by a killed launch could be read
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 gpu_error "torchrun-style launch without a per-launch value" \
+    "no value unique to this launch" --output_dir "$tmp/out2"
+TORCHELASTIC_RUN_ID=none RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 gpu_error "torchrun's run id 'none' is no per-launch value" \
+    "no value unique to this launch" --output_dir "$tmp/out2"
+# srun torchrun on a PMIx cluster: the workers of a node share one MPI task's variables; torchrun's ranks win
+# (MPI would make the 8 workers one rank): the run is seen as 2 processes, not as MPI's 1
+PMIX_RANK=0 SLURM_STEP_NUM_TASKS=1 TORCHELASTIC_RUN_ID=launch-1 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 \
+    gpu_error "srun torchrun: torchrun's ranks win over PMIx's" "runs one process; this run has 2" \
     --output_dir "$tmp/out2" --debug_state "$tmp/debug.bin"
+PMIX_RANK=0 SLURM_STEP_NUM_TASKS=1 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 run ./train_cpu "${base[@]}"
+if one_error_line && [[ "$err" == *"WORLD_SIZE=2: train_cpu exchanges data through MPI"* ]]; then
+    ok "srun torchrun: train_cpu takes torchrun's 2 ranks and refuses them without MPI: $err"
+else
+    bad "srun torchrun with train_cpu: exit $status '$err'"
+fi
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
     gpu_error "valid flags on a machine without a GPU" "no CUDA device"
 fi

@@ -98,7 +98,7 @@ result $? "a 2-process run through the wrapper exits 0"
 [ "$(sort "$tmp/ranks")" = "$(printf 'rank=0\nrank=1')" ]
 result $? "ranks 0 and 1 both answered: $(tr '\n' ' ' <"$tmp/ranks")"
 
-if ! ldd ./train_cpu 2>/dev/null | grep -q libmpi; then
+if ! grep -q libmpi <<<"$(ldd ./train_cpu 2>/dev/null)"; then
     echo "SKIPPED the 2-process training: ./train_cpu is missing or built without MPI (apt-get install" \
          "libopenmpi-dev, then make train_cpu)"
     finish

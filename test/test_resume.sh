@@ -21,7 +21,9 @@
 # identity: lr, total_batch_size, guard_window, other training data) is refused with one error line
 # naming the file and the setting, and so is --steps below the checkpoint's step; with another --seed or
 # --shuffle (which define the data order the saved position refers to) the resumed run is either refused
-# or identical to the straight run; a resume of a finished run trains nothing, exits 0, leaves the log.
+# or identical to the straight run; a resume of a finished run trains nothing, exits 0, leaves the log;
+# --keep_checkpoints removes exactly the older checkpoints, and under SIGKILLs never the one
+# latest_checkpoint names.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -186,6 +188,46 @@ if [ -f "$TMP/kill/latest_checkpoint" ]; then
     fi
 else
     bad "SIGKILL: no checkpoint was written before the kill"
+fi
+
+# ---------------------------------------------------------------------------------------------------
+# --keep_checkpoints: every 2 steps keeping 3 leaves steps 16, 18 and 20 (and the files that are not
+# checkpoints); with 1, killed with SIGKILL three times at arbitrary moments (a checkpoint and a removal
+# every step), the step latest_checkpoint names is complete after every kill, and the run resumed to the
+# end has the straight run's files, and only the last step's.
+mkdir -p "$TMP/keep3" && touch "$TMP/keep3/notes.txt" "$TMP/keep3/model_old.bin"
+mapfile -d '' args < <(merge_flags "${K[@]}" -- --ckpt_every 2 --keep_checkpoints 3 --output_dir "$TMP/keep3" \
+    --log_file "")
+if train keep3 "${args[@]}"; then
+    listed=$(cd "$TMP/keep3" && ls | tr '\n' ' ')
+    [ "$listed" = "latest_checkpoint model_00000016.bin model_00000018.bin model_00000020.bin model_old.bin notes.txt state_00000016_00000.bin state_00000018_00000.bin state_00000020_00000.bin " ]
+    result $? "--keep_checkpoints 3, every 2 steps: $listed"
+    compare_files "--keep_checkpoints 3" "$TMP/float32.C/model_00000020.bin" "$TMP/keep3/model_00000020.bin"
+fi
+mapfile -d '' KEEP < <(merge_flags "${K[@]}" -- --keep_checkpoints 1 --output_dir "$TMP/keep1" \
+    --log_file "$TMP/keep1.jsonl")
+resume=()
+for target in 3 8 13; do
+    ./train_cpu "${KEEP[@]}" "${resume[@]}" >"$TMP/keep1.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 2000); do
+        [ -f "$TMP/keep1/latest_checkpoint" ] && [ "$(cat "$TMP/keep1/latest_checkpoint")" -ge $target ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.002
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    step=$(cat "$TMP/keep1/latest_checkpoint" 2>/dev/null || echo none)
+    [ -f "$TMP/keep1/model_$(printf %08d "$step").bin" ] && [ -f "$TMP/keep1/state_$(printf %08d "$step")_00000.bin" ]
+    result $? "--keep_checkpoints 1, SIGKILL after step $target: latest_checkpoint $step, its files present ($(cd "$TMP/keep1" && ls | tr '\n' ' '))"
+    resume=(--resume 1)
+done
+if train keep1_end "${KEEP[@]}" --resume 1; then
+    compare_files "--keep_checkpoints 1 + SIGKILLs" "$TMP/float32.C/model_00000020.bin" "$TMP/keep1/model_00000020.bin"
+    compare_files "--keep_checkpoints 1 + SIGKILLs" "$TMP/float32.C/state_00000020_00000.bin" "$TMP/keep1/state_00000020_00000.bin"
+    listed=$(cd "$TMP/keep1" && ls | grep -v '\.tmp$' | tr '\n' ' ')
+    [ "$listed" = "latest_checkpoint model_00000020.bin state_00000020_00000.bin " ]
+    result $? "--keep_checkpoints 1: only the last step's files remain ($listed)"
 fi
 
 # ---------------------------------------------------------------------------------------------------
