@@ -55,6 +55,9 @@ typedef struct {
     int eval_only;
     int zero_stage, recompute, dry_run, world_size, nccl_timeout_s;
     float gpu_memory_gb;
+    int nodes;
+    float intra_node_gbps, inter_node_gbps;
+    float plan_gemm_bf16_tflops, plan_gemm_fp8_tflops, plan_attention_tflops, plan_hbm_gbps;
 } TrainOptions;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_CHOICE } OptionKind;
@@ -170,6 +173,21 @@ static const OptionSpec OPTION_SPECS[] = {
      "seconds a wait on the other processes (NCCL, MPI) may last before the run aborts with an error"},
     {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "141", 1, 1e6, NULL,
      "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (H200: 141)"},
+    // --dry_run's time plan (time_plan.h): assumed achieved rates of an H200, to be replaced by measured ones
+    {"nodes", OPT_INT, OPT_AT(nodes), "0", 0, 1 << 20, NULL,
+     "nodes the --dry_run time plan spreads the processes over (0: one per 8 processes)"},
+    {"intra_node_gbps", OPT_FLOAT, OPT_AT(intra_node_gbps), "360", 0.001, 1e6, NULL,
+     "--dry_run: GB/s (gigabytes) per GPU of a collective inside a node (NVLink 4 ring: about 360)"},
+    {"inter_node_gbps", OPT_FLOAT, OPT_AT(inter_node_gbps), "45", 0.001, 1e6, NULL,
+     "--dry_run: GB/s per GPU of a collective between nodes (one 400 Gb/s NIC per GPU: about 45)"},
+    {"plan_gemm_bf16_tflops", OPT_FLOAT, OPT_AT(plan_gemm_bf16_tflops), "643", 0.001, 1e6, NULL,
+     "--dry_run: achieved BF16 GEMM TFLOP/s (assumed 65% of the H200's 989)"},
+    {"plan_gemm_fp8_tflops", OPT_FLOAT, OPT_AT(plan_gemm_fp8_tflops), "1088", 0.001, 1e6, NULL,
+     "--dry_run: achieved FP8 GEMM TFLOP/s (assumed 55% of the H200's 1979)"},
+    {"plan_attention_tflops", OPT_FLOAT, OPT_AT(plan_attention_tflops), "396", 0.001, 1e6, NULL,
+     "--dry_run: achieved fused-attention TFLOP/s, forward and backward (assumed 40% of 989)"},
+    {"plan_hbm_gbps", OPT_FLOAT, OPT_AT(plan_hbm_gbps), "3360", 0.001, 1e6, NULL,
+     "--dry_run: achieved GB/s of the memory-bound kernels (assumed 70% of the H200's 4800)"},
 };
 #define NUM_OPTION_SPECS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #ifdef FUZZING
 // The fuzz harnesses (test/fuzz/fuzz.h) feed the readers one input after another in one process: a refused
@@ -55,13 +54,6 @@ __attribute__((noreturn, format(printf, 1, 2))) static inline void fail(const ch
     fputs(line, stderr);
     fflush(stderr);
     exit(1);
-}
-
-// Milliseconds on the monotonic clock: step times, and the deadlines of waits on other processes.
-static inline double wall_time_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 static inline void *malloc_check(size_t bytes, const char *what) {

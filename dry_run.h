@@ -2,7 +2,8 @@
 // anything and without a GPU. The sizes are memory_plan.h's (the trainer allocates exactly plan.total
 // in one cudaMalloc); this file groups and explains them, adds what the plan cannot hold (the CUDA
 // runtime's own memory), says whether one process fits a GPU of --gpu_memory_gb, and when it does not,
-// which single change (or combination) would, each checked by planning it again.
+// which single change (or combination) would, each checked by planning it again. Then time_plan.h's
+// estimate of the step, and the fastest setting that fits.
 #ifndef DRY_RUN_H
 #define DRY_RUN_H
 
@@ -12,6 +13,7 @@
 #include "cli.h"
 #include "gpt_model.h"
 #include "memory_plan.h"
+#include "time_plan.h"
 
 // Memory a process uses outside the plan's single allocation, reserved on top of it. Why 2 GiB:
 // the CUDA context takes about 0.5 GiB on Hopper (the runtime plus the loaded kernel images of this
@@ -68,6 +70,8 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
     if (T < 1 || T > cfg->max_seq_len)
         fail("--seq_len: %d is outside [1, %d], the model's maximum sequence length", T, cfg->max_seq_len);
     if (!(opts->gpu_memory_gb > 0)) fail("--gpu_memory_gb: %g: must be positive", opts->gpu_memory_gb);
+    if (opts->nodes > world_size)
+        fail("--nodes: %d nodes for %d process(es): every node runs at least one", opts->nodes, world_size);
     if (opts->dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 runs only in train_cpu; the GPU trainer, whose memory --dry_run plans, runs "
              "bfloat16 or float8");
@@ -205,12 +209,16 @@ static inline void dry_run_print_communication(const PlanSettings *s) {
         printf("  gradients: all-reduced in grads_fp32 once a step\n");
     } else if (s->zero_stage == 1) {
         printf("  gradients: grads_fp32 reduce-scattered into grad_shard after the last micro-step\n");
-        printf("  weights: the updated shards all-gathered into params_bf16%s\n",
-               fp8 ? " and weights_fp8 (1 byte a parameter)" : "");
+        printf("  weights: the updated shards all-gathered into %s\n",
+               fp8 ? "weights_fp8 (1 byte a parameter); of params_bf16 only the tensors float8 reads in\n"
+                     "    BF16 (all but the block linears' weights), broadcast by their owners"
+                   : "params_bf16");
     } else {
-        printf("  weights: each layer all-gathered into the 2 layer slots of params_bf16%s, the next layer\n"
-               "    ahead on a second stream\n",
-               fp8 ? " and weights_fp8" : "");
+        printf(
+            "  weights: each layer gathered into its slot of the 2 layer slots, the next layer ahead on a\n"
+            "    second stream: %s\n",
+            fp8 ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)"
+                : "params_bf16");
         printf("  gradients: each layer reduce-scattered from the 2 layer slots of grads_fp32 into "
                "grad_shard\n");
         printf(
@@ -358,6 +366,44 @@ static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSet
 }
 
 // ----------------------------------------------------------------------------
+// The fastest setting that fits: among micro-batches that keep the global batch (B x accumulation the
+// same), --recompute and --zero_stage, the one whose time plan is shortest.
+
+static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSettings *s, int accum,
+                                         const PlanRates *r, double gpu_bytes) {
+    long rows = (long)s->B * accum; // sequences per process and optimizer step
+    PlanSettings best = *s;
+    int best_accum = dry_run_fits(cfg, s, gpu_bytes) ? accum : 0;
+    double best_ms = best_accum ? time_plan(cfg, s, accum, r).step_ms : 0;
+    for (long b = 1; b <= rows; b++) {
+        if (rows % b || (s->dtype == DTYPE_FLOAT8 && !fp8_shapes_ok(cfg, (int)b, s->T))) continue;
+        for (int zero = 0; zero <= 3; zero += zero == 0 ? 1 : 2)
+            for (int recompute = 0; recompute <= 1; recompute++) {
+                PlanSettings t = *s;
+                t.B = (int)b;
+                t.zero_stage = zero;
+                t.recompute = recompute;
+                if (!dry_run_fits(cfg, &t, gpu_bytes)) continue;
+                double ms = time_plan(cfg, &t, (int)(rows / b), r).step_ms;
+                // 0.1% faster at least: the rates do not depend on B, so ties (same work, same collectives)
+                // keep this run's setting
+                if (!best_accum || ms < 0.999 * best_ms) best = t, best_accum = (int)(rows / b), best_ms = ms;
+            }
+    }
+    if (!best_accum) return; // nothing fits: the suggestions say what would
+    if (best.B == s->B && best.zero_stage == s->zero_stage && best.recompute == s->recompute) {
+        printf("fastest that fits (same global batch; micro-batch, recompute, ZeRO stage tried): this one\n");
+        return;
+    }
+    TimePlan t = time_plan(cfg, &best, best_accum, r);
+    printf("fastest that fits (same global batch; micro-batch, recompute, ZeRO stage tried): --batch_size %d "
+           "--recompute %d --zero_stage %d (%d micro-step(s)): %.2f ms/step, %.0f tokens/s per process, MFU "
+           "%.1f%%, communication %.0f%% of the step\n",
+           best.B, best.recompute, best.zero_stage, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
+           100 * t.exposed_comm_ms / t.step_ms);
+}
+
+// ----------------------------------------------------------------------------
 
 // Prints the plan; returns the process exit status: 0 when it fits, 1 when it does not.
 static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg, int B, int T,
@@ -379,6 +425,10 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
            dry_run_gib(plan.total), dry_run_gib(RUNTIME_RESERVE_BYTES));
     printf("plan_total_bytes %zu reserve_bytes %zu needed_bytes %zu gpu_bytes %.0f\n", plan.total,
            (size_t)RUNTIME_RESERVE_BYTES, needed, gpu_bytes);
+    int accum = resolve_grad_accum_steps(opts, T, world_size);
+    PlanRates rates = plan_rates_from_options(opts, world_size);
+    time_plan_print(cfg, &s, accum, &rates);
+    dry_run_print_fastest(cfg, &s, accum, &rates, gpu_bytes);
     if ((double)needed <= gpu_bytes) {
         printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), opts->gpu_memory_gb,
                100.0 * needed / gpu_bytes);

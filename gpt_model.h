@@ -211,6 +211,11 @@ GPT_HD static inline int linear_weight_tensor(int linear) {
     }
 }
 
+// The block linears' weights, which float8 reads in FP8 only (every other tensor it reads in BF16).
+GPT_HD static inline int param_is_linear_weight(int tensor) {
+    return tensor == PT_QKVW || tensor == PT_ATTPROJW || tensor == PT_FCW || tensor == PT_FCPROJW;
+}
+
 static inline int linear_out_features(const GPTConfig *cfg, int linear) {
     static const int multiple[NUM_BLOCK_LINEARS] = {3, 1, 4, 1};
     return multiple[linear] * cfg->channels;

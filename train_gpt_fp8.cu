@@ -503,6 +503,32 @@ static void transpose_layer_weights(GPT *model, int layer, cudaStream_t stream) 
                         stream);
 }
 
+// Whether a gather moves the whole BF16 copy. A float8 pass reads the block linears' weights in FP8 only
+// and the other tensors (embeddings, LayerNorms, biases) in BF16, so float8 gathers the FP8 weights and
+// broadcasts only those BF16 tensors (a third of the bytes of gathering both); a bfloat16 run, and a
+// BF16 pass of a float8 run (begin_bf16_pass), gathers the whole copy.
+static int gathers_whole_bf16(const GPT *model) {
+    return !model->fp8_weights || model->dtype != DTYPE_FLOAT8;
+}
+
+// Of unit `unit`'s BF16 copy at `copy` (the unit's chunks in rank order, this rank's written), the tensors
+// a float8 pass reads in BF16: each owner's piece broadcast in place (in the caller's NCCL group). A
+// layer's are 13C elements, against 12C^2 + 13C for the whole layer.
+static void broadcast_bf16_read_tensors(GPT *model, int unit, bf16 *copy, cudaStream_t stream) {
+    ShardUnit u = shard_map_unit(&model->shards, unit);
+    for (size_t at = u.start; at < u.start + u.size;) {
+        int tensor, layer;
+        size_t end = param_locate(&model->config, at, &tensor, &layer); // units end at a tensor's end
+        for (size_t x = at; x < end && !param_is_linear_weight(tensor);) {
+            size_t within = x - u.start, owner = within / u.chunk;
+            size_t n = end - x < (owner + 1) * u.chunk - within ? end - x : (owner + 1) * u.chunk - within;
+            comm_broadcast(&model->comm, copy + within, n, ncclBfloat16, (int)owner, stream);
+            x += n;
+        }
+        at = end;
+    }
+}
+
 // ZeRO-3, on the communication stream: the global unit's BF16 copy, gathered in place.
 static void gather_global(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
@@ -513,8 +539,9 @@ static void gather_global(GPT *model) {
                     model->comm_stream);
 }
 
-// ZeRO-3, on the communication stream: layer `layer` into slot layer % 2, its BF16 copy and (float8) its
-// FP8 weights with this update's scales, both gathered in place in one NCCL group, then W^T. The caller
+// ZeRO-3, on the communication stream: layer `layer` into slot layer % 2, its BF16 copy (float8: the tensors
+// it reads in BF16) and (float8) its FP8 weights with this update's scales, in place in one NCCL group,
+// then W^T. The caller
 // orders it after the last use of the slot.
 static void gather_layer(GPT *model, int layer) {
     ShardUnit u = shard_map_unit(&model->shards, 1 + layer);
@@ -525,14 +552,17 @@ static void gather_layer(GPT *model, int layer) {
                            model->params + u.shard, u.chunk);
     if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->comm_stream);
     comm_group_start(&model->comm);
-    comm_all_gather(&model->comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
+    if (gathers_whole_bf16(model))
+        comm_all_gather(&model->comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
+    else
+        broadcast_bf16_read_tensors(model, 1 + layer, copy, model->comm_stream);
     if (weights) comm_all_gather(&model->comm, weights, u.chunk, ncclUint8, 1, model->comm_stream);
     comm_group_end(&model->comm);
     if (weights) transpose_layer_weights(model, layer, model->comm_stream);
 }
 
-// ZeRO-1: the BF16 copy (this rank's chunk already written) and the FP8 weights in parameter layout, each
-// rank casting its chunk, both all-gathered in place; then W^T locally.
+// ZeRO-1: the BF16 copy (this rank's chunk already written; float8: the tensors it reads in BF16) and the
+// FP8 weights in parameter layout, each rank casting its chunk, both gathered in place; then W^T locally.
 static void publish_zero1(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
     if (model->fp8_weights)
@@ -541,8 +571,11 @@ static void publish_zero1(GPT *model) {
     if (model->comm.comm) {
         comm_after_compute(model);
         comm_group_start(&model->comm);
-        comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
-                        model->comm_stream);
+        if (gathers_whole_bf16(model))
+            comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+                            model->comm_stream);
+        else
+            broadcast_bf16_read_tensors(model, 0, model->params_bf16, model->comm_stream);
         if (model->fp8_weights)
             comm_all_gather(&model->comm, model->weights_fp8, u.chunk, ncclUint8, 1, model->comm_stream);
         comm_group_end(&model->comm);
@@ -1341,9 +1374,27 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, Tra
 // The loss of the batch in model->tokens through the bfloat16 path on the same weights (the BF16 copy);
 // runs op by op and leaves the FP8 state untouched. Reads back, so it synchronises: only on check steps.
 // This rank's batch only: the caller averages over ranks.
+// A BF16 pass of a float8 run (the shadow check, --eval_only's BF16 loss) reads every weight in BF16, which
+// float8's gathers leave out (gathers_whole_bf16): with ZeRO-1 the whole copy is gathered first, with
+// ZeRO-3 layers 0 and 1 (the pass gathers the others whole as it reaches them).
+static void begin_bf16_pass(GPT *model) {
+    model->dtype = DTYPE_BFLOAT16;
+    if (!model->fp8_weights || !model->comm.comm || model->zero_stage == 0) return;
+    comm_after_compute(model);
+    if (model->zero_stage == 1) {
+        ShardUnit u = shard_map_unit(&model->shards, 0);
+        comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+                        model->comm_stream);
+    } else {
+        gather_layer(model, 0);
+        if (model->config.num_layers > 1) gather_layer(model, 1);
+    }
+    compute_after_comm(model);
+}
+
 static float bf16_shadow_loss(GPT *model) {
     int dtype = model->dtype;
-    model->dtype = DTYPE_BFLOAT16;
+    begin_bf16_pass(model);
     cuda_check(cudaMemsetAsync(&model->step_results->val_loss_sum, 0, sizeof(float), model->stream));
     forward_only(model);
     gpt_loss(model, 0, &model->step_results->val_loss_sum);
@@ -1479,13 +1530,7 @@ static void debug_first_micro_step(GPT *model, DebugState *debug, const int *inp
 // Dense BF16 tensor-core peak of the card, for MFU: H100/H200 SXM (sm_90), B200 (sm_100), L40S (sm_89).
 static double bf16_peak_flops(const cudaDeviceProp *props) {
     int sm = props->major * 10 + props->minor;
-    return sm >= 100 ? 2250e12 : sm >= 90 ? 989.4e12 : sm >= 89 ? 362e12 : 0.0;
-}
-
-// Model FLOPs per token of a training step (forward + backward): 6 per parameter and the attention
-// scores and values, 12 L C T (PaLM's accounting).
-static double flops_per_token(const GPTConfig *cfg, size_t num_params, int T) {
-    return 6.0 * num_params + 12.0 * cfg->num_layers * cfg->channels * T;
+    return sm >= 100 ? 2250e12 : sm >= 90 ? H200_BF16_PEAK_FLOPS : sm >= 89 ? 362e12 : 0.0;
 }
 
 // The GPU of this process: local rank l takes device l of its node.
@@ -1629,7 +1674,7 @@ int main(int argc, char **argv) {
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {
-        model.dtype = DTYPE_BFLOAT16;
+        begin_bf16_pass(&model);
         float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
         model.dtype = DTYPE_FLOAT8;
         log_eval_only(&log, opts.init_from, bf16_loss, evaluate(&model, &val_loader, opts.val_batches));

@@ -34,6 +34,11 @@ cudaError_t enqueue(cudaStream_t stream, OpKind kind, std::function<void()> run)
 // while a kernel spins on a peer; a synchronising call waits for it.
 void op_waits(void);
 
+// Adds a collective's payload (an all-reduce's or broadcast's buffer, an all-gather's output, a
+// reduce-scatter's input) to the report's counts of the outermost NVTX range open now. kind: 0 all-reduce,
+// 1 all-gather, 2 reduce-scatter, 3 broadcast.
+void count_collective_bytes(int kind, size_t bytes);
+
 // Whether [p, p + bytes) lies inside one allocation of cudaMalloc (and, for pinned, of cudaMallocHost).
 bool is_device_range(const void *p, size_t bytes);
 bool is_pinned_range(const void *p, size_t bytes);

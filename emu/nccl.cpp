@@ -276,6 +276,7 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
         return ncclInvalidArgument;
     }
     Description desc = {comm->sequence++, (unsigned long long)count, (int)kind, (int)type, (int)op, root};
+    emu::count_collective_bytes(kind, kind == REDUCE_SCATTER ? send_bytes : recv_bytes);
 #ifdef USE_MPI
     auto progress = std::make_shared<Collective>(); // kept across the runs of a collective that waits
 #endif

@@ -2045,6 +2045,7 @@ namespace emu {
 struct RangeStats {
     uint64_t count = 0, kernels = 0, graphs = 0, graph_kernels = 0, copies = 0, memsets = 0, matmuls = 0,
              collectives = 0, executed = 0;
+    uint64_t collective_bytes[4] = {0, 0, 0, 0}; // all-reduce, all-gather, reduce-scatter, broadcast: totals
 };
 
 static std::vector<std::string> range_stack;
@@ -2079,6 +2080,11 @@ static void count_op(OpKind kind, const CUgraphExec_st *graph) {
     }
 }
 
+void count_collective_bytes(int kind, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lock(api_mutex);
+    if (!range_stack.empty()) range_stats[range_stack.front()].collective_bytes[kind] += bytes;
+}
+
 // A kernel runs (in a drain, on the host thread) inside the outermost range open then.
 static void count_execution(void) {
     if (!range_stack.empty()) range_stats[range_stack.front()].executed++;
@@ -2110,6 +2116,12 @@ static void write_report(void) {
                 entry.first.c_str(), (unsigned long long)r.count, r.kernels / n, r.graphs / n,
                 r.graph_kernels / n, r.executed / n, r.matmuls / n, r.copies / n, r.memsets / n,
                 r.collectives / n);
+        fprintf(f,
+                "range_collective_bytes %s count %llu all_reduce %llu all_gather %llu reduce_scatter %llu "
+                "broadcast %llu\n",
+                entry.first.c_str(), (unsigned long long)r.count, (unsigned long long)r.collective_bytes[0],
+                (unsigned long long)r.collective_bytes[1], (unsigned long long)r.collective_bytes[2],
+                (unsigned long long)r.collective_bytes[3]);
     }
     for (size_t i = 0; i < wait_sites.size(); i++)
         fprintf(f, "wait_site %zu calls %llu redundant %llu function %s\n", i + 1,

@@ -284,6 +284,16 @@ static inline void comm_all_gather(Comm *c, void *base, size_t chunk, ncclDataTy
     nvtxRangePop();
 }
 
+// buf (count elements) on every rank = root's buf, in place.
+static inline void comm_broadcast(Comm *c, void *buf, size_t count, ncclDataType_t type, int root,
+                                  cudaStream_t stream) {
+    if (!c->comm) return;
+    nvtx_push("broadcast %zu", count);
+    comm_issue(c, "ncclBroadcast", count);
+    comm_settle(c, ncclBroadcast(buf, buf, count, type, root, c->comm, stream), "ncclBroadcast");
+    nvtxRangePop();
+}
+
 // base holds world_size chunks of `chunk` floats; afterwards this rank's chunk is the sum over the ranks of
 // theirs (the other chunks are left undefined).
 static inline void comm_reduce_scatter(Comm *c, float *base, size_t chunk, cudaStream_t stream) {

@@ -12,7 +12,12 @@
 #   - the emulated NCCL across processes: collectives against their definitions (2 and 4 ranks), and a
 #     rank that issues another collective than the others is stopped with one error line;
 #   - a rank that stops answering (--inject_stall_rank; ZeRO-1 and ZeRO-3) makes the other end non-zero on
-#     --nccl_timeout_s with one line naming the wait and the last collective.
+#     --nccl_timeout_s with one line naming the wait and the last collective;
+#   - the bytes of each kind of collective an optimizer step moves (the emulation's count on each rank)
+#     equal what --dry_run's time plan predicts for that run (bfloat16 and float8, ZeRO 0, 1 and 3, with and
+#     without gradient accumulation);
+#   - float8 with ZeRO-1/3 gathers the FP8 weights and only the BF16 tensors a float8 pass reads, and the
+#     BF16 shadow check (which reads them all) gives ZeRO-0's losses and model file bit for bit.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -93,6 +98,54 @@ status=0
 "${MPIRUN[@]}" -np 2 ./test/build/test_emu nccl mismatch >"$TMP/mismatch.out" 2>&1 || status=$?
 grep -q "cuda-emu: error: (rank [01]) NCCL collective #0 differs across ranks" "$TMP/mismatch.out" && [ $status != 0 ]
 result $? "a rank that issues another collective than the others is stopped"
+
+# The bytes of every collective of an optimizer step, counted by the emulation (CUDA_EMU_REPORT, the "step"
+# range), equal --dry_run's time plan for the same run, kind by kind. The first step also max-reduces each
+# FP8 tensor's amax alone (its history is empty), so a step is the difference of a 3-step and a 1-step run.
+step_bytes() { # REPORT KIND: the total of KIND in the step range
+    sed -n "s/^range_collective_bytes step count [0-9]* .*\b$2 \([0-9]*\).*/\1/p" "$1"
+}
+layers4=(--layers 4) # layers 2 and 3 are gathered in each pass (0 and 1 stay in their slots)
+for config in "bfloat16 0 0" "float8 1 0" "float8 3 0" "bfloat16 3 512" "float8 3 512"; do
+    read -r dtype zero total <<<"$config"
+    flags=(--dtype "$dtype" --zero_stage "$zero" --total_batch_size "$total" "${layers4[@]}")
+    for steps in 1 3; do
+        rm -f "$TMP/bytes_$steps"_*.txt
+        mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --steps $steps --output_dir "")
+        CUDA_EMU_REPORT="$TMP/bytes_${steps}_%p.txt" "${MPIRUN[@]}" -x CUDA_EMU_REPORT -np 2 ./train_emu "${args[@]}" \
+            >"$TMP/bytes_$steps.out" 2>&1 || echo "     the $steps-step run failed: $(tail -n 2 "$TMP/bytes_$steps.out")"
+    done
+    mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --dry_run 1 --world_size 2)
+    ./train_emu "${args[@]}" >"$TMP/bytes_plan.out" 2>&1 || true
+    counted="" planned=""
+    for kind in all_reduce all_gather reduce_scatter broadcast; do
+        per_rank=""
+        for report in "$TMP"/bytes_3_*.txt; do
+            one=$(ls "$TMP"/bytes_1_*.txt | head -n 1)
+            per_rank+=" $(( ($(step_bytes "$report" $kind) - $(step_bytes "$one" $kind)) / 2 ))"
+        done
+        counted+="$kind$per_rank; "
+        planned+="$kind $(sed -n "s/^plan_step_ms .* plan_${kind}_bytes \([0-9]*\).*/\1/p" "$TMP/bytes_plan.out")"
+        planned+=" $(sed -n "s/^plan_step_ms .* plan_${kind}_bytes \([0-9]*\).*/\1/p" "$TMP/bytes_plan.out"); "
+    done
+    [ "$counted" = "$planned" ]
+    result $? "$dtype, ZeRO-$zero, --total_batch_size $total, 2 processes: bytes per step, counted on each rank = planned: $counted"
+done
+
+# float8 with ZeRO-1/3 gathers only the BF16 tensors a float8 pass reads (the FP8 weights beside them); the
+# BF16 shadow check gathers the whole copy first. With 2 processes (order-independent sums) its losses and
+# the model files with ZeRO-1 and ZeRO-3 are ZeRO-0's (which gathers nothing) bit for bit: a shadow pass that
+# read BF16 weights float8 left ungathered would differ.
+for zero in 0 1 3; do
+    run "shadow_z$zero" ./train_emu 2 --dtype float8 --zero_stage $zero "${layers4[@]}" --bf16_check_every 2 ||
+        echo "     the ZeRO-$zero run failed: $(tail -n 2 "$TMP/shadow_z$zero.out")"
+done
+checks() { grep '"type":"bf16_check"' "$TMP/$1.jsonl" || true; }
+for zero in 1 3; do
+    [ "$(checks shadow_z0 | wc -l)" = 3 ] && [ "$(checks shadow_z0)" = "$(checks "shadow_z$zero")" ] &&
+        cmp -s "$(model shadow_z0)" "$(model "shadow_z$zero")"
+    result $? "float8, ZeRO-$zero, 2 processes, BF16 shadow check every 2 steps: ZeRO-0's 3 checks and model file ($(checks "shadow_z$zero" | head -n 1 | cut -c1-90))"
+done
 
 # a rank that stops answering: the others' bounded waits on the stream (the emulated collective waits on its
 # peer, as NCCL's kernel spins) end on --nccl_timeout_s, the communicator aborted

@@ -8,8 +8,11 @@
 #     total equals the one test/build/test_memory_plan computes for the same configuration;
 #   - the dry run allocates nothing large: 70B still plans under `ulimit -v 2000000` (2 GB of address
 #     space, against the 1.4 TB the plan describes);
+#   - the time plan: the step is compute + exposed communication; 70B with 16 micro-steps of B=1 is told
+#     that B=16 in one micro-step is the fastest that fits, B=16 is kept as it is; a faster GEMM rate
+#     shortens the step;
 #   - bad values end with one error naming the flag (--gpu_memory_gb 0, --zero_stage 2, float32,
-#     float8 with B*T not a multiple of 16).
+#     float8 with B*T not a multiple of 16, --nodes above the processes).
 # Environment: TRAIN_CPU (default ./train_cpu), TEST_MEMORY_PLAN (default ./test/build/test_memory_plan).
 # shellcheck source=test/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -94,6 +97,27 @@ expect_total "$out70" "70B float8 B=1 T=2048 W=32 ZeRO-3 recompute 0" "70B float
 [ $? = 1 ] && grep -q '^does not fit' "$tmp/limited.txt"
 result $? "70B dry run under ulimit -v 2000000 (it allocates nothing large)"
 
+# --- the time plan (time_plan.h): its step is compute plus exposed communication; 70B with B=1 x 16
+# micro-steps gathers and reduce-scatters ZeRO-3's layers 16 times a step, so the plan's fastest setting that
+# fits is B=16 in one micro-step, and for that one it is the setting itself; a faster assumed FP8 GEMM rate
+# shortens the step (the bytes moved are the emulation's count: test_dist_emu)
+plan_field() { # OUTPUT KEY: a value of the line "plan_step_ms N plan_all_reduce_bytes N ..."
+    printf '%s\n' "$1" | awk -v key="$2" '$1 == "plan_step_ms" { for (i = 1; i < NF; i++) if ($i == key) print $(i + 1) }'
+}
+big=(--model_size 70B --dtype float8 --world_size 32 --zero_stage 3 --recompute 1 --seq_len 2048 --total_batch_size 1048576)
+out=$(dry "${big[@]}" --batch_size 1)
+verdict "$out" $? 0 '^fastest that fits .*: --batch_size 16 --recompute 1 --zero_stage 3 (1 micro-step(s))' \
+    "70B float8, 32 processes, B=1 x 16 micro-steps: the fastest that fits is B=16, one micro-step"
+printf '%s\n' "$out" | grep -E '^  (step|communication) '
+parts=$(printf '%s\n' "$out" | sed -n 's/^  step *\([0-9.]*\) ms *= compute \([0-9.]*\) + exposed communication \([0-9.]*\) .*/\1 \2 \3/p')
+awk -v p="$parts" 'BEGIN { split(p, v, " "); exit !(v[1] > 0 && v[1] - v[2] - v[3] < 0.011 && v[2] + v[3] - v[1] < 0.011) }'
+result $? "the step is compute + exposed communication ($parts ms)"
+out16=$(dry "${big[@]}" --batch_size 16)
+verdict "$out16" $? 0 '^fastest that fits .*: this one' "70B float8, B=16 in one micro-step: the plan keeps it"
+slow=$(plan_field "$out16" plan_step_ms) fast=$(plan_field "$(dry "${big[@]}" --batch_size 16 --plan_gemm_fp8_tflops 2176)" plan_step_ms)
+awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a > 0 && a < b) }'
+result $? "twice the FP8 GEMM rate shortens the planned step ($slow -> $fast ms)"
+
 # --- bad values: one error line naming the flag, exit 1
 refused() { # NEEDLE WHAT FLAGS...
     local needle=$1 what=$2 err
@@ -107,5 +131,6 @@ refused "--gpu_memory_gb" "--gpu_memory_gb 0" --model_size 124M --gpu_memory_gb 
 refused "--zero_stage" "--zero_stage 2" --model_size 124M --world_size 8 --zero_stage 2
 refused "--dtype" "--dtype float32 (no GPU plan)" --model_size 124M --dtype float32
 refused "multiple of 16" "float8 with B*T = 15" --model_size 124M --dtype float8 --batch_size 3 --seq_len 5
+refused "--nodes" "--nodes above the processes" --model_size 124M --world_size 8 --nodes 9
 
 finish

@@ -410,7 +410,10 @@ static TrainOptions layout_options(int dtype, int zero_stage, int recompute, int
 
 // gpt_alloc's host half: the plan and the carving, on FAKE_BASE, for one rank of world_size.
 static void carve(GPT *m, const GPTConfig *cfg, const TrainOptions *opts, int world_size, int rank) {
-    Comm comm = {NULL, rank, world_size};
+    Comm comm;
+    memset(&comm, 0, sizeof(comm)); // no communicator: the plan needs the rank and world size only
+    comm.rank = rank;
+    comm.world_size = world_size;
     gpt_plan(m, cfg, opts, opts->batch_size, opts->seq_len, 1, &comm);
     gpt_carve(m, FAKE_BASE);
     snprintf(config_label, sizeof(config_label),

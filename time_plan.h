@@ -1,0 +1,201 @@
+// time_plan.h: --dry_run's time plan, what one optimizer step of the CUDA trainer should take per process,
+// printed without a GPU. It counts the work of the step and divides it by achieved rates:
+//  - the FLOPs of the GEMMs (the block linears in the run's dtype, the LM head in BF16) and of the fused
+//    attention, at assumed TFLOP/s;
+//  - the DRAM bytes of the memory-bound kernels (LayerNorm, residual, GELU, bias gradients, FP8 casts,
+//    cross-entropy, AdamW), at an assumed bandwidth;
+//  - the payload of every NCCL collective the step issues (exactly the trainer's: the emulation counts
+//    them, test/test_dist_emu.sh compares), on the wire as a ring moves it, at the bandwidth inside a node
+//    or, when the ranks span nodes, between them; ZeRO-3's layer gathers and reduce-scatters run on the
+//    communication stream beside the layers' compute, the rest between compute phases.
+// The rates are flags (--plan_*, --intra_node_gbps, --inter_node_gbps); their defaults are assumptions, not
+// measurements: no GPU has measured them yet (docs/gpu-results.md), and a measured rate belongs in the flag.
+#ifndef TIME_PLAN_H
+#define TIME_PLAN_H
+
+#include <stdio.h>
+
+#include "cli.h"
+#include "dist.h"
+#include "gpt_model.h"
+#include "memory_plan.h"
+
+#define H200_BF16_PEAK_FLOPS 989.4e12 // dense tensor-core FLOP/s, the MFU denominator
+// The exact attention (gpu/attention.cuh's CUDA-core kernels, --attention exact): FP32 multiply and add as
+// two instructions (33.5 of the H200's 67 TFLOP/s of FMA), q.k computed twice in the forward and six dot
+// products per pair in the backward (about 1.3 times the counted FLOPs), half the instruction rate reached.
+#define EXACT_ATTENTION_TFLOPS 12.0
+
+// Model FLOPs per token of a training step (forward + backward): 6 per parameter and the attention scores
+// and values, 12 L C T (PaLM's accounting; the trainer's MFU uses it too).
+static inline double flops_per_token(const GPTConfig *cfg, size_t num_params, int T) {
+    return 6.0 * num_params + 12.0 * cfg->num_layers * cfg->channels * T;
+}
+
+enum { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_BROADCAST, NUM_COLLECTIVE_KINDS };
+static const char *const COLLECTIVE_NAMES[NUM_COLLECTIVE_KINDS] = {"all-reduce", "all-gather",
+                                                                   "reduce-scatter", "broadcast"};
+static const char *const COLLECTIVE_KEYS[NUM_COLLECTIVE_KINDS] = {"all_reduce", "all_gather",
+                                                                  "reduce_scatter", "broadcast"};
+
+// Bytes on one rank's wire per payload byte in a ring of n ranks: an all-reduce is a reduce-scatter and an
+// all-gather, each moving (n - 1) / n of the buffer (NCCL's "bus bandwidth" accounting); a broadcast
+// passes the whole buffer along the ring.
+static inline double wire_factor(int kind, int n) {
+    double f = (double)(n - 1) / n;
+    return kind == COLL_ALL_REDUCE ? 2 * f : kind == COLL_BROADCAST ? 1 : f;
+}
+
+typedef struct {
+    double payload[NUM_COLLECTIVE_KINDS];    // bytes of all the step's collectives of each kind
+    double overlapped[NUM_COLLECTIVE_KINDS]; // of which beside the layers' compute (ZeRO-3's layers)
+} StepCollectives;
+
+static inline void add_collective(StepCollectives *c, int kind, double bytes, int overlapped) {
+    c->payload[kind] += bytes;
+    if (overlapped) c->overlapped[kind] += bytes;
+}
+
+// The collectives of one optimizer step (accum micro-steps) once the amax histories hold a step (the first
+// step also max-reduces each tensor's amax alone), per process, as gpu_*'s calls in train_gpt_fp8.cu issue
+// them. Payload: an all-reduce's buffer, an all-gather's output, a reduce-scatter's input.
+static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanSettings *s, int accum) {
+    StepCollectives c = {{0}, {0}};
+    int W = s->world_size, L = cfg->num_layers, fp8 = s->dtype == DTYPE_FLOAT8;
+    if (W == 1) return c;
+    size_t global = param_global_size(cfg), layer = param_layer_size(cfg), P = param_count(cfg);
+    add_collective(&c, COLL_ALL_REDUCE, 4, 0);                         // the loss
+    if (s->zero_stage != 0) add_collective(&c, COLL_ALL_REDUCE, 8, 0); // the squared gradient norm
+    if (fp8) add_collective(&c, COLL_ALL_REDUCE, 4.0 * 3 * L * NUM_BLOCK_LINEARS, 0); // amaxes, weights'
+    // A unit's weights: bfloat16 all-gathers the BF16 copy; float8 the FP8 weights (1 byte an element),
+    // and broadcasts the BF16 of the tensors it reads in BF16, all but the block linears' weights.
+    double linear = (double)linear_weights_per_layer(cfg), small = (double)layer - linear;
+    if (s->zero_stage == 0) {
+        add_collective(&c, COLL_ALL_REDUCE, 4.0 * P, 0);
+    } else if (s->zero_stage == 1) {
+        double unit = (double)shard_chunk(P, W) * W;
+        add_collective(&c, COLL_REDUCE_SCATTER, 4 * unit, 0);
+        add_collective(&c, COLL_ALL_GATHER, (fp8 ? 1 : 2) * unit, 0);
+        if (fp8) add_collective(&c, COLL_BROADCAST, 2 * ((double)global + L * small), 0);
+    } else {
+        double g = (double)shard_chunk(global, W) * W, l = (double)shard_chunk(layer, W) * W;
+        int gathered = L > 2 ? 2 * (L - 2) : 0; // per pass: layers 0 and 1 stay in their slots
+        int updated = L > 1 ? 2 : 1;            // the update gathers the global unit and layers 0 and 1
+        add_collective(&c, COLL_ALL_GATHER, accum * gathered * (fp8 ? 1 : 2) * l, 1);
+        if (fp8) add_collective(&c, COLL_BROADCAST, accum * gathered * 2 * small, 1);
+        add_collective(&c, COLL_REDUCE_SCATTER, accum * L * 4 * l, 1);
+        add_collective(&c, COLL_REDUCE_SCATTER, accum * 4 * g, 0);
+        add_collective(&c, COLL_ALL_GATHER, 2 * g + updated * (fp8 ? 1 : 2) * l, 0);
+        if (fp8) add_collective(&c, COLL_BROADCAST, updated * 2 * small, 0);
+    }
+    return c;
+}
+
+// DRAM bytes of the memory-bound kernels of one micro-step of N tokens (BF16 activations, 2 bytes),
+// per layer and token in the order the step runs them, then the logits and (per step) AdamW.
+static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings *s, double tokens,
+                                        size_t shard_params) {
+    double C = cfg->channels, b = 2;
+    double forward = (2 * 2 * C + 3 * C) * b  // 2 LayerNorms (read x, write y), residual (2 reads, 1 write)
+                     + 2 * 4 * C * b;         // GELU (read, write 4C)
+    double backward = (2 * 3 * C + 3 * C) * b // LayerNorm backwards (dy, x, write dx), residual gradients
+                      + 3 * 4 * C * b         // GELU backward (pre-activation, gradient, write)
+                      + 9 * C * b;            // bias gradients (read 3C + C + 4C + C)
+    if (s->dtype == DTYPE_FLOAT8) {
+        // the linears' inputs (C, C, C, 4C) and output gradients (3C, C, 4C, C): read in BF16, written as
+        // the FP8 tensor and its transpose
+        forward += 7 * C * (b + 2);
+        backward += 9 * C * (b + 2);
+    }
+    double per_layer = forward * (s->recompute ? 2 : 1) + backward;
+    double logits = 2 * (double)cfg->padded_vocab_size * b; // one-pass cross-entropy: a read and a write
+    double adamw = 7 * 4 + 2 + (s->dtype == DTYPE_FLOAT8);  // param, grad, m, v in; param, m, v, copies out
+    return tokens * (per_layer * cfg->num_layers + logits) + adamw * (double)shard_params;
+}
+
+typedef struct {
+    double gemm_bf16_tflops, gemm_fp8_tflops, attention_tflops, hbm_gbps;
+    double intra_node_gbps, inter_node_gbps;
+    int nodes;
+} PlanRates;
+
+static inline PlanRates plan_rates_from_options(const TrainOptions *opts, int world_size) {
+    PlanRates r = {opts->plan_gemm_bf16_tflops,
+                   opts->plan_gemm_fp8_tflops,
+                   opts->attention == ATTENTION_EXACT ? EXACT_ATTENTION_TFLOPS : opts->plan_attention_tflops,
+                   opts->plan_hbm_gbps,
+                   opts->intra_node_gbps,
+                   opts->inter_node_gbps,
+                   opts->nodes ? opts->nodes : (world_size + 7) / 8};
+    return r;
+}
+
+typedef struct {
+    double gemm_ms, attention_ms, memory_ms, compute_ms;
+    double comm_ms, overlapped_comm_ms, exposed_comm_ms, step_ms;
+    double tokens_per_s, mfu; // tokens of this process per second; percent of the BF16 peak
+    double link_gbps;         // the bandwidth the collectives run at
+    StepCollectives collectives;
+} TimePlan;
+
+static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, int accum, const PlanRates *r) {
+    TimePlan t;
+    double N = (double)s->B * s->T * accum, C = cfg->channels, L = cfg->num_layers;
+    double block = 6 * 12 * C * C * L * N * (s->recompute ? 4.0 / 3 : 1); // recompute: a second forward
+    double head = 6 * (double)cfg->padded_vocab_size * C * N;
+    double block_rate = s->dtype == DTYPE_FLOAT8 ? r->gemm_fp8_tflops : r->gemm_bf16_tflops;
+    t.gemm_ms = (block / block_rate + head / r->gemm_bf16_tflops) / 1e9;
+    double attention_forward = 2 * 2 * (double)s->T * C / 2 * N * L; // QK^T and PV, halved by the mask
+    t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / r->attention_tflops / 1e9;
+    size_t shard = s->zero_stage == 0 ? param_count(cfg) : shard_size(cfg, s->zero_stage, s->world_size);
+    t.memory_ms = memory_bound_bytes(cfg, s, N, shard) / r->hbm_gbps / 1e6;
+    t.compute_ms = t.gemm_ms + t.attention_ms + t.memory_ms;
+    t.collectives = step_collectives(cfg, s, accum);
+    t.link_gbps = r->nodes > 1 ? r->inter_node_gbps : r->intra_node_gbps;
+    t.comm_ms = t.overlapped_comm_ms = 0;
+    for (int k = 0; k < NUM_COLLECTIVE_KINDS; k++) {
+        double factor = wire_factor(k, s->world_size) / t.link_gbps / 1e6;
+        t.comm_ms += t.collectives.payload[k] * factor;
+        t.overlapped_comm_ms += t.collectives.overlapped[k] * factor;
+    }
+    // The overlapped collectives hide behind the compute (counted whole, though the LM head and AdamW run
+    // beside none of them: an upper bound on what hides); what exceeds it, and the rest, adds to the step.
+    double hidden = t.overlapped_comm_ms < t.compute_ms ? t.overlapped_comm_ms : t.compute_ms;
+    t.exposed_comm_ms = t.comm_ms - hidden;
+    t.step_ms = t.compute_ms + t.exposed_comm_ms;
+    t.tokens_per_s = N / (t.step_ms / 1e3);
+    t.mfu = 100 * flops_per_token(cfg, param_count(cfg), s->T) * t.tokens_per_s / H200_BF16_PEAK_FLOPS;
+    return t;
+}
+
+static inline void time_plan_print(const GPTConfig *cfg, const PlanSettings *s, int accum,
+                                   const PlanRates *r) {
+    TimePlan t = time_plan(cfg, s, accum, r);
+    printf("time plan per optimizer step and process (an estimate from assumed rates, not a measurement):\n");
+    printf("  %d micro-step(s) of B=%d x T=%d; %d process(es) on %d node(s)\n", accum, s->B, s->T,
+           s->world_size, r->nodes);
+    printf("  GEMMs            %9.2f ms  block linears in %s at %.0f TFLOP/s, LM head in BF16 at %.0f\n",
+           t.gemm_ms, dtype_name(s->dtype),
+           s->dtype == DTYPE_FLOAT8 ? r->gemm_fp8_tflops : r->gemm_bf16_tflops, r->gemm_bf16_tflops);
+    printf("  attention        %9.2f ms  at %.0f TFLOP/s (%s)\n", t.attention_ms, r->attention_tflops,
+           r->attention_tflops == EXACT_ATTENTION_TFLOPS ? "--attention exact" : "fused, cuDNN");
+    printf("  memory-bound     %9.2f ms  at %.0f GB/s\n", t.memory_ms, r->hbm_gbps);
+    for (int k = 0; k < NUM_COLLECTIVE_KINDS; k++)
+        if (t.collectives.payload[k] > 0)
+            printf("  %-16s %12.0f bytes payload (%.0f beside the layers' compute)\n", COLLECTIVE_NAMES[k],
+                   t.collectives.payload[k], t.collectives.overlapped[k]);
+    if (s->world_size > 1)
+        printf("  communication    %9.2f ms  on the wire at %.0f GB/s (%s), %.2f ms hidden behind compute\n",
+               t.comm_ms, t.link_gbps, r->nodes > 1 ? "between nodes" : "inside a node",
+               t.comm_ms - t.exposed_comm_ms);
+    printf("  step             %9.2f ms  = compute %.2f + exposed communication %.2f (%.0f%% of the step); "
+           "%.0f tokens/s per process, %.0f in all; MFU %.1f%% of the BF16 peak\n",
+           t.step_ms, t.compute_ms, t.exposed_comm_ms, 100 * t.exposed_comm_ms / t.step_ms, t.tokens_per_s,
+           t.tokens_per_s * s->world_size, t.mfu);
+    printf("plan_step_ms %.3f", t.step_ms);
+    for (int k = 0; k < NUM_COLLECTIVE_KINDS; k++)
+        printf(" plan_%s_bytes %.0f", COLLECTIVE_KEYS[k], t.collectives.payload[k]);
+    printf("\n");
+}
+
+#endif // TIME_PLAN_H
