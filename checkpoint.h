@@ -378,7 +378,8 @@ typedef struct {
     int batch_size, seq_len;
     int seed, shuffle;     // the data order: a resumed run must draw the same
     long long guard_count; // accepted steps recorded in the step guard's window (health.h)
-    int zero_stage;        // with world_size, how the moments of this file are sharded (dist.h)
+    int zero_stage;        // with shard_group, how the moments of this file are sharded (dist.h)
+    int shard_group;       // the ranks a shard spans (--shard_group_size; 0 or world_size: all of them)
     RunIdentity identity;
 } TrainState;
 
@@ -398,6 +399,7 @@ static inline TrainState train_state_init(const TrainOptions *opts, const DataLo
     st.seed = opts->seed;
     st.shuffle = opts->shuffle;
     st.zero_stage = opts->zero_stage;
+    st.shard_group = resolve_shard_group(opts, world_size);
     RunIdentity *id = &st.identity;
     id->lr = opts->lr;
     id->final_lr_frac = opts->final_lr_frac;
@@ -459,8 +461,18 @@ enum {
     SH_FP8_MARGIN,
     SH_TOKENS_PER_STEP,
     SH_DATA_FINGERPRINT,
-    SH_FP8_POW2_SCALES // 0 in version-2 files, which predate it: the default
+    SH_FP8_POW2_SCALES, // 0 in version-2 files, which predate it: the default
+    SH_SHARD_GROUP      // 0 in files that predate it: one group of all the ranks
 };
+
+// The ranks a file's shards span, and a run's.
+static inline int state_shard_group(const int64_t *h) {
+    return h[SH_SHARD_GROUP] ? (int)h[SH_SHARD_GROUP] : (int)h[SH_WORLD];
+}
+
+static inline int train_state_shard_group(const TrainState *st) {
+    return st->shard_group ? st->shard_group : st->world_size;
+}
 
 // The run identity's float settings in header order, with their flags.
 #define RUN_IDENTITY_FLOATS 9
@@ -524,6 +536,7 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_VERSION] = STATE_FILE_VERSION;
     h[SH_RANK] = st->rank;
     h[SH_WORLD] = st->world_size;
+    h[SH_SHARD_GROUP] = train_state_shard_group(st);
     h[SH_STEP] = st->step;
     h[SH_UPDATES] = st->updates_applied;
     h[SH_SKIPPED] = st->skipped_steps;
@@ -700,7 +713,8 @@ typedef struct {
     const char *dir;
     long step;
     const GPTConfig *cfg;
-    int old_world, old_zero;
+    int old_world, old_zero,
+        old_group; // old_group: the ranks a shard spanned (its group 0's files hold them)
     int64_t old_moments;
     FILE *file;    // the old rank file open now
     int file_rank; // its rank
@@ -735,7 +749,7 @@ static inline void read_moments_at(FILE *f, const char *path, int64_t moments, s
 static inline void read_old_moments(OldShards *o, size_t begin, size_t count, float *m, float *v,
                                     const TrainState *st, const StateBlock *blocks) {
     const GPTConfig *cfg = o->cfg;
-    ShardMap old = shard_map(cfg, o->old_zero, o->old_world, 0); // the chunk offsets are every rank's
+    ShardMap old = shard_map(cfg, o->old_zero, o->old_group, 0); // the chunk offsets are every rank's
     size_t global = param_global_size(cfg), layer = param_layer_size(cfg);
     for (size_t x = begin; x < begin + count;) {
         int unit = o->old_zero == 3 && x >= global ? 1 + (int)((x - global) / layer) : 0;
@@ -758,6 +772,9 @@ static inline void load_state_file(const char *path, TrainState *st, const GPTCo
     check_state_field(path, h, SH_RANK, st->rank, "rank");
     check_state_field(path, h, SH_WORLD, st->world_size, "world size (rank 0's file says otherwise)");
     check_state_field(path, h, SH_ZERO_STAGE, st->zero_stage, "ZeRO stage (rank 0's file says otherwise)");
+    if (state_shard_group(h) != train_state_shard_group(st))
+        fail("%s: shard groups of %d ranks, but rank 0's file and this run have %d", path,
+             state_shard_group(h), train_state_shard_group(st));
     check_state_field(path, h, SH_BATCH_SIZE, st->batch_size, "batch_size");
     check_state_header(path, h, size, st, cfg, blocks, (int64_t)blocks[STATE_ADAM_M].count);
     take_state_counters(st, h);
@@ -783,7 +800,8 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
     // moments, without a word).
     check_state_field(path, h, SH_RANK, 0, "rank");
     check_state_field(path, h, SH_STEP, step, "step");
-    if (h[SH_WORLD] == st->world_size && h[SH_ZERO_STAGE] == st->zero_stage) {
+    if (h[SH_WORLD] == st->world_size && h[SH_ZERO_STAGE] == st->zero_stage &&
+        state_shard_group(h) == train_state_shard_group(st)) {
         fclose(f);
         state_file_path(dir, step, st->rank, path, sizeof(path));
         load_state_file(path, st, cfg, blocks);
@@ -794,7 +812,8 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
     }
     // the flags' ranges (cli.h): their product cannot overflow
     if (h[SH_WORLD] < 1 || h[SH_WORLD] > (1 << 20) || h[SH_BATCH_SIZE] < 1 || h[SH_BATCH_SIZE] > (1 << 20) ||
-        (h[SH_ZERO_STAGE] != 0 && h[SH_ZERO_STAGE] != 1 && h[SH_ZERO_STAGE] != 3))
+        (h[SH_ZERO_STAGE] != 0 && h[SH_ZERO_STAGE] != 1 && h[SH_ZERO_STAGE] != 3) ||
+        state_shard_group(h) < 1 || h[SH_WORLD] % state_shard_group(h) != 0)
         fail("%s: corrupt header (world size %ld, batch size %ld, ZeRO stage %ld)", path, (long)h[SH_WORLD],
              (long)h[SH_BATCH_SIZE], (long)h[SH_ZERO_STAGE]);
     int64_t global_batch = h[SH_WORLD] * h[SH_BATCH_SIZE];
@@ -808,7 +827,8 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
             "continue the data order (the same global batch)",
             path, (long)h[SH_WORLD], (long)h[SH_BATCH_SIZE], st->world_size,
             (long)(global_batch / st->world_size));
-    OldShards old = {dir, step, cfg, (int)h[SH_WORLD], (int)h[SH_ZERO_STAGE], h[SH_MOMENTS], f, 0};
+    OldShards old = {dir,           step, cfg, (int)h[SH_WORLD], (int)h[SH_ZERO_STAGE], state_shard_group(h),
+                     h[SH_MOMENTS], f,    0};
     check_state_header(path, h, size, st, cfg, blocks, old.old_moments);
     take_state_counters(st, h);
     long tail = STATE_FILE_HEADER_INTS * (long)sizeof(int64_t) + 8 * (long)old.old_moments;
@@ -817,7 +837,8 @@ static inline void load_training_state(const char *dir, long step, TrainState *s
         fread_check(blocks[b].data, sizeof(float), blocks[b].count, f, path);
     for (int b = STATE_ADAM_M; b <= STATE_ADAM_V; b++) // padding stays zero
         memset(blocks[b].data, 0, blocks[b].count * sizeof(float));
-    ShardMap mine = shard_map(cfg, st->zero_stage, st->world_size, st->rank);
+    int group = train_state_shard_group(st);
+    ShardMap mine = shard_map(cfg, st->zero_stage, group, st->rank % group);
     for (int unit = 0; unit < shard_num_units(cfg, st->zero_stage); unit++) {
         ShardUnit u = shard_map_unit(&mine, unit);
         read_old_moments(&old, shard_unit_begin(&mine, &u), u.owned, blocks[STATE_ADAM_M].data + u.shard,

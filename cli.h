@@ -53,7 +53,7 @@ typedef struct {
     int inject_nan_step, inject_stall_rank;
     float price_kwh, pue;
     int eval_only;
-    int zero_stage, recompute, dry_run, world_size, nccl_timeout_s;
+    int zero_stage, shard_group_size, recompute, dry_run, world_size, nccl_timeout_s;
     float gpu_memory_gb;
     int nodes;
     float intra_node_gbps, inter_node_gbps;
@@ -163,6 +163,9 @@ static const OptionSpec OPTION_SPECS[] = {
      "1: report the validation loss of --init_from with BF16 weights and with FP8 weights, then exit"},
     {"zero_stage", OPT_INT, OPT_AT(zero_stage), "0", 0, 3, NULL,
      "ZeRO sharding over the processes: 0 none, 1 optimizer state, 3 also parameters and gradients"},
+    {"shard_group_size", OPT_INT, OPT_AT(shard_group_size), "0", 0, 1 << 20, NULL,
+     "ZeRO-1/3 shard within groups of this many consecutive processes (a node), replicated across groups, "
+     "gradients summed across groups once a step (0: one group of all)"},
     {"recompute", OPT_INT, OPT_AT(recompute), "0", 0, 1, NULL,
      "1: keep only each layer's input for the backward and recompute the rest (less memory)"},
     {"dry_run", OPT_INT, OPT_AT(dry_run), "0", 0, 1, NULL,
@@ -378,6 +381,18 @@ static inline int resolve_grad_accum_steps(const TrainOptions *opts, int T, int 
         fail("--total_batch_size: %d is not a multiple of batch_size*seq_len*world_size = %ld",
              opts->total_batch_size, tokens_per_micro_step);
     return (int)(opts->total_batch_size / tokens_per_micro_step);
+}
+
+// The processes a ZeRO shard spans: --shard_group_size, or all of them.
+static inline int resolve_shard_group(const TrainOptions *opts, int world_size) {
+    int group = opts->shard_group_size;
+    if (!group) return world_size;
+    if (opts->zero_stage == 0)
+        fail("--shard_group_size: %d with --zero_stage 0, which shards nothing (use 1 or 3)", group);
+    if (group < 2 || group > world_size || world_size % group)
+        fail("--shard_group_size: %d does not divide the %d processes into groups of 2 or more", group,
+             world_size);
+    return group;
 }
 
 static inline const char *dtype_name(int dtype) {

@@ -24,6 +24,13 @@ typedef struct {
     int rank, world_size, local_rank;
     int mpi;       // 1: the ranks come from MPI and MPI carries the host-side collectives
     int timeout_s; // --nccl_timeout_s: the longest wait for the other processes
+    // --shard_group_size: ZeRO shards over groups of group_size consecutive ranks (a node), each group a
+    // replica of the others; without it one group of all ranks
+    int group_size, group_rank; // this rank's group and its place in it
+    int replicas, replica;      // groups, and which one this rank is in
+#ifdef USE_MPI
+    MPI_Comm group_comm, replica_comm; // the ranks of this group; the ranks of this place in every group
+#endif
 } Dist;
 
 #define DIST_DEFAULT_TIMEOUT_S 300 // until the flags are read (cli.h's default)
@@ -83,6 +90,13 @@ static inline void dist_from_env(Dist *d) {
     d->local_rank = local < 0 ? 0 : local;
 }
 
+static inline void dist_one_group(Dist *d) {
+    d->group_size = d->world_size;
+    d->group_rank = d->rank;
+    d->replicas = 1;
+    d->replica = 0;
+}
+
 static inline void dist_init(Dist *d, int *argc, char ***argv) {
     d->rank = 0;
     d->world_size = 1;
@@ -90,6 +104,8 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
     d->mpi = 0;
     d->timeout_s = DIST_DEFAULT_TIMEOUT_S;
 #ifdef USE_MPI
+    d->group_comm = MPI_COMM_WORLD;
+    d->replica_comm = MPI_COMM_SELF;
     if (dist_ranks_from_mpi()) {
         MPI_Init(argc, argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
@@ -99,6 +115,7 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
         MPI_Comm_rank(node, &d->local_rank);
         MPI_Comm_free(&node);
         d->mpi = 1;
+        dist_one_group(d);
         return;
     }
 #else
@@ -109,6 +126,7 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
              "rebuild)");
 #endif
     dist_from_env(d);
+    dist_one_group(d);
     // srun without an MPI plugin starts every task as a lone process: each would train alone and all would
     // write one output directory.
     int slurm_tasks = dist_env_int("SLURM_STEP_NUM_TASKS");
@@ -124,8 +142,35 @@ static inline void dist_quiet_other_ranks(const Dist *d) {
     if (d->rank != 0 && !freopen("/dev/null", "w", stdout)) fail("rank %d: cannot silence stdout", d->rank);
 }
 
+// Shard groups of group_size consecutive ranks (cli.h's resolve_shard_group has checked that it divides
+// the world size): with MPI, a communicator for each group and one for each place across the groups.
+static inline void dist_set_shard_group(Dist *d, int group_size) {
+    d->group_size = group_size;
+    d->group_rank = d->rank % group_size;
+    d->replicas = d->world_size / group_size;
+    d->replica = d->rank / group_size;
+#ifdef USE_MPI
+    if (d->mpi && d->replicas > 1) {
+        MPI_Comm_split(MPI_COMM_WORLD, d->replica, d->rank, &d->group_comm);
+        MPI_Comm_split(MPI_COMM_WORLD, d->group_rank, d->rank, &d->replica_comm);
+    }
+#endif
+}
+
+// " in G groups of N" for the banners of a run with several shard groups, else "".
+static inline const char *shard_groups_label(const Dist *d) {
+    static char label[64];
+    label[0] = '\0';
+    if (d->replicas > 1) snprintf(label, sizeof(label), " in %d groups of %d", d->replicas, d->group_size);
+    return label;
+}
+
 static inline void dist_finalize(Dist *d) {
 #ifdef USE_MPI
+    if (d->mpi && d->replicas > 1) {
+        MPI_Comm_free(&d->group_comm);
+        MPI_Comm_free(&d->replica_comm);
+    }
     if (d->mpi) MPI_Finalize();
 #endif
     d->mpi = 0;
@@ -258,27 +303,32 @@ static inline void dist_wait(const Dist *d, MPI_Request *request, const char *wh
     }
 }
 
-static inline void dist_allreduce(const Dist *d, void *buf, size_t n, MPI_Datatype type, size_t elem_bytes,
-                                  MPI_Op op) {
-    if (!d->mpi || d->world_size == 1) return;
+// Over `ranks` processes of communicator comm.
+static inline void dist_allreduce_on(const Dist *d, MPI_Comm comm, int ranks, void *buf, size_t n,
+                                     MPI_Datatype type, size_t elem_bytes, MPI_Op op) {
+    if (!d->mpi || ranks == 1) return;
     for (size_t done = 0; done < n; done += DIST_MPI_PIECE) {
         size_t piece = n - done < DIST_MPI_PIECE ? n - done : DIST_MPI_PIECE;
         MPI_Request request;
-        MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem_bytes, (int)piece, type, op, MPI_COMM_WORLD,
-                       &request);
+        MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + done * elem_bytes, (int)piece, type, op, comm, &request);
         dist_wait(d, &request, "MPI_Allreduce", piece);
     }
 }
 
-// Counts and displacements of a unit split over the ranks: rank r gets its owned elements.
+static inline void dist_allreduce(const Dist *d, void *buf, size_t n, MPI_Datatype type, size_t elem_bytes,
+                                  MPI_Op op) {
+    dist_allreduce_on(d, MPI_COMM_WORLD, d->world_size, buf, n, type, elem_bytes, op);
+}
+
+// Counts and displacements of a unit split over the ranks of a group: place r gets its owned elements.
 static inline void dist_unit_counts(const Dist *d, size_t unit_size, int *counts, int *displs) {
-    size_t chunk = shard_chunk(unit_size, d->world_size);
+    size_t chunk = shard_chunk(unit_size, d->group_size);
     // Not only every count but every displacement (up to the last owner's start) and MPI's own sum of
     // the counts must fit an int: a chunk that fits is not enough.
     if (unit_size > INT_MAX)
         fail("a ZeRO unit of %zu elements is too large for one MPI collective", unit_size);
-    for (int r = 0; r < d->world_size; r++) {
-        counts[r] = (int)shard_owned(unit_size, d->world_size, r);
+    for (int r = 0; r < d->group_size; r++) {
+        counts[r] = (int)shard_owned(unit_size, d->group_size, r);
         displs[r] = (int)((size_t)r * chunk < unit_size ? (size_t)r * chunk : 0);
     }
 }
@@ -316,23 +366,41 @@ static inline void dist_sum_counts(const Dist *d, unsigned long long *buf, size_
 #endif
 }
 
+// buf (this rank's gradient shard) summed over the groups: every replica of a place gets the sum.
+static inline void dist_sum_floats_across_groups(const Dist *d, float *buf, size_t n) {
+#ifdef USE_MPI
+    dist_allreduce_on(d, d->replica_comm, d->replicas, buf, n, MPI_FLOAT, sizeof(float), MPI_SUM);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+// values summed over the ranks of this group (each holds a part of what every group holds whole).
+static inline void dist_sum_doubles_in_group(const Dist *d, double *buf, size_t n) {
+#ifdef USE_MPI
+    dist_allreduce_on(d, d->group_comm, d->group_size, buf, n, MPI_DOUBLE, sizeof(double), MPI_SUM);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
 // The global mean of a value every rank holds one of.
 static inline double dist_mean(const Dist *d, double value) {
     dist_sum_doubles(d, &value, 1);
     return value / d->world_size;
 }
 
-// shard (this rank's owned elements) = sum over ranks of full (unit_size elements). The padding of the
-// chunk is left as it is.
+// shard (this rank's owned elements) = sum over the group's ranks of full (unit_size elements). The
+// padding of the chunk is left as it is.
 static inline void dist_reduce_scatter_unit(const Dist *d, const float *full, size_t unit_size,
                                             float *shard) {
 #ifdef USE_MPI
-    if (d->mpi && d->world_size > 1) {
-        int *counts = (int *)malloc_check(2 * d->world_size * sizeof(int), "MPI counts"),
-            *displs = counts + d->world_size;
+    if (d->mpi && d->group_size > 1) {
+        int *counts = (int *)malloc_check(2 * d->group_size * sizeof(int), "MPI counts"),
+            *displs = counts + d->group_size;
         dist_unit_counts(d, unit_size, counts, displs);
         MPI_Request request;
-        MPI_Ireduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request);
+        MPI_Ireduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, d->group_comm, &request);
         dist_wait(d, &request, "MPI_Reduce_scatter", unit_size);
         free(counts);
         return;
@@ -342,16 +410,16 @@ static inline void dist_reduce_scatter_unit(const Dist *d, const float *full, si
     memcpy(shard, full, unit_size * sizeof(float));
 }
 
-// full (unit_size elements) = every rank's owned elements, in rank order.
+// full (unit_size elements) = the owned elements of every rank of the group, in order.
 static inline void dist_allgather_unit(const Dist *d, const float *shard, float *full, size_t unit_size) {
 #ifdef USE_MPI
-    if (d->mpi && d->world_size > 1) {
-        int *counts = (int *)malloc_check(2 * d->world_size * sizeof(int), "MPI counts"),
-            *displs = counts + d->world_size;
+    if (d->mpi && d->group_size > 1) {
+        int *counts = (int *)malloc_check(2 * d->group_size * sizeof(int), "MPI counts"),
+            *displs = counts + d->group_size;
         dist_unit_counts(d, unit_size, counts, displs);
         MPI_Request request;
-        MPI_Iallgatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, MPI_COMM_WORLD,
-                        &request);
+        MPI_Iallgatherv(shard, counts[d->group_rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT,
+                        d->group_comm, &request);
         dist_wait(d, &request, "MPI_Allgatherv", unit_size);
         free(counts);
         return;

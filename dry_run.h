@@ -70,6 +70,7 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
     if (T < 1 || T > cfg->max_seq_len)
         fail("--seq_len: %d is outside [1, %d], the model's maximum sequence length", T, cfg->max_seq_len);
     if (!(opts->gpu_memory_gb > 0)) fail("--gpu_memory_gb: %g: must be positive", opts->gpu_memory_gb);
+    if (opts->shard_group_size) resolve_shard_group(opts, world_size); // exits on a group that cannot be
     if (opts->nodes > world_size)
         fail("--nodes: %d nodes for %d process(es): every node runs at least one", opts->nodes, world_size);
     if (opts->dtype == DTYPE_FLOAT32)
@@ -224,6 +225,11 @@ static inline void dry_run_print_communication(const PlanSettings *s) {
         printf(
             "  wte, wpe, lnf: gathered and reduced through their own part of params_bf16 and grads_fp32\n");
     }
+    if (s->zero_stage != 0 && plan_shard_ranks(s) < s->world_size)
+        printf(
+            "  shard groups of %d ranks: each group's gradient shards all-reduced across the %d groups once "
+            "a step\n",
+            plan_shard_ranks(s), s->world_size / plan_shard_ranks(s));
     if (fp8 && s->world_size > 1) printf("  FP8 amaxes max-reduced in fp8_state once a step\n");
     printf("  not in the plan: CUDA context, NCCL's internal buffers, cuBLASLt handles: reserve %.3f GiB\n",
            dry_run_gib(RUNTIME_RESERVE_BYTES));
@@ -242,6 +248,8 @@ static inline void dry_run_changes(char *out, size_t n, const PlanSettings *from
     if (to->B != from->B) len += snprintf(out + len, n - len, " --batch_size %d", to->B);
     if (to->zero_stage != from->zero_stage)
         len += snprintf(out + len, n - len, " --zero_stage %d", to->zero_stage);
+    if (to->shard_group != from->shard_group)
+        len += snprintf(out + len, n - len, " --shard_group_size %d", to->shard_group);
     if (to->world_size != from->world_size) snprintf(out + len, n - len, " --world_size %d", to->world_size);
 }
 
@@ -277,6 +285,7 @@ static inline int dry_run_largest_batch(const GPTConfig *cfg, PlanSettings s, do
 // ZeRO-3; 0 when none up to the CLI's limit does (ZeRO does not shard the activations).
 static inline int dry_run_smallest_world(const GPTConfig *cfg, PlanSettings s, int first, double gpu_bytes) {
     s.zero_stage = 3;
+    s.shard_group = 0; // more ranks: shards over all of them
     s.world_size = first;
     if (dry_run_fits(cfg, &s, gpu_bytes)) return first;
     int w = 1;
@@ -312,6 +321,11 @@ static inline int dry_run_suggest_world(const GPTConfig *cfg, const PlanSettings
 static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
     int zero = dry_run_suggest_zero(cfg, s, gpu_bytes), found = zero;
     PlanSettings t = *s;
+    if (s->shard_group) { // shards over every rank: 1/world_size of the state instead of 1/group
+        t.shard_group = 0;
+        found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+        t = *s;
+    }
     if (!s->recompute) {
         t.recompute = 1;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
@@ -372,35 +386,45 @@ static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSet
 static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSettings *s, int accum,
                                          const PlanRates *r, double gpu_bytes) {
     long rows = (long)s->B * accum; // sequences per process and optimizer step
+    int W = s->world_size, per_node = (W + r->nodes - 1) / r->nodes;
+    // shard groups tried: all the ranks, and one group a node when there are several nodes
+    int groups[2] = {0, r->nodes > 1 && per_node >= 2 && W % per_node == 0 ? per_node : 0};
     PlanSettings best = *s;
     int best_accum = dry_run_fits(cfg, s, gpu_bytes) ? accum : 0;
     double best_ms = best_accum ? time_plan(cfg, s, accum, r).step_ms : 0;
     for (long b = 1; b <= rows; b++) {
         if (rows % b || (s->dtype == DTYPE_FLOAT8 && !fp8_shapes_ok(cfg, (int)b, s->T))) continue;
         for (int zero = 0; zero <= 3; zero += zero == 0 ? 1 : 2)
-            for (int recompute = 0; recompute <= 1; recompute++) {
-                PlanSettings t = *s;
-                t.B = (int)b;
-                t.zero_stage = zero;
-                t.recompute = recompute;
-                if (!dry_run_fits(cfg, &t, gpu_bytes)) continue;
-                double ms = time_plan(cfg, &t, (int)(rows / b), r).step_ms;
-                // 0.1% faster at least: the rates do not depend on B, so ties (same work, same collectives)
-                // keep this run's setting
-                if (!best_accum || ms < 0.999 * best_ms) best = t, best_accum = (int)(rows / b), best_ms = ms;
-            }
+            for (int recompute = 0; recompute <= 1; recompute++)
+                for (int g = 0; g < 2 && !(g == 1 && (!groups[1] || zero == 0)); g++) {
+                    PlanSettings t = *s;
+                    t.B = (int)b;
+                    t.zero_stage = zero;
+                    t.recompute = recompute;
+                    t.shard_group = groups[g];
+                    if (!dry_run_fits(cfg, &t, gpu_bytes)) continue;
+                    double ms = time_plan(cfg, &t, (int)(rows / b), r).step_ms;
+                    // 0.1% faster at least: the rates do not depend on B, so ties (same work, same
+                    // collectives) keep this run's setting
+                    if (!best_accum || ms < 0.999 * best_ms)
+                        best = t, best_accum = (int)(rows / b), best_ms = ms;
+                }
     }
     if (!best_accum) return; // nothing fits: the suggestions say what would
-    if (best.B == s->B && best.zero_stage == s->zero_stage && best.recompute == s->recompute) {
-        printf("fastest that fits (same global batch; micro-batch, recompute, ZeRO stage tried): this one\n");
+    const char *tried = "same global batch; micro-batch, recompute, ZeRO stage, shard group tried";
+    if (best.B == s->B && best.zero_stage == s->zero_stage && best.recompute == s->recompute &&
+        plan_shard_ranks(&best) == plan_shard_ranks(s)) {
+        printf("fastest that fits (%s): this one\n", tried);
         return;
     }
     TimePlan t = time_plan(cfg, &best, best_accum, r);
-    printf("fastest that fits (same global batch; micro-batch, recompute, ZeRO stage tried): --batch_size %d "
-           "--recompute %d --zero_stage %d (%d micro-step(s)): %.2f ms/step, %.0f tokens/s per process, MFU "
-           "%.1f%%, communication %.0f%% of the step\n",
-           best.B, best.recompute, best.zero_stage, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
-           100 * t.exposed_comm_ms / t.step_ms);
+    char group[48] = "";
+    if (best.shard_group) snprintf(group, sizeof(group), " --shard_group_size %d", best.shard_group);
+    printf(
+        "fastest that fits (%s): --batch_size %d --recompute %d --zero_stage %d%s (%d micro-step(s)): %.2f "
+        "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step\n",
+        tried, best.B, best.recompute, best.zero_stage, group, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
+        100 * t.exposed_comm_ms / t.step_ms);
 }
 
 // ----------------------------------------------------------------------------

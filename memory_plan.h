@@ -132,14 +132,26 @@ typedef struct {
     int dtype, B, T, history_len;
     int world_size, zero_stage, recompute;
     int fp8_recipe;
+    int shard_group; // --shard_group_size: the ranks a shard spans (0: all of world_size)
 } PlanSettings;
 
 static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, int B, int T,
                                                       int world_size) {
-    PlanSettings s = {
-        opts->dtype,     B, T, opts->amax_history, world_size, opts->zero_stage, opts->recompute,
-        opts->fp8_recipe};
+    PlanSettings s = {opts->dtype,
+                      B,
+                      T,
+                      opts->amax_history,
+                      world_size,
+                      opts->zero_stage,
+                      opts->recompute,
+                      opts->fp8_recipe,
+                      opts->shard_group_size};
     return s;
+}
+
+// The ranks the ZeRO layout shards over.
+static inline int plan_shard_ranks(const PlanSettings *s) {
+    return s->shard_group ? s->shard_group : s->world_size;
 }
 
 typedef struct {
@@ -232,10 +244,11 @@ static inline size_t unit_slot_elements(const GPTConfig *cfg, int world_size, in
 //            slots start after the first, so their lengths are rounded for alignment.
 static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const PlanSettings *s) {
     size_t P = param_count(cfg), L = cfg->num_layers, f32 = 4, bf = 2;
-    size_t S = shard_size(cfg, s->zero_stage, s->world_size);
-    size_t all = s->zero_stage == 3 ? unit_slot_elements(cfg, s->world_size, 0)
-                                    : padded_unit(cfg, s->zero_stage, s->world_size, 0);
-    size_t layer = s->zero_stage == 3 ? unit_slot_elements(cfg, s->world_size, 1) : 0;
+    int ways = plan_shard_ranks(s);
+    size_t S = shard_size(cfg, s->zero_stage, ways);
+    size_t all =
+        s->zero_stage == 3 ? unit_slot_elements(cfg, ways, 0) : padded_unit(cfg, s->zero_stage, ways, 0);
+    size_t layer = s->zero_stage == 3 ? unit_slot_elements(cfg, ways, 1) : 0;
     int fp8 = s->dtype == DTYPE_FLOAT8;
     size_t fp8_weights = linear_weights_per_layer(cfg);
     switch (s->zero_stage) {

@@ -6,8 +6,9 @@
 //    cross-entropy, AdamW), at an assumed bandwidth;
 //  - the payload of every NCCL collective the step issues (exactly the trainer's: the emulation counts
 //    them, test/test_dist_emu.sh compares), on the wire as a ring moves it, at the bandwidth inside a node
-//    or, when the ranks span nodes, between them; ZeRO-3's layer gathers and reduce-scatters run on the
-//    communication stream beside the layers' compute, the rest between compute phases.
+//    or, when the ranks span nodes, between them (with --shard_group_size, the shards' collectives over
+//    the group's link and the gradient sum across the groups between nodes); ZeRO-3's layer gathers and
+//    reduce-scatters run on the communication stream beside the layers' compute, the rest between phases.
 // The rates are flags (--plan_*, --intra_node_gbps, --inter_node_gbps); their defaults are assumptions, not
 // measurements: no GPU has measured them yet (docs/gpu-results.md), and a measured rate belongs in the flag.
 #ifndef TIME_PLAN_H
@@ -47,47 +48,94 @@ static inline double wire_factor(int kind, int n) {
 }
 
 typedef struct {
+    double gemm_bf16_tflops, gemm_fp8_tflops, attention_tflops, hbm_gbps;
+    double intra_node_gbps, inter_node_gbps;
+    int nodes;
+} PlanRates;
+
+static inline PlanRates plan_rates_from_options(const TrainOptions *opts, int world_size) {
+    PlanRates r = {opts->plan_gemm_bf16_tflops,
+                   opts->plan_gemm_fp8_tflops,
+                   opts->attention == ATTENTION_EXACT ? EXACT_ATTENTION_TFLOPS : opts->plan_attention_tflops,
+                   opts->plan_hbm_gbps,
+                   opts->intra_node_gbps,
+                   opts->inter_node_gbps,
+                   opts->nodes ? opts->nodes : (world_size + 7) / 8};
+    return r;
+}
+
+// Where a collective runs: its ranks, and the bandwidth of the slowest link between them.
+typedef struct {
+    int ranks;
+    double gbps;
+} CollectiveLink;
+
+// A run's three links: every rank; the shard group (its consecutive ranks share a node when it fits one);
+// the replicas of a place across the groups (one rank a group, each in another node when groups are nodes).
+static inline void plan_links(const PlanSettings *s, const PlanRates *r, CollectiveLink *world,
+                              CollectiveLink *group, CollectiveLink *across) {
+    int W = s->world_size, G = plan_shard_ranks(s), per_node = (W + r->nodes - 1) / r->nodes;
+    world->ranks = W;
+    world->gbps = r->nodes > 1 ? r->inter_node_gbps : r->intra_node_gbps;
+    group->ranks = G;
+    group->gbps = G <= per_node ? r->intra_node_gbps : r->inter_node_gbps;
+    across->ranks = W / G;
+    across->gbps = r->nodes > 1 ? r->inter_node_gbps : r->intra_node_gbps;
+}
+
+typedef struct {
     double payload[NUM_COLLECTIVE_KINDS];    // bytes of all the step's collectives of each kind
     double overlapped[NUM_COLLECTIVE_KINDS]; // of which beside the layers' compute (ZeRO-3's layers)
+    double serial_ms, overlapped_ms;         // their time on the wire
 } StepCollectives;
 
-static inline void add_collective(StepCollectives *c, int kind, double bytes, int overlapped) {
+static inline void add_collective(StepCollectives *c, int kind, double bytes, int overlapped,
+                                  const CollectiveLink *link) {
+    double ms = link->ranks > 1 ? bytes * wire_factor(kind, link->ranks) / link->gbps / 1e6 : 0;
     c->payload[kind] += bytes;
     if (overlapped) c->overlapped[kind] += bytes;
+    *(overlapped ? &c->overlapped_ms : &c->serial_ms) += ms;
 }
 
 // The collectives of one optimizer step (accum micro-steps) once the amax histories hold a step (the first
-// step also max-reduces each tensor's amax alone), per process, as gpu_*'s calls in train_gpt_fp8.cu issue
-// them. Payload: an all-reduce's buffer, an all-gather's output, a reduce-scatter's input.
-static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanSettings *s, int accum) {
-    StepCollectives c = {{0}, {0}};
-    int W = s->world_size, L = cfg->num_layers, fp8 = s->dtype == DTYPE_FLOAT8;
+// step also max-reduces each tensor's amax alone), per process, as the calls in train_gpt_fp8.cu issue
+// them. Payload: an all-reduce's or broadcast's buffer, an all-gather's output, a reduce-scatter's input.
+static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanSettings *s, int accum,
+                                               const PlanRates *r) {
+    StepCollectives c = {{0}, {0}, 0, 0};
+    int W = s->world_size, G = plan_shard_ranks(s), L = cfg->num_layers, fp8 = s->dtype == DTYPE_FLOAT8;
     if (W == 1) return c;
+    CollectiveLink world, group, across;
+    plan_links(s, r, &world, &group, &across);
     size_t global = param_global_size(cfg), layer = param_layer_size(cfg), P = param_count(cfg);
-    add_collective(&c, COLL_ALL_REDUCE, 4, 0);                         // the loss
-    if (s->zero_stage != 0) add_collective(&c, COLL_ALL_REDUCE, 8, 0); // the squared gradient norm
-    if (fp8) add_collective(&c, COLL_ALL_REDUCE, 4.0 * 3 * L * NUM_BLOCK_LINEARS, 0); // amaxes, weights'
+    add_collective(&c, COLL_ALL_REDUCE, 4, 0, &world);                         // the loss
+    if (s->zero_stage != 0) add_collective(&c, COLL_ALL_REDUCE, 8, 0, &group); // the squared gradient norm
+    if (fp8) add_collective(&c, COLL_ALL_REDUCE, 4.0 * 3 * L * NUM_BLOCK_LINEARS, 0, &world); // amaxes
     // A unit's weights: bfloat16 all-gathers the BF16 copy; float8 the FP8 weights (1 byte an element),
     // and broadcasts the BF16 of the tensors it reads in BF16, all but the block linears' weights.
     double linear = (double)linear_weights_per_layer(cfg), small = (double)layer - linear;
     if (s->zero_stage == 0) {
-        add_collective(&c, COLL_ALL_REDUCE, 4.0 * P, 0);
-    } else if (s->zero_stage == 1) {
-        double unit = (double)shard_chunk(P, W) * W;
-        add_collective(&c, COLL_REDUCE_SCATTER, 4 * unit, 0);
-        add_collective(&c, COLL_ALL_GATHER, (fp8 ? 1 : 2) * unit, 0);
-        if (fp8) add_collective(&c, COLL_BROADCAST, 2 * ((double)global + L * small), 0);
+        add_collective(&c, COLL_ALL_REDUCE, 4.0 * P, 0, &world);
+        return c;
+    }
+    if (s->zero_stage == 1) {
+        double unit = (double)shard_chunk(P, G) * G;
+        add_collective(&c, COLL_REDUCE_SCATTER, 4 * unit, 0, &group);
+        add_collective(&c, COLL_ALL_GATHER, (fp8 ? 1 : 2) * unit, 0, &group);
+        if (fp8) add_collective(&c, COLL_BROADCAST, 2 * ((double)global + L * small), 0, &group);
     } else {
-        double g = (double)shard_chunk(global, W) * W, l = (double)shard_chunk(layer, W) * W;
+        double g = (double)shard_chunk(global, G) * G, l = (double)shard_chunk(layer, G) * G;
         int gathered = L > 2 ? 2 * (L - 2) : 0; // per pass: layers 0 and 1 stay in their slots
         int updated = L > 1 ? 2 : 1;            // the update gathers the global unit and layers 0 and 1
-        add_collective(&c, COLL_ALL_GATHER, accum * gathered * (fp8 ? 1 : 2) * l, 1);
-        if (fp8) add_collective(&c, COLL_BROADCAST, accum * gathered * 2 * small, 1);
-        add_collective(&c, COLL_REDUCE_SCATTER, accum * L * 4 * l, 1);
-        add_collective(&c, COLL_REDUCE_SCATTER, accum * 4 * g, 0);
-        add_collective(&c, COLL_ALL_GATHER, 2 * g + updated * (fp8 ? 1 : 2) * l, 0);
-        if (fp8) add_collective(&c, COLL_BROADCAST, updated * 2 * small, 0);
+        add_collective(&c, COLL_ALL_GATHER, accum * gathered * (fp8 ? 1 : 2) * l, 1, &group);
+        if (fp8) add_collective(&c, COLL_BROADCAST, accum * gathered * 2 * small, 1, &group);
+        add_collective(&c, COLL_REDUCE_SCATTER, accum * L * 4 * l, 1, &group);
+        add_collective(&c, COLL_REDUCE_SCATTER, accum * 4 * g, 0, &group);
+        add_collective(&c, COLL_ALL_GATHER, 2 * g + updated * (fp8 ? 1 : 2) * l, 0, &group);
+        if (fp8) add_collective(&c, COLL_BROADCAST, updated * 2 * small, 0, &group);
     }
+    if (W / G > 1) // shard groups: each shard summed across the groups, once a step
+        add_collective(&c, COLL_ALL_REDUCE, 4.0 * shard_size(cfg, s->zero_stage, G), 0, &across);
     return c;
 }
 
@@ -114,27 +162,9 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
 }
 
 typedef struct {
-    double gemm_bf16_tflops, gemm_fp8_tflops, attention_tflops, hbm_gbps;
-    double intra_node_gbps, inter_node_gbps;
-    int nodes;
-} PlanRates;
-
-static inline PlanRates plan_rates_from_options(const TrainOptions *opts, int world_size) {
-    PlanRates r = {opts->plan_gemm_bf16_tflops,
-                   opts->plan_gemm_fp8_tflops,
-                   opts->attention == ATTENTION_EXACT ? EXACT_ATTENTION_TFLOPS : opts->plan_attention_tflops,
-                   opts->plan_hbm_gbps,
-                   opts->intra_node_gbps,
-                   opts->inter_node_gbps,
-                   opts->nodes ? opts->nodes : (world_size + 7) / 8};
-    return r;
-}
-
-typedef struct {
     double gemm_ms, attention_ms, memory_ms, compute_ms;
     double comm_ms, overlapped_comm_ms, exposed_comm_ms, step_ms;
     double tokens_per_s, mfu; // tokens of this process per second; percent of the BF16 peak
-    double link_gbps;         // the bandwidth the collectives run at
     StepCollectives collectives;
 } TimePlan;
 
@@ -147,17 +177,13 @@ static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, in
     t.gemm_ms = (block / block_rate + head / r->gemm_bf16_tflops) / 1e9;
     double attention_forward = 2 * 2 * (double)s->T * C / 2 * N * L; // QK^T and PV, halved by the mask
     t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / r->attention_tflops / 1e9;
-    size_t shard = s->zero_stage == 0 ? param_count(cfg) : shard_size(cfg, s->zero_stage, s->world_size);
+    size_t shard =
+        s->zero_stage == 0 ? param_count(cfg) : shard_size(cfg, s->zero_stage, plan_shard_ranks(s));
     t.memory_ms = memory_bound_bytes(cfg, s, N, shard) / r->hbm_gbps / 1e6;
     t.compute_ms = t.gemm_ms + t.attention_ms + t.memory_ms;
-    t.collectives = step_collectives(cfg, s, accum);
-    t.link_gbps = r->nodes > 1 ? r->inter_node_gbps : r->intra_node_gbps;
-    t.comm_ms = t.overlapped_comm_ms = 0;
-    for (int k = 0; k < NUM_COLLECTIVE_KINDS; k++) {
-        double factor = wire_factor(k, s->world_size) / t.link_gbps / 1e6;
-        t.comm_ms += t.collectives.payload[k] * factor;
-        t.overlapped_comm_ms += t.collectives.overlapped[k] * factor;
-    }
+    t.collectives = step_collectives(cfg, s, accum, r);
+    t.overlapped_comm_ms = t.collectives.overlapped_ms;
+    t.comm_ms = t.collectives.serial_ms + t.overlapped_comm_ms;
     // The overlapped collectives hide behind the compute (counted whole, though the LM head and AdamW run
     // beside none of them: an upper bound on what hides); what exceeds it, and the rest, adds to the step.
     double hidden = t.overlapped_comm_ms < t.compute_ms ? t.overlapped_comm_ms : t.compute_ms;
@@ -184,10 +210,15 @@ static inline void time_plan_print(const GPTConfig *cfg, const PlanSettings *s, 
         if (t.collectives.payload[k] > 0)
             printf("  %-16s %12.0f bytes payload (%.0f beside the layers' compute)\n", COLLECTIVE_NAMES[k],
                    t.collectives.payload[k], t.collectives.overlapped[k]);
-    if (s->world_size > 1)
-        printf("  communication    %9.2f ms  on the wire at %.0f GB/s (%s), %.2f ms hidden behind compute\n",
-               t.comm_ms, t.link_gbps, r->nodes > 1 ? "between nodes" : "inside a node",
-               t.comm_ms - t.exposed_comm_ms);
+    if (s->world_size > 1) {
+        CollectiveLink world, group, across;
+        plan_links(s, r, &world, &group, &across);
+        printf("  communication    %9.2f ms  on the wire, %.2f ms of it hidden behind compute; ZeRO's shards "
+               "over %d rank(s) at %.0f GB/s",
+               t.comm_ms, t.comm_ms - t.exposed_comm_ms, group.ranks, group.gbps);
+        if (across.ranks > 1) printf(", summed across %d groups at %.0f GB/s", across.ranks, across.gbps);
+        printf("\n");
+    }
     printf("  step             %9.2f ms  = compute %.2f + exposed communication %.2f (%.0f%% of the step); "
            "%.0f tokens/s per process, %.0f in all; MFU %.1f%% of the BF16 peak\n",
            t.step_ms, t.compute_ms, t.exposed_comm_ms, 100 * t.exposed_comm_ms / t.step_ms, t.tokens_per_s,

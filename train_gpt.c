@@ -608,9 +608,9 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->recompute = opts->recompute;
     model->dist = dist;
     model->zero_stage = opts->zero_stage;
-    model->shards = shard_map(cfg, opts->zero_stage, dist->world_size, dist->rank);
+    model->shards = shard_map(cfg, opts->zero_stage, dist->group_size, dist->group_rank);
     model->ways = model->shards.ways;
-    model->shard_count = shard_size(cfg, opts->zero_stage, dist->world_size);
+    model->shard_count = shard_size(cfg, opts->zero_stage, dist->group_size);
     fp8_state_init(&model->fp8, cfg->num_layers, opts); // before the buffers: the recipe decides some
     fp8_scales_from_history(&model->fp8);
     Arena arena = {NULL, 0};
@@ -953,11 +953,14 @@ static void unit_gradients_done(GPT *model, int unit) {
     if (model->zero_stage == 3 && model->ways > 1) reduce_scatter_unit(model, unit);
 }
 
-// After the last micro-step: ZeRO-0 all-reduces, ZeRO-1 reduce-scatters the one unit.
+// After the last micro-step: ZeRO-0 all-reduces, ZeRO-1 reduce-scatters the one unit within the group;
+// with several groups (--shard_group_size) each shard is then summed across them, once a step.
 static void reduce_gradients(GPT *model) {
     if (model->dist->world_size == 1) return;
     if (model->zero_stage == 0) dist_sum_floats(model->dist, model->grads, model->num_params);
     if (model->zero_stage == 1) reduce_scatter_unit(model, 0);
+    if (model->zero_stage != 0)
+        dist_sum_floats_across_groups(model->dist, model->grad_shard, model->shard_count);
 }
 
 // This rank's shard of freshly set full parameters (initialised or loaded).
@@ -1128,7 +1131,7 @@ static float grad_norm(const GPT *model) {
     double sum = 0.0;
     for (size_t i = 0; i < model->shard_count; i++)
         sum += (double)model->grad_shard[i] * model->grad_shard[i];
-    if (model->ways > 1) dist_sum_doubles(model->dist, &sum, 1);
+    if (model->ways > 1) dist_sum_doubles_in_group(model->dist, &sum, 1); // every group holds all the shards
     return (float)sqrt(sum);
 }
 
@@ -1317,6 +1320,7 @@ int main(int argc, char **argv) {
         dist_finalize(&dist);
         return status;
     }
+    dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
     prepare_output_dir(opts.output_dir);
     long resume_step = -1;
     if (opts.resume) {
@@ -1368,9 +1372,10 @@ int main(int argc, char **argv) {
 #endif
     printf(
         "train_cpu | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d threads, GEMM %s | %d processes, ZeRO-%d\n",
+        "%d threads, GEMM %s | %d processes, ZeRO-%d%s\n",
         cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
-        dtype_name(opts.dtype), B, T, accum_steps, threads, gemm_name(), world, opts.zero_stage);
+        dtype_name(opts.dtype), B, T, accum_steps, threads, gemm_name(), world, opts.zero_stage,
+        shard_groups_label(&dist));
     gemm_check_kernels();
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);

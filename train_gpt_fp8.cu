@@ -67,8 +67,12 @@ typedef struct {
     int fp8_weights;       // planned for float8: the FP8 copies of the weights exist
     int zero_stage, recompute;
     size_t num_params;
-    // Several ranks (dist.h's ZeRO layout): this rank's chunks, and ZeRO-3's slots (memory_plan.h)
-    Comm comm;
+    // Several ranks (dist.h's ZeRO layout): this rank's chunks, and ZeRO-3's slots (memory_plan.h). The
+    // shards span shard_comm: comm (every rank), or with --shard_group_size this rank's group, whose
+    // replicas in the other groups (replica_comm; this is replica `replica`) sum their gradient shards
+    Comm comm, group_comm, replica_comm;
+    Comm *shard_comm;
+    int replica;
     ShardMap shards;
     int num_units;
     size_t shard_floats;            // master weights and moments: all P (ZeRO-0) or this rank's shard S
@@ -136,23 +140,31 @@ static void create_event(cudaEvent_t *event) {
     cuda_check(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
 }
 
-// This rank's place in dist.h's ZeRO layout, and ZeRO-3's slot sizes.
-static void gpt_shards(GPT *model, const GPTConfig *cfg, int zero_stage, const Comm *comm) {
+// This rank's place in dist.h's ZeRO layout, and ZeRO-3's slot sizes. group: the shard group's
+// communicator with --shard_group_size, else NULL (the shards span comm).
+static void gpt_shards(GPT *model, const GPTConfig *cfg, int zero_stage, const Comm *comm,
+                       const Comm *group) {
     model->comm = *comm;
+    model->shard_comm = &model->comm;
+    if (group) {
+        model->group_comm = *group;
+        model->shard_comm = &model->group_comm;
+    }
+    const Comm *shard = model->shard_comm;
     model->zero_stage = zero_stage;
-    model->shards = shard_map(cfg, zero_stage, comm->world_size, comm->rank);
+    model->shards = shard_map(cfg, zero_stage, shard->world_size, shard->rank);
     model->num_units = shard_num_units(cfg, zero_stage);
-    model->shard_floats = shard_size(cfg, zero_stage, comm->world_size); // all P with one way
+    model->shard_floats = shard_size(cfg, zero_stage, shard->world_size); // all P with one way
     if (zero_stage == 3) {
-        model->global_slot = unit_slot_elements(cfg, comm->world_size, 0);
-        model->layer_slot = unit_slot_elements(cfg, comm->world_size, 1);
+        model->global_slot = unit_slot_elements(cfg, shard->world_size, 0);
+        model->layer_slot = unit_slot_elements(cfg, shard->world_size, 1);
     }
 }
 
 // The model's shape and settings, this rank's place in the ZeRO layout and the memory plan: all that
 // gpt_carve needs. Host-only, like gpt_carve, so that test/test_plan_bounds.cu runs both without a GPU.
 static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
-                     int accum_steps, const Comm *comm) {
+                     int accum_steps, const Comm *comm, const Comm *group) {
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->dtype = opts->dtype;
@@ -167,7 +179,7 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     model->T = T;
     model->accum_steps = accum_steps;
     model->num_params = param_count(cfg);
-    gpt_shards(model, cfg, opts->zero_stage, comm);
+    gpt_shards(model, cfg, opts->zero_stage, comm, group);
     PlanSettings settings = plan_settings_from_options(opts, B, T, comm->world_size);
     memory_plan_compute(&model->plan, cfg, &settings);
 }
@@ -259,8 +271,8 @@ static void reset_block_scale_stats(GPT *model) {
 }
 
 static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
-                      int accum_steps, const Comm *comm) {
-    gpt_plan(model, cfg, opts, B, T, accum_steps, comm);
+                      int accum_steps, const Comm *comm, const Comm *group) {
+    gpt_plan(model, cfg, opts, B, T, accum_steps, comm, group);
     size_t free_before = 0, free_after = 0, total_bytes = 0;
     cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
     if (model->plan.total > free_before)
@@ -486,6 +498,12 @@ static void reduce_fp8_amaxes(GPT *model) {
     compute_after_comm(model);
 }
 
+// Where a shard's weight casts count their saturated and flushed values: one replica's shards cover every
+// weight once, so the other groups' casts count nothing.
+static unsigned long long *weight_counts(GPT *model) {
+    return model->replica == 0 ? model->scaling.counts : NULL;
+}
+
 // This rank's chunk of unit `unit` in E4M3 (linear weights; the rest 0) at out, on `stream`.
 static void cast_shard_chunk(GPT *model, int unit, fp8 *out, unsigned long long *counts,
                              cudaStream_t stream) {
@@ -522,7 +540,7 @@ static void broadcast_bf16_read_tensors(GPT *model, int unit, bf16 *copy, cudaSt
         for (size_t x = at; x < end && !param_is_linear_weight(tensor);) {
             size_t within = x - u.start, owner = within / u.chunk;
             size_t n = end - x < (owner + 1) * u.chunk - within ? end - x : (owner + 1) * u.chunk - within;
-            comm_broadcast(&model->comm, copy + within, n, ncclBfloat16, (int)owner, stream);
+            comm_broadcast(model->shard_comm, copy + within, n, ncclBfloat16, (int)owner, stream);
             x += n;
         }
         at = end;
@@ -535,7 +553,7 @@ static void gather_global(GPT *model) {
     launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream},
                            model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params + u.shard,
                            u.chunk);
-    comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+    comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
                     model->comm_stream);
 }
 
@@ -551,13 +569,13 @@ static void gather_layer(GPT *model, int layer) {
     launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, copy + mine,
                            model->params + u.shard, u.chunk);
     if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->comm_stream);
-    comm_group_start(&model->comm);
+    comm_group_start(model->shard_comm);
     if (gathers_whole_bf16(model))
-        comm_all_gather(&model->comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
+        comm_all_gather(model->shard_comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
     else
         broadcast_bf16_read_tensors(model, 1 + layer, copy, model->comm_stream);
-    if (weights) comm_all_gather(&model->comm, weights, u.chunk, ncclUint8, 1, model->comm_stream);
-    comm_group_end(&model->comm);
+    if (weights) comm_all_gather(model->shard_comm, weights, u.chunk, ncclUint8, 1, model->comm_stream);
+    comm_group_end(model->shard_comm);
     if (weights) transpose_layer_weights(model, layer, model->comm_stream);
 }
 
@@ -567,18 +585,18 @@ static void publish_zero1(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
     if (model->fp8_weights)
         cast_shard_chunk(model, 0, model->weights_fp8 + (size_t)model->shards.rank * u.chunk,
-                         model->scaling.counts, model->stream);
-    if (model->comm.comm) {
+                         weight_counts(model), model->stream);
+    if (model->shard_comm->comm) {
         comm_after_compute(model);
-        comm_group_start(&model->comm);
+        comm_group_start(model->shard_comm);
         if (gathers_whole_bf16(model))
-            comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+            comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
                             model->comm_stream);
         else
             broadcast_bf16_read_tensors(model, 0, model->params_bf16, model->comm_stream);
         if (model->fp8_weights)
-            comm_all_gather(&model->comm, model->weights_fp8, u.chunk, ncclUint8, 1, model->comm_stream);
-        comm_group_end(&model->comm);
+            comm_all_gather(model->shard_comm, model->weights_fp8, u.chunk, ncclUint8, 1, model->comm_stream);
+        comm_group_end(model->shard_comm);
         compute_after_comm(model);
     }
     if (model->fp8_weights)
@@ -592,7 +610,7 @@ static void publish_zero1(GPT *model) {
 static void publish_zero3(GPT *model) {
     if (model->fp8_weights)
         for (int l = 0; l < model->config.num_layers; l++)
-            cast_shard_chunk(model, 1 + l, NULL, model->scaling.counts, model->stream);
+            cast_shard_chunk(model, 1 + l, NULL, weight_counts(model), model->stream);
     comm_after_compute(model);
     gather_global(model);
     gather_layer(model, 0);
@@ -998,7 +1016,7 @@ static void end_layer_backward(GPT *model, int l) {
     float *slot = model->grads + layer_slot_offset(model, l);
     layer_finished(model, l);
     cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[l % 2], 0));
-    comm_reduce_scatter(&model->comm, slot, u.chunk, model->comm_stream);
+    comm_reduce_scatter(model->shard_comm, slot, u.chunk, model->comm_stream);
     launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
                        slot + (size_t)model->shards.rank * u.chunk, u.chunk);
     cuda_check(cudaEventRecord(model->grads_free[l % 2], model->comm_stream));
@@ -1009,7 +1027,7 @@ static void end_layer_backward(GPT *model, int l) {
 static void reduce_scatter_global(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
     comm_after_compute(model);
-    comm_reduce_scatter(&model->comm, model->grads, u.chunk, model->comm_stream);
+    comm_reduce_scatter(model->shard_comm, model->grads, u.chunk, model->comm_stream);
     launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
                        model->grads + (size_t)model->shards.rank * u.chunk, u.chunk);
     compute_after_comm(model);
@@ -1075,7 +1093,8 @@ static void micro_step(GPT *model) {
 }
 
 // The gradients summed over the ranks where the optimizer reads them: ZeRO-0 all of them on every rank,
-// ZeRO-1 this rank's chunk into the gradient shard (ZeRO-3 reduce-scattered them in the backward).
+// ZeRO-1 this rank's chunk into the gradient shard (ZeRO-3 reduce-scattered them in the backward); with
+// shard groups those sums are the group's, and the shards are then summed across the groups.
 static void reduce_gradients(GPT *model) {
     if (model->zero_stage == 0 && model->comm.comm) {
         comm_after_compute(model);
@@ -1085,13 +1104,19 @@ static void reduce_gradients(GPT *model) {
     }
     if (model->zero_stage == 1) {
         ShardUnit u = shard_map_unit(&model->shards, 0);
-        if (model->comm.comm) {
+        if (model->shard_comm->comm) {
             comm_after_compute(model);
-            comm_reduce_scatter(&model->comm, model->grads, u.chunk, model->comm_stream);
+            comm_reduce_scatter(model->shard_comm, model->grads, u.chunk, model->comm_stream);
             compute_after_comm(model);
         }
         cuda_check(cudaMemcpyAsync(model->grad_shard, model->grads + (size_t)model->shards.rank * u.chunk,
                                    u.chunk * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+    }
+    if (model->zero_stage != 0 && model->replica_comm.comm) { // the groups' shards summed, once a step
+        comm_after_compute(model);
+        comm_all_reduce(&model->replica_comm, model->grad_shard, model->shard_floats, ncclFloat32, ncclSum,
+                        model->comm_stream);
+        compute_after_comm(model);
     }
 }
 
@@ -1136,10 +1161,10 @@ static void update_step(GPT *model) {
         comm_group_start(&model->comm);
         comm_all_reduce(&model->comm, &model->step_results->loss_sum, 1, ncclFloat32, ncclSum,
                         model->comm_stream);
-        if (model->zero_stage != 0)
-            comm_all_reduce(&model->comm, &model->step_results->norm_squared, 1, ncclFloat64, ncclSum,
-                            model->comm_stream);
         comm_group_end(&model->comm);
+        if (model->zero_stage != 0) // every group holds all the shards: the norm is one group's sum
+            comm_all_reduce(model->shard_comm, &model->step_results->norm_squared, 1, ncclFloat64, ncclSum,
+                            model->comm_stream);
         compute_after_comm(model);
     }
     launch<step_decide_kernel>({1, 1, 0, stream}, model->step_results, model->step_params);
@@ -1267,6 +1292,12 @@ static GPTConfig read_model_config(const char *path) {
     return cfg;
 }
 
+static void comm_destroy_all(GPT *model) {
+    comm_destroy(&model->replica_comm);
+    comm_destroy(&model->group_comm);
+    comm_destroy(&model->comm);
+}
+
 // Returns once every rank has reached it: MPI's barrier, or without MPI an all-reduce every rank joins.
 static void barrier_all_ranks(GPT *model, const Dist *dist) {
     if (dist->mpi) {
@@ -1278,8 +1309,8 @@ static void barrier_all_ranks(GPT *model, const Dist *dist) {
 }
 
 // Every rank writes its own part of the file (checkpoint.h's parallel write): with ZeRO-1/3 its chunk of
-// every unit, straight from its shard (nothing is gathered); with ZeRO-0, where every rank holds the whole
-// master, an equal share.
+// every unit, straight from its shard (nothing is gathered; with shard groups, the first group's ranks);
+// with ZeRO-0, where every rank holds the whole master, an equal share.
 static void write_model_part(GPT *model, FILE *f, const char *tmp, size_t begin, size_t count,
                              const float *device, float *host) {
     for (size_t done = 0; done < count; done += CHECKPOINT_PIECE) {
@@ -1300,7 +1331,7 @@ static void save_model(GPT *model, const Dist *dist, const char *path) {
         model_file_share(model->num_params, model->comm.rank, model->comm.world_size, &begin, &count);
         write_model_part(model, f, tmp, begin, count, model->params + begin, host);
     }
-    for (int unit = 0; model->zero_stage != 0 && unit < model->num_units; unit++) {
+    for (int unit = 0; model->zero_stage != 0 && model->replica == 0 && unit < model->num_units; unit++) {
         ShardUnit u = shard_map_unit(&model->shards, unit);
         write_model_part(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
                          model->params + u.shard, host);
@@ -1383,7 +1414,7 @@ static void begin_bf16_pass(GPT *model) {
     comm_after_compute(model);
     if (model->zero_stage == 1) {
         ShardUnit u = shard_map_unit(&model->shards, 0);
-        comm_all_gather(&model->comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
+        comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
                         model->comm_stream);
     } else {
         gather_layer(model, 0);
@@ -1619,8 +1650,13 @@ int main(int argc, char **argv) {
              "or "
              "newer (blockwise runs on Hopper; train_cpu runs every recipe)",
              props.name, props.major, props.minor);
-    Comm comm;
+    Comm comm, group, replicas;
     comm_init(&comm, &dist, opts.output_dir, opts.nccl_timeout_s);
+    dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
+    if (dist.replicas > 1) {
+        comm_split(&comm, dist.replica, &group);
+        comm_split(&comm, dist.group_rank, &replicas);
+    }
     struct stat output_stat;
     if (dist.rank != 0 && *opts.output_dir &&
         (stat(opts.output_dir, &output_stat) != 0 || !S_ISDIR(output_stat.st_mode)))
@@ -1633,7 +1669,9 @@ int main(int argc, char **argv) {
         opts.fp8_recipe = FP8_RECIPE_CURRENT;
     }
     GPT model;
-    gpt_alloc(&model, &cfg, &opts, B, T, accum_steps, &comm);
+    gpt_alloc(&model, &cfg, &opts, B, T, accum_steps, &comm, dist.replicas > 1 ? &group : NULL);
+    if (dist.replicas > 1) model.replica_comm = replicas;
+    model.replica = dist.replica;
     TrainState state = train_state_init(&opts, &train_loader, B, T, accum_steps, dist.rank, dist.world_size);
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
@@ -1644,7 +1682,7 @@ int main(int argc, char **argv) {
         if (!resume_has_work(&opts, resume_step)) {
             step_guard_free(&guard);
             gpt_free(&model);
-            comm_destroy(&model.comm);
+            comm_destroy_all(&model);
             dist_finalize(&dist);
             return 0;
         }
@@ -1667,10 +1705,11 @@ int main(int argc, char **argv) {
 
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d process(es), zero_stage %d, recompute %d | %.2f GiB planned per GPU | attention %s\n",
+        "%d process(es), zero_stage %d%s, recompute %d | %.2f GiB planned per GPU | attention %s\n",
         props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
         model.num_params, dtype_name(opts.dtype), B, T, accum_steps, dist.world_size, opts.zero_stage,
-        opts.recompute, model.plan.total / 1073741824.0, model.attention.description);
+        shard_groups_label(&dist), opts.recompute, model.plan.total / 1073741824.0,
+        model.attention.description);
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {
@@ -1783,7 +1822,7 @@ int main(int argc, char **argv) {
     if (tokenizer.loaded) tokenizer_free(&tokenizer);
     free(sample_tokens);
     gpt_free(&model);
-    comm_destroy(&model.comm);
+    comm_destroy_all(&model);
     energy_meter_stop(&energy);
     dist_finalize(&dist);
     return 0;

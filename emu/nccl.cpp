@@ -392,6 +392,31 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     return ncclSuccess;
 }
 
+// The ranks of comm that pass the same color, ordered by key then rank, as MPI_Comm_split orders them
+// (every rank of comm calls it; the emulation's split blocks in MPI). Non-blocking configs as for
+// ncclCommInitRankConfig.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+    if (!comm || comm->aborted || comm->initializing) return usage("%s: no usable parent", "ncclCommSplit");
+    if (config && config->magic != NCCL_CONFIG_MAGIC)
+        return usage("%s: the config was not set from NCCL_CONFIG_INITIALIZER", "ncclCommSplit");
+    if (color < 0) return usage("%s: this emulation needs a color for every rank", "ncclCommSplit");
+    ncclComm *c = new ncclComm();
+    c->rank = 0;
+    c->nranks = 1;
+#ifdef USE_MPI
+    if (comm->nranks > 1) {
+        MPI_Comm_split(comm->mpi, color, key, &c->mpi);
+        MPI_Comm_rank(c->mpi, &c->rank);
+        MPI_Comm_size(c->mpi, &c->nranks);
+        if (c->nranks == 1) MPI_Comm_free(&c->mpi);
+    }
+#endif
+    *newcomm = c;
+    if (!config || config->blocking != 0) return ncclSuccess;
+    c->initializing = true;
+    return ncclInProgress;
+}
+
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
     cudaDeviceSynchronize(); // its queued collectives complete first, as NCCL's do

@@ -240,6 +240,23 @@ static inline void comm_init(Comm *c, const Dist *d, const char *output_dir, int
     remove_nccl_id_file(); // every rank has joined, so every rank has read it
 }
 
+// The ranks of `parent` that pass the same color, in rank order: a shard group, or the replicas of one place
+// across the groups (--shard_group_size). Every rank of parent calls it. One process: none.
+static inline void comm_split(Comm *parent, int color, Comm *out) {
+    memset(out, 0, sizeof(*out));
+    out->timeout_s = parent->timeout_s;
+    out->world_size = 1;
+    if (!parent->comm) return;
+    out->rank = parent->rank;
+    cuda_check(cudaEventCreateWithFlags(&out->drained, cudaEventDisableTiming));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t result = ncclCommSplit(parent->comm, color, parent->rank, &out->comm, &config);
+    comm_settle(out, result, "splitting the NCCL communicator");
+    nccl_check(ncclCommCount(out->comm, &out->world_size));
+    nccl_check(ncclCommUserRank(out->comm, &out->rank));
+}
+
 static inline void comm_destroy(Comm *c) {
     if (!c->comm) return;
     comm_settle(c, ncclCommFinalize(c->comm), "ncclCommFinalize");

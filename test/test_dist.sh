@@ -21,7 +21,9 @@
 # collectives need MPI), and so are srun tasks that got no ranks (srun without --mpi=pmix would start lone
 # runs sharing one output directory); a rank that stops answering (--inject_stall_rank, 2 and 4
 # processes) makes the others exit non-zero on --nccl_timeout_s instead of hanging; --keep_checkpoints
-# removes the older steps' files of every rank.
+# removes the older steps' files of every rank; shard groups (--shard_group_size 2 of 4 processes, ZeRO-1
+# and ZeRO-3) match one process, resume bit-exactly in the same groups and re-shard to flat ZeRO-3, and a
+# group size that does not divide the processes is refused.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -98,6 +100,35 @@ run four_float32_z1 4 --batch_size 1 --dtype float32 --zero_stage 1
 same four_float32_z1 one_float32_b4 float32 256 "4 processes x B=1 = 1 x B=4 (float32, ZeRO-1)"
 run four_float8_z3 4 --batch_size 1 --dtype float8 --zero_stage 3
 same four_float8_z3 one_float8_b4 float8 256 "4 processes x B=1 = 1 x B=4 (float8, ZeRO-3)"
+# shard groups: 4 processes in 2 groups of 2 (each group shards, the groups sum their gradient shards once
+# a step) = 1 x B=4; resumed from the step-3 checkpoint in the same groups, the step-6 files are the straight
+# run's bit for bit; resumed with the shards over all 4 (flat ZeRO-3), it re-shards and stays within bounds
+for zero in 1 3; do
+    run "hybrid_float8_z$zero" 4 --batch_size 1 --dtype float8 --zero_stage "$zero" --shard_group_size 2 --ckpt_every 3
+    same "hybrid_float8_z$zero" one_float8_b4 float8 256 "4 processes in 2 shard groups of 2 x B=1 = 1 x B=4 (float8, ZeRO-$zero)"
+done
+grep -q "ZeRO-3 in 2 groups of 2" "$TMP/hybrid_float8_z3.out"
+result $? "the banner names the shard groups"
+for resumed in hybrid_again flat_again; do
+    cp -r "$TMP/hybrid_float8_z3" "$TMP/$resumed"
+    rm "$TMP/$resumed"/*_00000006*.bin
+    echo 3 >"$TMP/$resumed/latest_checkpoint"
+done
+run hybrid_again 4 --batch_size 1 --dtype float8 --zero_stage 3 --shard_group_size 2 --ckpt_every 3 --resume 1
+identical=0
+for file in "$TMP/hybrid_float8_z3"/*_00000006*.bin; do
+    cmp -s "$file" "$TMP/hybrid_again/$(basename "$file")" || identical=1
+done
+grep -q "resumed | step 3" "$TMP/hybrid_again.out" && [ $identical = 0 ]
+result $? "shard groups, ZeRO-3: resumed at step 3, the model and all 4 state files of step 6 bit-identical"
+cp "$TMP/hybrid_float8_z3.jsonl" "$TMP/flat_again.jsonl" # the resumed run keeps its steps 1-3
+run flat_again 4 --batch_size 1 --dtype float8 --zero_stage 3 --ckpt_every 3 --resume 1
+same flat_again one_float8_b4 float8 256 "a shard-group checkpoint resumed with the shards over all 4 processes (re-sharded)"
+status=0
+run bad_group 4 --batch_size 1 --dtype float8 --zero_stage 3 --shard_group_size 3 || status=$?
+[ $status != 0 ] && grep -q "^error: --shard_group_size: 3 does not divide the 4 processes" "$TMP/bad_group.out"
+result $? "--shard_group_size 3 of 4 processes: refused with one error line"
+
 run one_float8_b3 1 --batch_size 3 --dtype float8
 run three_float8_z3 3 --batch_size 1 --dtype float8 --zero_stage 3
 same three_float8_z3 one_float8_b3 float8 192 "3 processes x B=1 = 1 x B=3 (float8, ZeRO-3, padded shards)"

@@ -17,7 +17,9 @@
 #     equal what --dry_run's time plan predicts for that run (bfloat16 and float8, ZeRO 0, 1 and 3, with and
 #     without gradient accumulation);
 #   - float8 with ZeRO-1/3 gathers the FP8 weights and only the BF16 tensors a float8 pass reads, and the
-#     BF16 shadow check (which reads them all) gives ZeRO-0's losses and model file bit for bit.
+#     BF16 shadow check (which reads them all) gives ZeRO-0's losses and model file bit for bit;
+#   - shard groups (--shard_group_size 2 of 4 processes, ZeRO-1 and ZeRO-3): train_emu = train_cpu within
+#     the same bounds, and their bytes per step = the plan's (with the all-reduce across the groups).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -65,6 +67,21 @@ for np in 2 4; do
         result $status "train_emu = train_cpu, $np processes, ZeRO-$zero, float8"
     done
 done
+# shard groups: 4 processes in 2 groups of 2 (the shards over a group, summed across the groups once a step)
+for zero in 1 3; do
+    run "cpu_hybrid_z$zero" ./train_cpu 4 --dtype float8 --zero_stage "$zero" --shard_group_size 2
+    status=0
+    run "emu_hybrid_z$zero" ./train_emu 4 --dtype float8 --zero_stage "$zero" --shard_group_size 2 || status=$?
+    if [ $status != 0 ]; then sed 's/^/     | /' "$TMP/emu_hybrid_z$zero.out" | tail -5; fi
+    status=0
+    out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_hybrid_z$zero.jsonl" "$(model "cpu_hybrid_z$zero")" \
+        --run "$TMP/emu_hybrid_z$zero.jsonl" "$(model "emu_hybrid_z$zero")" \
+        --float32 "$TMP/cpu32_np4.jsonl" "$(model cpu32_np4)" --dtype float8 --rows 512 --lr $LR) || status=$?
+    echo "     $out" | head -3
+    grep -q "zero_stage $zero in 2 groups of 2" "$TMP/emu_hybrid_z$zero.out" && [ $status = 0 ]
+    result $? "train_emu = train_cpu, 4 processes in 2 shard groups of 2, ZeRO-$zero, float8"
+done
+
 status=0 # the emulated run of 2 processes against the reference of 4 (twice the global batch): must fail
 "$PY" test/compare_runs.py --ref "$TMP/cpu_np4_z1.jsonl" "$(model cpu_np4_z1)" --run "$TMP/emu_np2_z1.jsonl" \
     "$(model emu_np2_z1)" --float32 "$TMP/cpu32_np4.jsonl" "$(model cpu32_np4)" --dtype float8 --rows 512 --lr $LR \
@@ -106,16 +123,18 @@ step_bytes() { # REPORT KIND: the total of KIND in the step range
     sed -n "s/^range_collective_bytes step count [0-9]* .*\b$2 \([0-9]*\).*/\1/p" "$1"
 }
 layers4=(--layers 4) # layers 2 and 3 are gathered in each pass (0 and 1 stay in their slots)
-for config in "bfloat16 0 0" "float8 1 0" "float8 3 0" "bfloat16 3 512" "float8 3 512"; do
-    read -r dtype zero total <<<"$config"
-    flags=(--dtype "$dtype" --zero_stage "$zero" --total_batch_size "$total" "${layers4[@]}")
+for config in "bfloat16 0 0 2 0" "float8 1 0 2 0" "float8 3 0 2 0" "bfloat16 3 512 2 0" "float8 3 512 2 0" \
+    "float8 3 1024 4 2" "bfloat16 1 0 4 2"; do
+    read -r dtype zero total np group <<<"$config"
+    flags=(--dtype "$dtype" --zero_stage "$zero" --total_batch_size "$total" --shard_group_size "$group"
+           "${layers4[@]}")
     for steps in 1 3; do
         rm -f "$TMP/bytes_$steps"_*.txt
         mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --steps $steps --output_dir "")
-        CUDA_EMU_REPORT="$TMP/bytes_${steps}_%p.txt" "${MPIRUN[@]}" -x CUDA_EMU_REPORT -np 2 ./train_emu "${args[@]}" \
+        CUDA_EMU_REPORT="$TMP/bytes_${steps}_%p.txt" "${MPIRUN[@]}" -x CUDA_EMU_REPORT -np "$np" ./train_emu "${args[@]}" \
             >"$TMP/bytes_$steps.out" 2>&1 || echo "     the $steps-step run failed: $(tail -n 2 "$TMP/bytes_$steps.out")"
     done
-    mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --dry_run 1 --world_size 2)
+    mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --dry_run 1 --world_size "$np")
     ./train_emu "${args[@]}" >"$TMP/bytes_plan.out" 2>&1 || true
     counted="" planned=""
     for kind in all_reduce all_gather reduce_scatter broadcast; do
@@ -125,11 +144,11 @@ for config in "bfloat16 0 0" "float8 1 0" "float8 3 0" "bfloat16 3 512" "float8 
             per_rank+=" $(( ($(step_bytes "$report" $kind) - $(step_bytes "$one" $kind)) / 2 ))"
         done
         counted+="$kind$per_rank; "
-        planned+="$kind $(sed -n "s/^plan_step_ms .* plan_${kind}_bytes \([0-9]*\).*/\1/p" "$TMP/bytes_plan.out")"
-        planned+=" $(sed -n "s/^plan_step_ms .* plan_${kind}_bytes \([0-9]*\).*/\1/p" "$TMP/bytes_plan.out"); "
+        plan=$(sed -n "s/^plan_step_ms .* plan_${kind}_bytes \([0-9]*\).*/\1/p" "$TMP/bytes_plan.out")
+        planned+="$kind$(printf " %s" $(seq "$np" | sed "s/.*/$plan/")); "
     done
     [ "$counted" = "$planned" ]
-    result $? "$dtype, ZeRO-$zero, --total_batch_size $total, 2 processes: bytes per step, counted on each rank = planned: $counted"
+    result $? "$dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group: bytes per step, counted on each rank = planned: $counted"
 done
 
 # float8 with ZeRO-1/3 gathers only the BF16 tensors a float8 pass reads (the FP8 weights beside them); the

@@ -414,7 +414,7 @@ static void carve(GPT *m, const GPTConfig *cfg, const TrainOptions *opts, int wo
     memset(&comm, 0, sizeof(comm)); // no communicator: the plan needs the rank and world size only
     comm.rank = rank;
     comm.world_size = world_size;
-    gpt_plan(m, cfg, opts, opts->batch_size, opts->seq_len, 1, &comm);
+    gpt_plan(m, cfg, opts, opts->batch_size, opts->seq_len, 1, &comm, NULL);
     gpt_carve(m, FAKE_BASE);
     snprintf(config_label, sizeof(config_label),
              "L=%d C=%d NH=%d B=%d T=%d %s zero %d world %d rank %d recompute %d", cfg->num_layers,
