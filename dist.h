@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,15 +98,24 @@ static inline void dist_one_group(Dist *d) {
     d->replica = 0;
 }
 
-static inline void dist_init(Dist *d, int *argc, char ***argv) {
-    d->rank = 0;
-    d->world_size = 1;
-    d->local_rank = 0;
-    d->mpi = 0;
-    d->timeout_s = DIST_DEFAULT_TIMEOUT_S;
+// One process, no MPI: what dist_init starts from, and what tools and tests that run the trainers' code
+// in one process use.
+static inline Dist dist_single(void) {
+    Dist d;
+    memset(&d, 0, sizeof(d));
+    d.world_size = 1;
+    d.timeout_s = DIST_DEFAULT_TIMEOUT_S;
+    dist_one_group(&d);
 #ifdef USE_MPI
-    d->group_comm = MPI_COMM_WORLD;
-    d->replica_comm = MPI_COMM_SELF;
+    d.group_comm = MPI_COMM_WORLD;
+    d.replica_comm = MPI_COMM_SELF;
+#endif
+    return d;
+}
+
+static inline void dist_init(Dist *d, int *argc, char ***argv) {
+    *d = dist_single();
+#ifdef USE_MPI
     if (dist_ranks_from_mpi()) {
         MPI_Init(argc, argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);

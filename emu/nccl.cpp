@@ -26,7 +26,9 @@
 struct ncclComm {
     int rank, nranks;
     bool aborted;
-    bool initializing;           // non-blocking creation not yet confirmed by ncclCommGetAsyncError
+    bool initializing;             // non-blocking creation not yet confirmed by ncclCommGetAsyncError
+    ncclComm *split_result = NULL; // a non-blocking split of this communicator: handed out when it settles
+    ncclComm_t *split_out = NULL;
     unsigned long long sequence; // collectives queued so far
 #ifdef USE_MPI
     MPI_Comm mpi;
@@ -393,8 +395,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 }
 
 // The ranks of comm that pass the same color, ordered by key then rank, as MPI_Comm_split orders them
-// (every rank of comm calls it; the emulation's split blocks in MPI). Non-blocking configs as for
-// ncclCommInitRankConfig.
+// (every rank of comm calls it; the emulation's split blocks in MPI). Non-blocking, the parent reports
+// ncclInProgress and *newcomm stays NULL until ncclCommGetAsyncError on the parent, as NCCL's does.
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
     if (!comm || comm->aborted || comm->initializing) return usage("%s: no usable parent", "ncclCommSplit");
     if (config && config->magic != NCCL_CONFIG_MAGIC)
@@ -411,9 +413,14 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         if (c->nranks == 1) MPI_Comm_free(&c->mpi);
     }
 #endif
-    *newcomm = c;
-    if (!config || config->blocking != 0) return ncclSuccess;
-    c->initializing = true;
+    if (!config || config->blocking != 0) {
+        *newcomm = c;
+        return ncclSuccess;
+    }
+    *newcomm = NULL; // as NCCL: the new communicator comes out once the parent's split has settled
+    comm->split_result = c;
+    comm->split_out = newcomm;
+    comm->initializing = true;
     return ncclInProgress;
 }
 
@@ -445,6 +452,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
     if (!comm) return ncclInvalidArgument;
     *async_error = ncclSuccess; // a failing peer ends its process; one that hangs leaves a collective waiting
     comm->initializing = false;
+    if (comm->split_out) *comm->split_out = comm->split_result;
+    comm->split_out = NULL;
     return ncclSuccess;
 }
 

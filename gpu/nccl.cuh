@@ -3,7 +3,8 @@
 // The communicator needs one unique id that rank 0 draws and every rank learns before it joins:
 //  - started by MPI (mpirun, srun): rank 0 broadcasts it with MPI_Bcast;
 //  - NCCL_COMM_ID=<host>:<port> set (any launcher): every rank derives it from that address, where rank 0
-//    listens; no file;
+//    listens; no file (NCCL's other ranks retry connecting for some 20-60 s, NCCL_SOCKET_RETRY_CNT: start
+//    rank 0 no later than that);
 //  - started torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, no MPI): rank 0 writes it to a file in
 //    --output_dir (temp file + rename, so nobody reads half of it) and the others poll for it, which needs
 //    a directory every rank sees: one node, or a filesystem the nodes share. The file's name carries a
@@ -34,22 +35,54 @@ static inline void nccl_check_at(ncclResult_t result, const char *what, const ch
 typedef struct {
     ncclComm_t comm; // NULL when the run is one process
     int rank, world_size;
-    int timeout_s;             // --nccl_timeout_s
-    unsigned long long issued; // collectives enqueued so far
-    char last_collective[96];  // the last of them, for the message of a wait that times out
-    cudaEvent_t drained;       // recorded to wait for a stream
+    int timeout_s;       // --nccl_timeout_s
+    cudaEvent_t drained; // recorded to wait for a stream
 } Comm;
 
 #define NCCL_ID_FILE_MAGIC 20261202
 
-// Ends the run: the communicator aborted (its kernels exit, the device can be left), then one line.
+// The collectives this process has enqueued on any of its communicators, and the last of them: the
+// message of a wait that fails names it.
+static unsigned long long collectives_issued;
+static char last_collective[96];
+
+// Every communicator this process holds (the world's, and with --shard_group_size its group's and its
+// replicas'), in creation order: each wait polls them all, and a failure aborts them all, the split ones
+// first (a kernel of one left spinning would hold the others' abort, which frees device memory).
+#define MAX_LIVE_COMMS 3
+static ncclComm_t live_comms[MAX_LIVE_COMMS];
+
+static inline void comm_register(ncclComm_t comm) {
+    for (int i = 0; i < MAX_LIVE_COMMS; i++)
+        if (!live_comms[i]) {
+            live_comms[i] = comm;
+            return;
+        }
+    fail("internal: more than %d NCCL communicators", MAX_LIVE_COMMS);
+}
+
+static inline int comm_is_live(ncclComm_t comm) {
+    for (int i = 0; i < MAX_LIVE_COMMS; i++)
+        if (live_comms[i] == comm) return 1;
+    return 0;
+}
+
+static inline void comm_unregister(ncclComm_t comm) {
+    for (int i = 0; i < MAX_LIVE_COMMS; i++)
+        if (live_comms[i] == comm) live_comms[i] = NULL;
+}
+
+// Ends the run: every communicator aborted (their kernels exit, the device can be left), then one line.
 __attribute__((noreturn)) static inline void comm_fail(Comm *c, const char *what, const char *why) {
-    if (c->comm) ncclCommAbort(c->comm);
+    for (int i = MAX_LIVE_COMMS - 1; i >= 0; i--)
+        if (live_comms[i]) ncclCommAbort(live_comms[i]);
+    if (c->comm && !comm_is_live(c->comm)) ncclCommAbort(c->comm); // one still being created
+    memset(live_comms, 0, sizeof(live_comms));
     c->comm = NULL;
     char last[192] = "";
-    if (c->issued)
-        snprintf(last, sizeof(last), " (the last NCCL collective this rank issued: #%llu, %s)", c->issued,
-                 c->last_collective);
+    if (collectives_issued)
+        snprintf(last, sizeof(last), " (the last NCCL collective this rank issued: #%llu, %s)",
+                 collectives_issued, last_collective);
     fail("rank %d: %s: %s%s; the communicator was aborted", c->rank, what, why, last);
 }
 
@@ -81,9 +114,12 @@ static inline void comm_wait_event(Comm *c, cudaEvent_t event, const char *what)
         cudaError_t status = cudaEventQuery(event);
         if (status == cudaSuccess) return;
         if (status != cudaErrorNotReady) cuda_check(status);
-        ncclResult_t async;
-        nccl_check(ncclCommGetAsyncError(c->comm, &async));
-        if (async != ncclSuccess && async != ncclInProgress) comm_fail(c, what, ncclGetErrorString(async));
+        for (int i = 0; i < MAX_LIVE_COMMS; i++) {
+            ncclResult_t async = ncclSuccess;
+            if (live_comms[i]) nccl_check(ncclCommGetAsyncError(live_comms[i], &async));
+            if (async != ncclSuccess && async != ncclInProgress)
+                comm_fail(c, what, ncclGetErrorString(async));
+        }
         if (wall_time_ms() - start > 1e3 * c->timeout_s) {
             char why[160];
             snprintf(why, sizeof(why),
@@ -237,6 +273,7 @@ static inline void comm_init(Comm *c, const Dist *d, const char *output_dir, int
     config.blocking = 0; // a rank that never joins must not hold this one inside NCCL
     ncclResult_t result = ncclCommInitRankConfig(&c->comm, d->world_size, id, d->rank, &config);
     comm_settle(c, result, "joining the NCCL communicator");
+    comm_register(c->comm);
     remove_nccl_id_file(); // every rank has joined, so every rank has read it
 }
 
@@ -251,14 +288,20 @@ static inline void comm_split(Comm *parent, int color, Comm *out) {
     cuda_check(cudaEventCreateWithFlags(&out->drained, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
+    // The split runs on the parent, and NCCL hands out the new communicator only once the parent settles.
     ncclResult_t result = ncclCommSplit(parent->comm, color, parent->rank, &out->comm, &config);
-    comm_settle(out, result, "splitting the NCCL communicator");
+    comm_settle(parent, result, "splitting the NCCL communicator");
+    if (!out->comm) comm_fail(parent, "splitting the NCCL communicator", "no communicator came back");
+    nccl_check(ncclCommGetAsyncError(out->comm, &result));
+    comm_settle(out, result, "joining the split NCCL communicator");
+    comm_register(out->comm);
     nccl_check(ncclCommCount(out->comm, &out->world_size));
     nccl_check(ncclCommUserRank(out->comm, &out->rank));
 }
 
 static inline void comm_destroy(Comm *c) {
     if (!c->comm) return;
+    comm_unregister(c->comm);
     comm_settle(c, ncclCommFinalize(c->comm), "ncclCommFinalize");
     nccl_check(ncclCommDestroy(c->comm));
     cuda_check(cudaEventDestroy(c->drained));
@@ -267,8 +310,9 @@ static inline void comm_destroy(Comm *c) {
 
 // Names the collective about to be enqueued (for comm_fail's message).
 static inline void comm_issue(Comm *c, const char *kind, size_t count) {
-    c->issued++;
-    snprintf(c->last_collective, sizeof(c->last_collective), "%s of %zu elements", kind, count);
+    collectives_issued++;
+    snprintf(last_collective, sizeof(last_collective), "%s of %zu elements on %d ranks", kind, count,
+             c->world_size);
 }
 
 // ncclGroupStart / End around several collectives: NCCL launches them as one operation.

@@ -105,8 +105,7 @@ static void tensor_with_amax(float *x, int n, float amax) {
 static void test_first_step(void) {
     TrainOptions opts;
     options_defaults(&opts);
-    Dist dist = {0};
-    dist.world_size = 1;
+    Dist dist = dist_single();
     Fp8State s;
     fp8_state_init(&s, 1, &opts);
     enum { N = 1000 };

@@ -285,7 +285,7 @@ int main(void) {
                cfg.padded_vocab_size == 128 && cfg.max_seq_len == GC_MAXT && cfg.num_heads == 2,
            "config from options: L %d C %d NH %d V %d Vp %d maxT %d", cfg.num_layers, cfg.channels,
            cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len);
-    Dist one_process = {0, 1, 0, 0, DIST_DEFAULT_TIMEOUT_S};
+    Dist one_process = dist_single();
     gpt_alloc(&model, &cfg, DTYPE_FLOAT32, GC_B, GC_T, &opts, &one_process);
     gpt_init_params(model.params, &cfg, 7);
 

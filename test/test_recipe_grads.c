@@ -67,7 +67,7 @@ static TrainOptions options_for(const char *dtype, const char *recipe) {
 static float *gradient(const GPTConfig *cfg, const float *params, const char *dtype, const char *recipe,
                        const int *inputs, const int *targets, int double_factor) {
     TrainOptions opts = options_for(dtype, recipe);
-    Dist one_process = {0, 1, 0, 0, DIST_DEFAULT_TIMEOUT_S};
+    Dist one_process = dist_single();
     GPT m;
     memset(&m, 0, sizeof(m));
     gpt_alloc(&m, cfg, opts.dtype, RG_B, RG_T, &opts, &one_process);
