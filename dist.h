@@ -91,11 +91,19 @@ static inline void dist_from_env(Dist *d) {
     d->local_rank = local < 0 ? 0 : local;
 }
 
-static inline void dist_one_group(Dist *d) {
-    d->group_size = d->world_size;
-    d->group_rank = d->rank;
-    d->replicas = 1;
-    d->replica = 0;
+// Shard groups of group_size consecutive ranks (cli.h's resolve_shard_group has checked that it divides
+// the world size): with MPI, a communicator for each group and one for each place across the groups.
+static inline void dist_set_shard_group(Dist *d, int group_size) {
+    d->group_size = group_size;
+    d->group_rank = d->rank % group_size;
+    d->replicas = d->world_size / group_size;
+    d->replica = d->rank / group_size;
+#ifdef USE_MPI
+    if (d->mpi && d->replicas > 1) {
+        MPI_Comm_split(MPI_COMM_WORLD, d->replica, d->rank, &d->group_comm);
+        MPI_Comm_split(MPI_COMM_WORLD, d->group_rank, d->rank, &d->replica_comm);
+    }
+#endif
 }
 
 // One process, no MPI: what dist_init starts from, and what tools and tests that run the trainers' code
@@ -105,7 +113,7 @@ static inline Dist dist_single(void) {
     memset(&d, 0, sizeof(d));
     d.world_size = 1;
     d.timeout_s = DIST_DEFAULT_TIMEOUT_S;
-    dist_one_group(&d);
+    dist_set_shard_group(&d, 1);
 #ifdef USE_MPI
     d.group_comm = MPI_COMM_WORLD;
     d.replica_comm = MPI_COMM_SELF;
@@ -125,7 +133,7 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
         MPI_Comm_rank(node, &d->local_rank);
         MPI_Comm_free(&node);
         d->mpi = 1;
-        dist_one_group(d);
+        dist_set_shard_group(d, d->world_size); // one group: all the ranks
         return;
     }
 #else
@@ -136,7 +144,7 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
              "rebuild)");
 #endif
     dist_from_env(d);
-    dist_one_group(d);
+    dist_set_shard_group(d, d->world_size); // one group: all the ranks
     // srun without an MPI plugin starts every task as a lone process: each would train alone and all would
     // write one output directory.
     int slurm_tasks = dist_env_int("SLURM_STEP_NUM_TASKS");
@@ -150,21 +158,6 @@ static inline void dist_init(Dist *d, int *argc, char ***argv) {
 // Non-zero ranks print nothing to stdout: one log for the whole run. Errors (stderr) still name their rank.
 static inline void dist_quiet_other_ranks(const Dist *d) {
     if (d->rank != 0 && !freopen("/dev/null", "w", stdout)) fail("rank %d: cannot silence stdout", d->rank);
-}
-
-// Shard groups of group_size consecutive ranks (cli.h's resolve_shard_group has checked that it divides
-// the world size): with MPI, a communicator for each group and one for each place across the groups.
-static inline void dist_set_shard_group(Dist *d, int group_size) {
-    d->group_size = group_size;
-    d->group_rank = d->rank % group_size;
-    d->replicas = d->world_size / group_size;
-    d->replica = d->rank / group_size;
-#ifdef USE_MPI
-    if (d->mpi && d->replicas > 1) {
-        MPI_Comm_split(MPI_COMM_WORLD, d->replica, d->rank, &d->group_comm);
-        MPI_Comm_split(MPI_COMM_WORLD, d->group_rank, d->rank, &d->replica_comm);
-    }
-#endif
 }
 
 // " in G groups of N" for the banners of a run with several shard groups, else "".

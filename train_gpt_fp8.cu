@@ -1330,11 +1330,12 @@ static void save_model(GPT *model, const Dist *dist, const char *path) {
         size_t begin, count;
         model_file_share(model->num_params, model->comm.rank, model->comm.world_size, &begin, &count);
         write_model_part(model, f, tmp, begin, count, model->params + begin, host);
-    }
-    for (int unit = 0; model->zero_stage != 0 && model->replica == 0 && unit < model->num_units; unit++) {
-        ShardUnit u = shard_map_unit(&model->shards, unit);
-        write_model_part(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
-                         model->params + u.shard, host);
+    } else if (model->replica == 0) { // the other groups hold the same shards
+        for (int unit = 0; unit < model->num_units; unit++) {
+            ShardUnit u = shard_map_unit(&model->shards, unit);
+            write_model_part(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
+                             model->params + u.shard, host);
+        }
     }
     free(host);
     atomic_close(f, tmp, path);
@@ -1402,9 +1403,6 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, Tra
 // ----------------------------------------------------------------------------
 // Health: the BF16 shadow check, FP8 telemetry, energy
 
-// The loss of the batch in model->tokens through the bfloat16 path on the same weights (the BF16 copy);
-// runs op by op and leaves the FP8 state untouched. Reads back, so it synchronises: only on check steps.
-// This rank's batch only: the caller averages over ranks.
 // A BF16 pass of a float8 run (the shadow check, --eval_only's BF16 loss) reads every weight in BF16, which
 // float8's gathers leave out (gathers_whole_bf16): with ZeRO-1 the whole copy is gathered first, with
 // ZeRO-3 layers 0 and 1 (the pass gathers the others whole as it reaches them).
@@ -1423,6 +1421,9 @@ static void begin_bf16_pass(GPT *model) {
     compute_after_comm(model);
 }
 
+// The loss of the batch in model->tokens through the bfloat16 path on the same weights (the BF16 copy);
+// runs op by op and leaves the FP8 state untouched. Reads back, so it synchronises: only on check steps.
+// This rank's batch only: the caller averages over ranks.
 static float bf16_shadow_loss(GPT *model) {
     int dtype = model->dtype;
     begin_bf16_pass(model);

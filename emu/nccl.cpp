@@ -281,6 +281,10 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
     emu::count_collective_bytes(kind, kind == REDUCE_SCATTER ? send_bytes : recv_bytes);
 #ifdef USE_MPI
     auto progress = std::make_shared<Collective>(); // kept across the runs of a collective that waits
+    progress->comm = comm;
+    progress->desc = desc;
+    progress->send = send;
+    progress->recv = recv;
 #endif
     cudaError_t err = emu::enqueue(stream, emu::OP_COLLECTIVE, [=] {
         if (comm->aborted) return;
@@ -292,12 +296,6 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
             return;
         }
 #ifdef USE_MPI
-        if (!progress->comm) {
-            progress->comm = comm;
-            progress->desc = desc;
-            progress->send = send;
-            progress->recv = recv;
-        }
         if (!advance(*progress)) emu::op_waits();
 #endif
     });
