@@ -53,7 +53,7 @@ typedef struct {
     int inject_nan_step, inject_stall_rank;
     float price_kwh, pue;
     int eval_only;
-    int zero_stage, shard_group_size, recompute, dry_run, world_size, nccl_timeout_s;
+    int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
     float gpu_memory_gb;
     int nodes;
     float intra_node_gbps, inter_node_gbps;
@@ -166,6 +166,9 @@ static const OptionSpec OPTION_SPECS[] = {
     {"shard_group_size", OPT_INT, OPT_AT(shard_group_size), "0", 0, 1 << 20, NULL,
      "ZeRO-1/3 shard within groups of this many consecutive processes (a node), replicated across groups, "
      "gradients summed across groups once a step (0: one group of all)"},
+    {"keep_gathered", OPT_INT, OPT_AT(keep_gathered), "0", 0, 1, NULL,
+     "ZeRO-3, 1: keep each layer's gathered weights from the first micro-step to the update (one gather a "
+     "step instead of two a micro-step; the memory of every layer's weight copies)"},
     {"recompute", OPT_INT, OPT_AT(recompute), "0", 0, 1, NULL,
      "1: keep only each layer's input for the backward and recompute the rest (less memory)"},
     {"dry_run", OPT_INT, OPT_AT(dry_run), "0", 0, 1, NULL,
@@ -347,6 +350,8 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--resume: needs --output_dir, the directory whose latest checkpoint to continue");
     if (opts->ckpt_every > 0 && !*opts->output_dir)
         fail("--ckpt_every: checkpoints are written to --output_dir, which is empty");
+    if (opts->keep_gathered && opts->zero_stage != 3)
+        fail("--keep_gathered: only for --zero_stage 3 (ZeRO-0 and ZeRO-1 keep every weight gathered)");
     if (opts->fp8_pow2_scales && opts->fp8_recipe != FP8_RECIPE_BLOCKWISE)
         fail("--fp8_pow2_scales: only for --fp8_recipe blockwise (mxfp8's scales are powers of two already)");
 }

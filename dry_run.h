@@ -87,7 +87,7 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
 
 // What a buffer holds, where the name alone does not say it; some depend on the ZeRO stage.
 static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
-    int z = s->zero_stage;
+    int z = s->zero_stage, keep = s->keep_gathered;
     switch (id) {
     case BUF_PARAMS:
         return z ? "FP32 master weights, this rank's shard" : "FP32 master weights, all parameters";
@@ -102,10 +102,13 @@ static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
     case BUF_ADAM_V:
         return z ? "AdamW second moment, this rank's shard" : "AdamW second moment";
     case BUF_PARAMS_BF16:
-        return z == 3 ? "BF16 global tensors + 2 gathered layer slots" : "BF16 copy of all parameters";
+        return z != 3 ? "BF16 copy of all parameters"
+               : keep ? "BF16 global tensors + a gathered slot a layer (--keep_gathered)"
+                      : "BF16 global tensors + 2 gathered layer slots";
     case BUF_WEIGHTS_FP8:
-        return z == 3 ? "E4M3 linear weights, 2 gathered layer slots"
-                      : "E4M3 linear weights, cast once a step";
+        return z != 3 ? "E4M3 linear weights, cast once a step"
+               : keep ? "E4M3 linear weights, a gathered slot a layer (--keep_gathered)"
+                      : "E4M3 linear weights, 2 gathered layer slots";
     case BUF_WEIGHTS_FP8_T:
         return "E4M3 W^T for the data-gradient GEMMs";
     case BUF_ENCODED:
@@ -215,11 +218,13 @@ static inline void dry_run_print_communication(const PlanSettings *s) {
                      "    BF16 (all but the block linears' weights), broadcast by their owners"
                    : "params_bf16");
     } else {
-        printf(
-            "  weights: each layer gathered into its slot of the 2 layer slots, the next layer ahead on a\n"
-            "    second stream: %s\n",
-            fp8 ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)"
-                : "params_bf16");
+        printf("  weights: each layer gathered into its slot of the %s, the next layer ahead on a\n"
+               "    second stream: %s\n",
+               s->keep_gathered ? "layer slots (one a layer, --keep_gathered: gathered once a step, in the "
+                                  "first micro-step's forward)"
+                                : "2 layer slots",
+               fp8 ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)"
+                   : "params_bf16");
         printf("  gradients: each layer reduce-scattered from the 2 layer slots of grads_fp32 into "
                "grad_shard\n");
         printf(
@@ -250,6 +255,8 @@ static inline void dry_run_changes(char *out, size_t n, const PlanSettings *from
         len += snprintf(out + len, n - len, " --zero_stage %d", to->zero_stage);
     if (to->shard_group != from->shard_group)
         len += snprintf(out + len, n - len, " --shard_group_size %d", to->shard_group);
+    if (to->keep_gathered != from->keep_gathered)
+        len += snprintf(out + len, n - len, " --keep_gathered %d", to->keep_gathered);
     if (to->world_size != from->world_size) snprintf(out + len, n - len, " --world_size %d", to->world_size);
 }
 
@@ -326,6 +333,11 @@ static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSetting
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
     }
+    if (s->keep_gathered) { // two layer slots of gathered weights instead of one a layer
+        t.keep_gathered = 0;
+        found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+        t = *s;
+    }
     if (!s->recompute) {
         t.recompute = 1;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
@@ -381,7 +393,8 @@ static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSet
 
 // ----------------------------------------------------------------------------
 // The fastest setting that fits: among micro-batches that keep the global batch (B x accumulation the
-// same), --recompute and --zero_stage, the one whose time plan is shortest.
+// same), --recompute, --zero_stage, --shard_group_size and (ZeRO-3) --keep_gathered, the one whose time
+// plan is shortest.
 
 static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSettings *s, int accum,
                                          const PlanRates *r, double gpu_bytes) {
@@ -396,34 +409,39 @@ static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSetting
         if (rows % b || (s->dtype == DTYPE_FLOAT8 && !fp8_shapes_ok(cfg, (int)b, s->T))) continue;
         for (int zero = 0; zero <= 3; zero += zero == 0 ? 1 : 2)
             for (int recompute = 0; recompute <= 1; recompute++)
-                for (int g = 0; g < 2 && !(g == 1 && (!groups[1] || zero == 0)); g++) {
-                    PlanSettings t = *s;
-                    t.B = (int)b;
-                    t.zero_stage = zero;
-                    t.recompute = recompute;
-                    t.shard_group = groups[g];
-                    if (!dry_run_fits(cfg, &t, gpu_bytes)) continue;
-                    double ms = time_plan(cfg, &t, (int)(rows / b), r).step_ms;
-                    // 0.1% faster at least: the rates do not depend on B, so ties (same work, same
-                    // collectives) keep this run's setting
-                    if (!best_accum || ms < 0.999 * best_ms)
-                        best = t, best_accum = (int)(rows / b), best_ms = ms;
-                }
+                for (int g = 0; g < 2 && !(g == 1 && (!groups[1] || zero == 0)); g++)
+                    for (int keep = 0; keep <= (zero == 3); keep++) {
+                        PlanSettings t = *s;
+                        t.B = (int)b;
+                        t.zero_stage = zero;
+                        t.recompute = recompute;
+                        t.shard_group = groups[g];
+                        t.keep_gathered = keep;
+                        if (!dry_run_fits(cfg, &t, gpu_bytes)) continue;
+                        double ms = time_plan(cfg, &t, (int)(rows / b), r).step_ms;
+                        // 0.1% faster at least: the rates do not depend on B, so ties (same work, same
+                        // collectives) keep this run's setting
+                        if (!best_accum || ms < 0.999 * best_ms)
+                            best = t, best_accum = (int)(rows / b), best_ms = ms;
+                    }
     }
     if (!best_accum) return; // nothing fits: the suggestions say what would
-    const char *tried = "same global batch; micro-batch, recompute, ZeRO stage, shard group tried";
+    const char *tried = "same global batch; micro-batch, recompute, ZeRO stage, shard group, keep gathered "
+                        "tried";
     if (best.B == s->B && best.zero_stage == s->zero_stage && best.recompute == s->recompute &&
-        plan_shard_ranks(&best) == plan_shard_ranks(s)) {
+        plan_shard_ranks(&best) == plan_shard_ranks(s) && best.keep_gathered == s->keep_gathered) {
         printf("fastest that fits (%s): this one\n", tried);
         return;
     }
     TimePlan t = time_plan(cfg, &best, best_accum, r);
-    char group[48] = "";
-    if (best.shard_group) snprintf(group, sizeof(group), " --shard_group_size %d", best.shard_group);
+    char extra[64] = "";
+    int len = 0;
+    if (best.shard_group) len = snprintf(extra, sizeof(extra), " --shard_group_size %d", best.shard_group);
+    if (best.keep_gathered) snprintf(extra + len, sizeof(extra) - len, " --keep_gathered 1");
     printf(
         "fastest that fits (%s): --batch_size %d --recompute %d --zero_stage %d%s (%d micro-step(s)): %.2f "
         "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step\n",
-        tried, best.B, best.recompute, best.zero_stage, group, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
+        tried, best.B, best.recompute, best.zero_stage, extra, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
         100 * t.exposed_comm_ms / t.step_ms);
 }
 

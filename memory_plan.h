@@ -132,7 +132,8 @@ typedef struct {
     int dtype, B, T, history_len;
     int world_size, zero_stage, recompute;
     int fp8_recipe;
-    int shard_group; // --shard_group_size: the ranks a shard spans (0: all of world_size)
+    int shard_group;   // --shard_group_size: the ranks a shard spans (0: all of world_size)
+    int keep_gathered; // --keep_gathered: ZeRO-3's gathered weights in a slot a layer instead of two
 } PlanSettings;
 
 static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, int B, int T,
@@ -145,7 +146,8 @@ static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, 
                       opts->zero_stage,
                       opts->recompute,
                       opts->fp8_recipe,
-                      opts->shard_group_size};
+                      opts->shard_group_size,
+                      opts->keep_gathered};
     return s;
 }
 
@@ -231,6 +233,12 @@ static inline size_t unit_slot_elements(const GPTConfig *cfg, int world_size, in
     return (padded_unit(cfg, 3, world_size, unit) + 255) / 256 * 256;
 }
 
+// ZeRO-3's layer slots of gathered weights: the layer in use and the next, or with --keep_gathered one
+// for every layer (each gathered once an optimizer step and kept through its micro-steps).
+static inline size_t zero3_weight_slots(const GPTConfig *cfg, int keep_gathered) {
+    return keep_gathered ? (size_t)cfg->num_layers : 2;
+}
+
 // Where the weights and their gradients live, per ZeRO stage (P parameters, S = this rank's shard,
 // G = the global tensors padded, Lu = one layer padded, both to world_size * chunk):
 //   stage 0: FP32 master, gradients, moments and the BF16 copy of all P; gradients all-reduced.
@@ -241,7 +249,8 @@ static inline size_t unit_slot_elements(const GPTConfig *cfg, int world_size, in
 //            slots (the layer in use and the next, gathered ahead on a second stream), the FP32
 //            gradients G + two layer slots (one reduce-scattered while the next is computed), the FP8
 //            W and W^T two layers of slots. G and Lu are unit_slot_elements here: the second and third
-//            slots start after the first, so their lengths are rounded for alignment.
+//            slots start after the first, so their lengths are rounded for alignment. --keep_gathered:
+//            a weight slot for every layer (the BF16 copy, W and W^T), the gradients' two as before.
 static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const PlanSettings *s) {
     size_t P = param_count(cfg), L = cfg->num_layers, f32 = 4, bf = 2;
     int ways = plan_shard_ranks(s);
@@ -265,13 +274,15 @@ static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const Pl
         b[BUF_WEIGHTS_FP8] = fp8 ? all : 0;
         b[BUF_WEIGHTS_FP8_T] = fp8 ? L * fp8_weights : 0;
         break;
-    default:
+    default: {
+        size_t weight_slots = zero3_weight_slots(cfg, s->keep_gathered);
         b[BUF_PARAMS] = b[BUF_GRAD_SHARD] = b[BUF_ADAM_M] = b[BUF_ADAM_V] = S * f32;
         b[BUF_GRADS] = (all + 2 * layer) * f32;
-        b[BUF_PARAMS_BF16] = (all + 2 * layer) * bf;
-        b[BUF_WEIGHTS_FP8] = fp8 ? 2 * layer : 0;
-        b[BUF_WEIGHTS_FP8_T] = fp8 ? 2 * fp8_weights : 0;
+        b[BUF_PARAMS_BF16] = (all + weight_slots * layer) * bf;
+        b[BUF_WEIGHTS_FP8] = fp8 ? weight_slots * layer : 0;
+        b[BUF_WEIGHTS_FP8_T] = fp8 ? weight_slots * fp8_weights : 0;
         break;
+    }
     }
 }
 

@@ -125,10 +125,12 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
         if (fp8) add_collective(&c, COLL_BROADCAST, 2 * ((double)global + L * small), 0, &group);
     } else {
         double g = (double)shard_chunk(global, G) * G, l = (double)shard_chunk(layer, G) * G;
-        int gathered = L > 2 ? 2 * (L - 2) : 0; // per pass: layers 0 and 1 stay in their slots
-        int updated = L > 1 ? 2 : 1;            // the update gathers the global unit and layers 0 and 1
-        add_collective(&c, COLL_ALL_GATHER, accum * gathered * (fp8 ? 1 : 2) * l, 1, &group);
-        if (fp8) add_collective(&c, COLL_BROADCAST, accum * gathered * 2 * small, 1, &group);
+        // the update gathers the global unit and layers 0 and 1, which stay in their slots; each forward
+        // and backward gathers the others, or with --keep_gathered the first forward alone
+        int updated = L > 1 ? 2 : 1, others = L > 2 ? L - 2 : 0;
+        int gathered = s->keep_gathered ? others : accum * 2 * others;
+        add_collective(&c, COLL_ALL_GATHER, gathered * (fp8 ? 1 : 2) * l, 1, &group);
+        if (fp8) add_collective(&c, COLL_BROADCAST, gathered * 2 * small, 1, &group);
         add_collective(&c, COLL_REDUCE_SCATTER, accum * L * 4 * l, 1, &group);
         add_collective(&c, COLL_REDUCE_SCATTER, accum * 4 * g, 0, &group);
         add_collective(&c, COLL_ALL_GATHER, 2 * g + updated * (fp8 ? 1 : 2) * l, 0, &group);

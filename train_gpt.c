@@ -391,7 +391,8 @@ typedef struct {
     // ZeRO (dist.h): this rank's shard of the vector, S elements. With one way (ZeRO-0, or one process)
     // the shard is the whole vector and master, grad_shard alias params, grads. The CPU reference keeps
     // the gathered params and full grads at every stage: its stages differ in what is reduced, when, and
-    // what each rank updates, which is what the GPU's memory savings rest on.
+    // what each rank updates, which is what the GPU's memory savings rest on (so --keep_gathered, which
+    // keeps ZeRO-3's gathered weights through an optimizer step on the GPU, is what it always does).
     const Dist *dist;
     int zero_stage, ways;
     ShardMap shards;     // this rank's place in the layout

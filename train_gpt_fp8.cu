@@ -25,7 +25,8 @@
 //   3: the parameters too: the global tensors are gathered after each update and kept, each layer is
 //      gathered (BF16 and FP8) just before use into one of two slots, the next one on a second stream
 //      while this one computes, and each layer's gradients are reduce-scattered into the shard while the
-//      backward goes on.
+//      backward goes on; with --keep_gathered each layer has a slot of its own, gathered in the first
+//      micro-step's forward and read there by every pass until the next update.
 // --recompute 1 keeps only each layer's input for the backward, which replays the layer's forward first.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -77,13 +78,15 @@ typedef struct {
     int num_units;
     size_t shard_floats;            // master weights and moments: all P (ZeRO-0) or this rank's shard S
     size_t global_slot, layer_slot; // ZeRO-3: elements of the global unit's region and of a layer slot
+    int weight_slots;               // ZeRO-3: layer slots of gathered weights, 2 or (--keep_gathered) L
+    int layers_resident; // ZeRO-3 --keep_gathered: every layer gathered since the last update, none to gather
     MemoryPlan plan;
     char *memory; // the one allocation the plan carves
     float *params, *grads, *grad_shard, *m, *v;
     bf16 *params_bf16;
     // ZeRO-0: (L, 12C^2) in linear order qkv, attproj, fc, fcproj; ZeRO-1: the parameter layout, padded;
-    // ZeRO-3: two slots of one layer's unit in parameter layout. W^T always in linear order (two layers
-    // with ZeRO-3).
+    // ZeRO-3: weight_slots slots of one layer's unit in parameter layout. W^T always in linear order
+    // (weight_slots layers with ZeRO-3).
     fp8 *weights_fp8, *weights_fp8_t;
     bf16 *encoded, *residual2, *residual3, *qkv, *fch, *ln1, *atty, *ln2, *fch_gelu, *lnf, *logits;
     float *ln1_stats, *ln2_stats, *att_lse, *lnf_stats, *losses;
@@ -180,6 +183,7 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     model->accum_steps = accum_steps;
     model->num_params = param_count(cfg);
     gpt_shards(model, cfg, opts->zero_stage, comm, group);
+    model->weight_slots = (int)zero3_weight_slots(cfg, opts->keep_gathered);
     PlanSettings settings = plan_settings_from_options(opts, B, T, comm->world_size);
     memory_plan_compute(&model->plan, cfg, &settings);
 }
@@ -374,26 +378,31 @@ static size_t linear_weight_offset_fp8(const GPTConfig *cfg, int layer, int line
     return offset;
 }
 
-// ZeRO-3 keeps layer l's unit in slot l % 2, after the global unit's region.
-static size_t layer_slot_offset(const GPT *model, int layer) {
-    return model->global_slot + (size_t)(layer % 2) * model->layer_slot;
+// ZeRO-3 keeps layer l's unit in slot l % slots, after the global unit's region: its gradients in 2 slots
+// (one reduce-scattered while the next is computed), its gathered weights in weight_slots.
+static size_t slot_offset(const GPT *model, int layer, int slots) {
+    return model->global_slot + (size_t)(layer % slots) * model->layer_slot;
+}
+
+static size_t grad_slot_offset(const GPT *model, int layer) {
+    return slot_offset(model, layer, 2);
 }
 
 // Offset of a tensor in the buffers laid out as the parameter vector (the BF16 copy, the FP32
-// gradients): the vector itself, or with ZeRO-3 the global region and the layer's slot.
-static size_t param_position(const GPT *model, int tensor, int layer) {
+// gradients): the vector itself, or with ZeRO-3 the global region and the layer's slot of `slots`.
+static size_t param_position(const GPT *model, int tensor, int layer, int slots) {
     const GPTConfig *cfg = &model->config;
     size_t offset = param_offset(cfg, tensor, layer);
     if (model->zero_stage != 3 || !param_is_per_layer(tensor)) return offset;
-    return layer_slot_offset(model, layer) + offset - param_offset(cfg, PT_LN1W, layer);
+    return slot_offset(model, layer, slots) + offset - param_offset(cfg, PT_LN1W, layer);
 }
 
 static const bf16 *weight_bf16(GPT *model, int tensor, int layer) {
-    return model->params_bf16 + param_position(model, tensor, layer);
+    return model->params_bf16 + param_position(model, tensor, layer, model->weight_slots);
 }
 
 static float *grad_of(GPT *model, int tensor, int layer) {
-    return model->grads + param_position(model, tensor, layer);
+    return model->grads + param_position(model, tensor, layer, 2);
 }
 
 // W (OC, IC) of a linear in E4M3: linear order (ZeRO-0), parameter layout (ZeRO-1), a layer slot (ZeRO-3).
@@ -402,12 +411,13 @@ static fp8 *weight_fp8(GPT *model, int layer, int linear) {
     int tensor = linear_weight_tensor(linear);
     if (model->zero_stage == 0) return model->weights_fp8 + linear_weight_offset_fp8(cfg, layer, linear);
     if (model->zero_stage == 1) return model->weights_fp8 + param_offset(cfg, tensor, layer);
-    return model->weights_fp8 + param_position(model, tensor, layer) - model->global_slot;
+    return model->weights_fp8 + param_position(model, tensor, layer, model->weight_slots) -
+           model->global_slot;
 }
 
 // W^T (IC, OC), linear order (ZeRO-3: of the layer's slot).
 static fp8 *weight_fp8_t(GPT *model, int layer, int linear) {
-    int stored = model->zero_stage == 3 ? layer % 2 : layer;
+    int stored = model->zero_stage == 3 ? layer % model->weight_slots : layer;
     return model->weights_fp8_t + linear_weight_offset_fp8(&model->config, stored, linear);
 }
 
@@ -557,15 +567,15 @@ static void gather_global(GPT *model) {
                     model->comm_stream);
 }
 
-// ZeRO-3, on the communication stream: layer `layer` into slot layer % 2, its BF16 copy (float8: the tensors
-// it reads in BF16) and (float8) its FP8 weights with this update's scales, in place in one NCCL group,
-// then W^T. The caller
-// orders it after the last use of the slot.
+// ZeRO-3, on the communication stream: layer `layer` into its weight slot, its BF16 copy (float8: the
+// tensors it reads in BF16) and (float8) its FP8 weights with this update's scales, in place in one NCCL
+// group, then W^T. The caller orders it after the last use of the slot.
 static void gather_layer(GPT *model, int layer) {
     ShardUnit u = shard_map_unit(&model->shards, 1 + layer);
     size_t mine = (size_t)model->shards.rank * u.chunk;
-    bf16 *copy = model->params_bf16 + layer_slot_offset(model, layer);
-    fp8 *weights = model->fp8_weights ? model->weights_fp8 + (size_t)(layer % 2) * model->layer_slot : NULL;
+    size_t slot = slot_offset(model, layer, model->weight_slots);
+    bf16 *copy = model->params_bf16 + slot;
+    fp8 *weights = model->fp8_weights ? model->weights_fp8 + (slot - model->global_slot) : NULL;
     launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, copy + mine,
                            model->params + u.shard, u.chunk);
     if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->comm_stream);
@@ -605,9 +615,11 @@ static void publish_zero1(GPT *model) {
 
 // ZeRO-3: between passes slot s holds layer s (s < 2): the update gathers the global unit and layers 0 and
 // 1; gpt_forward leaves layers L-2 and L-1, which gpt_backward starts with and ends with 0 and 1 again.
-// Weight telemetry: the casts happen at every gather, so the shard's saturated and flushed values are
-// counted here, once per update.
+// With --keep_gathered the first forward gathers the others into their own slots, and every later pass
+// until the next update reads them there. Weight telemetry: the casts happen at every gather, so the
+// shard's saturated and flushed values are counted here, once per update.
 static void publish_zero3(GPT *model) {
+    model->layers_resident = 0;
     if (model->fp8_weights)
         for (int l = 0; l < model->config.num_layers; l++)
             cast_shard_chunk(model, 1 + l, NULL, weight_counts(model), model->stream);
@@ -909,11 +921,12 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     nvtxRangePop();
 }
 
-// ZeRO-3: layer `layer` gathered into slot layer % 2 on the communication stream, once the compute stream
-// is done with the layer the slot held (its layer_done, recorded earlier in this pass).
+// ZeRO-3: layer `layer` gathered into its slot on the communication stream, with two slots once the
+// compute stream is done with the layer the slot held (its layer_done, recorded earlier in this pass).
 static void prefetch_layer(GPT *model, int layer) {
     int slot = layer % 2;
-    cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[slot], 0));
+    if (model->weight_slots == 2)
+        cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[slot], 0));
     gather_layer(model, layer);
     cuda_check(cudaEventRecord(model->layer_gathered[slot], model->comm_stream));
 }
@@ -931,15 +944,16 @@ static void gpt_forward(GPT *model, int record_amax) {
     int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers, N = B * T;
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
-    int zero3 = model->zero_stage == 3;
+    int zero3 = model->zero_stage == 3, gathering = zero3 && !model->layers_resident;
     encoder_forward(model->encoded, model->tokens, weight_bf16(model, PT_WTE, 0),
                     weight_bf16(model, PT_WPE, 0), B, T, C, stream);
     for (int l = 0; l < L; l++) {
-        if (zero3 && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
-        if (zero3 && l >= 2) wait_for_layer(model, l);
+        if (gathering && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
+        if (gathering && l >= 2) wait_for_layer(model, l);
         layer_forward(model, l, record_amax, 0);
         if (zero3) layer_finished(model, l);
     }
+    model->layers_resident = zero3 && model->weight_slots == L;
     nvtxRangePushA("lm head");
     layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
                       weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
@@ -953,7 +967,7 @@ static void gpt_forward(GPT *model, int record_amax) {
 // layers 0 and 1 back in their slots for the next pass.
 static void forward_only(GPT *model) {
     gpt_forward(model, 0);
-    if (model->zero_stage != 3 || model->config.num_layers <= 2) return;
+    if (model->zero_stage != 3 || model->config.num_layers <= 2 || model->layers_resident) return;
     comm_after_compute(model);
     gather_layer(model, 0);
     gather_layer(model, 1);
@@ -997,15 +1011,15 @@ static void layer_backward(GPT *model, int l) {
 }
 
 // ZeRO-3, before layer l's backward: gather layer l-1 ahead (layers L-1 and L-2 are still in their slots
-// from the forward), wait for layer l, and zero l's gradient slot once the reduce-scatter of the layer
-// that used it before (l+2) has read it.
+// from the forward; with --keep_gathered all are), wait for layer l, and zero l's gradient slot once the
+// reduce-scatter of the layer that used it before (l+2) has read it.
 static void begin_layer_backward(GPT *model, int l) {
     int L = model->config.num_layers;
-    if (l - 1 >= 0 && l - 1 <= L - 3) prefetch_layer(model, l - 1);
-    if (l <= L - 3) wait_for_layer(model, l);
+    if (!model->layers_resident && l - 1 >= 0 && l - 1 <= L - 3) prefetch_layer(model, l - 1);
+    if (!model->layers_resident && l <= L - 3) wait_for_layer(model, l);
     if (l + 2 <= L - 1) cuda_check(cudaStreamWaitEvent(model->stream, model->grads_free[l % 2], 0));
     ShardUnit u = shard_map_unit(&model->shards, 1 + l);
-    cuda_check(cudaMemsetAsync(model->grads + layer_slot_offset(model, l), 0,
+    cuda_check(cudaMemsetAsync(model->grads + grad_slot_offset(model, l), 0,
                                u.chunk * model->shards.ways * sizeof(float), model->stream));
 }
 
@@ -1013,7 +1027,7 @@ static void begin_layer_backward(GPT *model, int l) {
 // into the gradient shard, on the communication stream while the next layer computes.
 static void end_layer_backward(GPT *model, int l) {
     ShardUnit u = shard_map_unit(&model->shards, 1 + l);
-    float *slot = model->grads + layer_slot_offset(model, l);
+    float *slot = model->grads + grad_slot_offset(model, l);
     layer_finished(model, l);
     cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[l % 2], 0));
     comm_reduce_scatter(model->shard_comm, slot, u.chunk, model->comm_stream);
@@ -1415,6 +1429,7 @@ static void begin_bf16_pass(GPT *model) {
         comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
                         model->comm_stream);
     } else {
+        model->layers_resident = 0; // a float8 pass's kept layers lack the BF16 linear weights
         gather_layer(model, 0);
         if (model->config.num_layers > 1) gather_layer(model, 1);
     }
@@ -1706,11 +1721,11 @@ int main(int argc, char **argv) {
 
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d process(es), zero_stage %d%s, recompute %d | %.2f GiB planned per GPU | attention %s\n",
+        "%d process(es), zero_stage %d%s%s, recompute %d | %.2f GiB planned per GPU | attention %s\n",
         props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
         model.num_params, dtype_name(opts.dtype), B, T, accum_steps, dist.world_size, opts.zero_stage,
-        shard_groups_label(&dist), opts.recompute, model.plan.total / 1073741824.0,
-        model.attention.description);
+        shard_groups_label(&dist), opts.keep_gathered ? ", layers kept gathered" : "", opts.recompute,
+        model.plan.total / 1073741824.0, model.attention.description);
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
     if (opts.eval_only) {

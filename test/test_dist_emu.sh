@@ -11,11 +11,13 @@
 #   - a ZeRO-3 run resumed from its step-3 checkpoint ends with the straight run's model and state files;
 #   - the emulated NCCL across processes: collectives against their definitions (2 and 4 ranks), and a
 #     rank that issues another collective than the others is stopped with one error line;
+#   - --keep_gathered (ZeRO-3, each layer gathered once an optimizer step and kept) gives the two-slot
+#     run's losses and model file bit for bit, through accumulation, validation and the BF16 shadow check;
 #   - a rank that stops answering (--inject_stall_rank; ZeRO-1 and ZeRO-3) makes the other end non-zero on
 #     --nccl_timeout_s with one line naming the wait and the last collective;
 #   - the bytes of each kind of collective an optimizer step moves (the emulation's count on each rank)
 #     equal what --dry_run's time plan predicts for that run (bfloat16 and float8, ZeRO 0, 1 and 3, with and
-#     without gradient accumulation);
+#     without gradient accumulation, with and without --keep_gathered);
 #   - float8 with ZeRO-1/3 gathers the FP8 weights and only the BF16 tensors a float8 pass reads, and the
 #     BF16 shadow check (which reads them all) gives ZeRO-0's losses and model file bit for bit;
 #   - shard groups (--shard_group_size 2 of 4 processes, ZeRO-1 and ZeRO-3): train_emu = train_cpu within
@@ -123,11 +125,11 @@ step_bytes() { # REPORT KIND: the total of KIND in the step range
     sed -n "s/^range_collective_bytes step count [0-9]* .*\b$2 \([0-9]*\).*/\1/p" "$1"
 }
 layers4=(--layers 4) # layers 2 and 3 are gathered in each pass (0 and 1 stay in their slots)
-for config in "bfloat16 0 0 2 0" "float8 1 0 2 0" "float8 3 0 2 0" "bfloat16 3 512 2 0" "float8 3 512 2 0" \
-    "float8 3 1024 4 2" "bfloat16 1 0 4 2"; do
-    read -r dtype zero total np group <<<"$config"
+for config in "bfloat16 0 0 2 0 0" "float8 1 0 2 0 0" "float8 3 0 2 0 0" "bfloat16 3 512 2 0 0" \
+    "float8 3 512 2 0 0" "float8 3 1024 4 2 0" "bfloat16 1 0 4 2 0" "float8 3 512 2 0 1" "bfloat16 3 1024 4 2 1"; do
+    read -r dtype zero total np group keep <<<"$config"
     flags=(--dtype "$dtype" --zero_stage "$zero" --total_batch_size "$total" --shard_group_size "$group"
-           "${layers4[@]}")
+           --keep_gathered "$keep" "${layers4[@]}")
     for steps in 1 3; do
         rm -f "$TMP/bytes_$steps"_*.txt
         mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --steps $steps --output_dir "")
@@ -148,7 +150,7 @@ for config in "bfloat16 0 0 2 0" "float8 1 0 2 0" "float8 3 0 2 0" "bfloat16 3 5
         planned+="$kind$(printf " %s" $(seq "$np" | sed "s/.*/$plan/")); "
     done
     [ "$counted" = "$planned" ]
-    result $? "$dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group: bytes per step, counted on each rank = planned: $counted"
+    result $? "$dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep: bytes per step, counted on each rank = planned: $counted"
 done
 
 # float8 with ZeRO-1/3 gathers only the BF16 tensors a float8 pass reads (the FP8 weights beside them); the
@@ -165,6 +167,24 @@ for zero in 1 3; do
         cmp -s "$(model shadow_z0)" "$(model "shadow_z$zero")"
     result $? "float8, ZeRO-$zero, 2 processes, BF16 shadow check every 2 steps: ZeRO-0's 3 checks and model file ($(checks "shadow_z$zero" | head -n 1 | cut -c1-90))"
 done
+
+# --keep_gathered: ZeRO-3 gathers each layer once an optimizer step, in the first micro-step's forward, and
+# every later pass reads it there: the second micro-step, the backwards, the validation passes (steps 3 and
+# 6), the BF16 shadow check (steps 2, 4, 6; after a validation pass of float8 it must gather the whole BF16
+# copy again). The sums are those of ZeRO-3 without it (the same reduce-scatters in the same order; ZeRO-0's
+# differ with accumulation, the micro-steps summed before the ranks), so its losses, checks and model file are
+# the two-slot run's bit for bit; a pass that read a slot holding another layer, a stale update or the BF16
+# tensors float8 leaves out would differ.
+for keep in 0 1; do
+    run "keep$keep" ./train_emu 2 --dtype float8 --zero_stage 3 --keep_gathered "$keep" "${layers4[@]}" \
+        --total_batch_size 512 --bf16_check_every 2 || echo "     the run failed: $(tail -n 2 "$TMP/keep$keep.out")"
+done
+losses() { # every record of the log but its timings
+    grep -E '"type":"(step|val|bf16_check)"' "$TMP/$1.jsonl" | sed -E 's/"(ms|tokens_per_second)":[^,]*,//g' || true
+}
+[ "$(losses keep0 | wc -l)" = 11 ] && [ "$(losses keep0)" = "$(losses keep1)" ] && cmp -s "$(model keep0)" "$(model keep1)" &&
+    grep -q "layers kept gathered" "$TMP/keep1.out"
+result $? "float8, ZeRO-3 --keep_gathered 1, 2 processes, 2 micro-steps, validation and shadow check: the losses and model file of two slots ($(losses keep1 | wc -l) records)"
 
 # a rank that stops answering: the others' bounded waits on the stream (the emulated collective waits on its
 # peer, as NCCL's kernel spins) end on --nccl_timeout_s, the communicator aborted

@@ -10,9 +10,10 @@
 #     space, against the 1.4 TB the plan describes);
 #   - the time plan: the step is compute + exposed communication; 70B with 16 micro-steps of B=1 is told
 #     that B=16 in one micro-step is the fastest that fits, B=16 is kept as it is; a faster GEMM rate
-#     shortens the step;
+#     shortens the step; --keep_gathered moves fewer all-gather bytes, plans a shorter step at B=1 x 16 and
+#     more memory;
 #   - bad values end with one error naming the flag (--gpu_memory_gb 0, --zero_stage 2, float32,
-#     float8 with B*T not a multiple of 16, --nodes above the processes).
+#     float8 with B*T not a multiple of 16, --nodes above the processes, --keep_gathered without ZeRO-3).
 # Environment: TRAIN_CPU (default ./train_cpu), TEST_MEMORY_PLAN (default ./test/build/test_memory_plan).
 # shellcheck source=test/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -118,6 +119,19 @@ slow=$(plan_field "$out16" plan_step_ms) fast=$(plan_field "$(dry "${big[@]}" --
 awk -v a="$fast" -v b="$slow" 'BEGIN { exit !(a > 0 && a < b) }'
 result $? "twice the FP8 GEMM rate shortens the planned step ($slow -> $fast ms)"
 
+# --keep_gathered: 7B float8 on 4 processes in 4 nodes, B=1 x 16 micro-steps. Each layer is gathered once a
+# step instead of twice a micro-step: the all-gathered bytes fall (the layers' share by 32x), the exposed
+# communication and the step shrink, and the plan holds every layer's weight copies (more memory).
+seven=(--model_size 7B --dtype float8 --world_size 4 --nodes 4 --zero_stage 3 --seq_len 2048 --batch_size 1
+    --total_batch_size 131072 --gpu_memory_gb 80)
+two=$(dry "${seven[@]}") kept=$(dry "${seven[@]}" --keep_gathered 1)
+total() { sed -n 's/^plan_total_bytes \([0-9]*\) .*/\1/p' <<<"$1"; }
+awk -v a="$(plan_field "$kept" plan_all_gather_bytes)" -v b="$(plan_field "$two" plan_all_gather_bytes)" \
+    -v s="$(plan_field "$kept" plan_step_ms)" -v t="$(plan_field "$two" plan_step_ms)" \
+    -v m="$(total "$kept")" -v n="$(total "$two")" 'BEGIN { exit !(a > 0 && a < b / 16 && s < t && m > n) }' &&
+    grep -q 'gathered slot a layer (--keep_gathered)' <<<"$kept"
+result $? "7B float8 ZeRO-3 B=1 x 16 on 4 nodes, --keep_gathered 1: all-gather $(plan_field "$two" plan_all_gather_bytes) -> $(plan_field "$kept" plan_all_gather_bytes) bytes, step $(plan_field "$two" plan_step_ms) -> $(plan_field "$kept" plan_step_ms) ms, plan $(total "$two") -> $(total "$kept") bytes"
+
 # --- bad values: one error line naming the flag, exit 1
 refused() { # NEEDLE WHAT FLAGS...
     local needle=$1 what=$2 err
@@ -132,5 +146,6 @@ refused "--zero_stage" "--zero_stage 2" --model_size 124M --world_size 8 --zero_
 refused "--dtype" "--dtype float32 (no GPU plan)" --model_size 124M --dtype float32
 refused "multiple of 16" "float8 with B*T = 15" --model_size 124M --dtype float8 --batch_size 3 --seq_len 5
 refused "--nodes" "--nodes above the processes" --model_size 124M --world_size 8 --nodes 9
+refused "--keep_gathered" "--keep_gathered 1 with ZeRO-1" --model_size 124M --world_size 8 --zero_stage 1 --keep_gathered 1
 
 finish

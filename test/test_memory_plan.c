@@ -56,7 +56,7 @@ static int fp8_shapes_status(const GPTConfig *cfg, int B, int T) {
 // ZeRO and recompute. Expectations come from what each configuration must hold, argued in the comments.
 
 static MemoryPlan plan_of(const GPTConfig *cfg, int dtype, int B, int T, int world, int zero, int recompute) {
-    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0};
+    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0};
     MemoryPlan plan;
     memory_plan_compute(&plan, cfg, &s);
     char label[160];
@@ -175,6 +175,20 @@ static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
         double f8 = (double)(z3.bytes[BUF_WEIGHTS_FP8] + z3.bytes[BUF_WEIGHTS_FP8_T]);
         expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + SHARD_ALIGN * world + 256) + 2 * 12 * C * C,
                "%s ZeRO-3 W=%d float8: FP8 weights and transposes of 2 layers", name, world);
+        // --keep_gathered: a weight slot for each of the L layers, the gradients' two slots unchanged
+        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1};
+        MemoryPlan keep;
+        memory_plan_compute(&keep, cfg, &keep_settings);
+        check_layout(&keep, "keep_gathered");
+        double L = cfg->num_layers, kept = G + L * Lp, kept_pad = (L + 1) * (SHARD_ALIGN * world + 256);
+        double bfk = (double)keep.bytes[BUF_PARAMS_BF16];
+        double f8k = (double)(keep.bytes[BUF_WEIGHTS_FP8] + keep.bytes[BUF_WEIGHTS_FP8_T]);
+        expect(bfk >= 2 * kept && bfk < 2 * (kept + kept_pad) &&
+                   keep.bytes[BUF_GRADS] == z3.bytes[BUF_GRADS] && f8k >= L * (12 * C * C) * 2 &&
+                   f8k < L * (Lp + SHARD_ALIGN * world + 256) + L * 12 * C * C,
+               "%s ZeRO-3 W=%d --keep_gathered: BF16 and FP8 weights of the global tensors + %g layer slots, "
+               "the gradients' 2 slots",
+               name, world, L);
     }
 }
 
@@ -356,14 +370,14 @@ static void test_report_verdicts(void) {
 static void test_suggestion_searches(void) {
     GPTConfig g7 = preset_config("7B", GPT2_VOCAB_SIZE), g70 = preset_config("70B", GPT2_VOCAB_SIZE);
     double gpu = 141e9;
-    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0};
+    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0};
     int b = dry_run_largest_batch(&g7, s, gpu);
     PlanSettings fit = s, over = s;
     fit.B = b;
     over.B = b + 1;
     expect(b >= 1 && b < 8 && dry_run_fits(&g7, &fit, gpu) && !dry_run_fits(&g7, &over, gpu),
            "7B bfloat16 B=8: largest batch that fits is %d", b);
-    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0};
+    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0};
     int w = dry_run_smallest_world(&g70, t, 1, gpu);
     PlanSettings at = t, half = t;
     at.world_size = w;
@@ -407,8 +421,8 @@ int main(void) {
     GPTConfig small = preset_config("d2", 256), gpt124 = preset_config("124M", 50257);
     MemoryPlan bf, f8;
     int B = 4, T = 64;
-    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0});
-    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0});
+    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0});
     check_layout(&bf, "d2 bfloat16");
     check_layout(&f8, "d2 float8");
     size_t P = param_count(&small), L = small.num_layers, C = small.channels, N = (size_t)B * T;
@@ -430,8 +444,8 @@ int main(void) {
           "scale), 3 per weight, two 64-bit counters for each");
     // At 124M and a realistic batch, float8 must need less memory than bfloat16 for the activations.
     MemoryPlan bf124, f8124;
-    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0});
-    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0});
+    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0});
     check_layout(&f8124, "124M float8");
     check(f8124.total < bf124.total, "124M B=16 T=1024: float8 plans less memory than bfloat16");
     check(param_count(&gpt124) * 4 == bf124.bytes[BUF_PARAMS], "124M parameters");

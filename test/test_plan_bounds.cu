@@ -10,8 +10,8 @@
 // that only the trainer's CUDA-calling functions compute (the gathers, the reduce-scatters, the tokens area)
 // are restated from those functions, next to their names below.
 //   small models: layers 1-4 x widths 32-128 x two batch shapes x bfloat16/float8 x ZeRO 0/1/3 x world sizes
-//                 1-8, every rank x recompute 0/1 (parameter units that the world size does not divide
-//                 included: their chunks carry padding);
+//                 1-8, every rank x recompute 0/1 x (ZeRO-3) --keep_gathered 0/1 (parameter units that the
+//                 world size does not divide included: their chunks carry padding);
 //   70B:          float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute 0/1: sizes only;
 //   block recipes: blockwise (C = 128, 256) and mxfp8 (also C = 32, 96), 1-3 layers, B = 1-3 of T = 128,
 //                 recompute 0/1: every block-factor view inside its buffer, aligned, none overlapping;
@@ -109,11 +109,13 @@ static int is_gemm_tensor(int tensor) {
                                 tensor != PT_LN2W && tensor != PT_LN2B);
 }
 
-// The unit holding tensor (layer) and where the trainer gathers it: ZeRO-3 its layer's slot or the global
-// region, ZeRO-1 the whole padded vector, both in parameter layout from the unit's start.
-static ShardUnit unit_of(GPT *m, int tensor, int layer, size_t *gathered_at) {
+// The unit holding tensor (layer) and where the trainer gathers its weights and reduces its gradients:
+// ZeRO-3 the layer's slot (of weight_slots, of 2) or the global region, ZeRO-1 the whole padded vector, all
+// in parameter layout from the unit's start.
+static ShardUnit unit_of(GPT *m, int tensor, int layer, size_t *gathered_at, size_t *reduced_at) {
     int unit = m->zero_stage == 3 && param_is_per_layer(tensor) ? 1 + layer : 0;
-    *gathered_at = unit ? layer_slot_offset(m, layer) : 0;
+    *gathered_at = unit ? m->global_slot + (size_t)(layer % m->weight_slots) * m->layer_slot : 0;
+    *reduced_at = unit ? m->global_slot + (size_t)(layer % 2) * m->layer_slot : 0;
     return shard_map_unit(&m->shards, unit);
 }
 
@@ -133,12 +135,12 @@ static void check_weights(GPT *m) {
             expect_in_buffer(m, BUF_GRADS, "grad_of", g, n * sizeof(float),
                              gemm ? GEMM_ALIGN : sizeof(float));
             if (m->zero_stage == 0) continue;
-            size_t at;
-            ShardUnit u = unit_of(m, t, l, &at);
+            size_t at, reduced_at;
+            ShardUnit u = unit_of(m, t, l, &at, &reduced_at);
             size_t full = u.chunk * m->shards.ways, in_unit = param_offset(cfg, t, l) - u.start;
             IN_REGION(w, n, m->params_bf16 + at, full);
-            IN_REGION(g, n, m->grads + at, full);
-            expect_layout(w == m->params_bf16 + at + in_unit && g == m->grads + at + in_unit,
+            IN_REGION(g, n, m->grads + reduced_at, full);
+            expect_layout(w == m->params_bf16 + at + in_unit && g == m->grads + reduced_at + in_unit,
                           "weight_bf16 / grad_of: not where the gather puts the tensor");
         }
     }
@@ -156,14 +158,14 @@ static void check_fp8_weights(GPT *m) {
             GEMM_IN_BUFFER(m, BUF_WEIGHTS_FP8, w, OC * IC);
             GEMM_IN_BUFFER(m, BUF_WEIGHTS_FP8_T, wt, IC * OC);
             GEMM_IN_BUFFER(m, BUF_INPUT_FP8_T, saved_input_t(m, l, lin), IC * N);
-            if (m->zero_stage == 3) // W^T: the layer's slot of two; W: where gather_layer gathers the layer
-                IN_REGION(wt, IC * OC, m->weights_fp8_t + (size_t)(l % 2) * per_layer, per_layer);
+            if (m->zero_stage == 3) // W^T: the layer's weight slot; W: where gather_layer gathers the layer
+                IN_REGION(wt, IC * OC, m->weights_fp8_t + (size_t)(l % m->weight_slots) * per_layer,
+                          per_layer);
             if (m->zero_stage != 0) {
-                size_t at;
+                size_t at, reduced_at;
                 int tensor = linear_weight_tensor(lin);
-                ShardUnit u = unit_of(m, tensor, l, &at);
-                fp8 *gathered =
-                    m->zero_stage == 3 ? m->weights_fp8 + (size_t)(l % 2) * m->layer_slot : m->weights_fp8;
+                ShardUnit u = unit_of(m, tensor, l, &at, &reduced_at);
+                fp8 *gathered = m->zero_stage == 3 ? m->weights_fp8 + (at - m->global_slot) : m->weights_fp8;
                 IN_REGION(w, OC * IC, gathered, u.chunk * m->shards.ways);
                 expect_layout(w == gathered + param_offset(cfg, tensor, l) - u.start,
                               "weight_fp8: not where the gather puts the weight");
@@ -329,19 +331,20 @@ static void check_shards(GPT *m) {
         }
         // ZeRO-3: gather_global / gather_layer, begin_ and end_layer_backward, reduce_scatter_global
         int layer = unit - 1;
-        size_t at = unit == 0 ? 0 : layer_slot_offset(m, layer),
+        size_t at = unit == 0 ? 0 : slot_offset(m, layer, m->weight_slots),
+               reduced_at = unit == 0 ? 0 : grad_slot_offset(m, layer),
                slot = unit == 0 ? m->global_slot : m->layer_slot;
         IN_REGION(staging, full, m->grads + (unit == 0 ? 0 : m->global_slot), slot);
         bf16 *copy = m->params_bf16 + at;
-        float *grads = m->grads + at;
+        float *grads = m->grads + reduced_at;
         IN_BUFFER(m, BUF_PARAMS_BF16, copy, full);
         IN_REGION(copy, full, m->params_bf16 + at, slot);
         IN_BUFFER(m, BUF_PARAMS_BF16, copy + mine, u.chunk);
         IN_BUFFER(m, BUF_GRADS, grads, full);
-        IN_REGION(grads, full, m->grads + at, slot);
+        IN_REGION(grads, full, m->grads + reduced_at, slot);
         IN_BUFFER(m, BUF_GRADS, grads + mine, u.chunk);
         if (unit > 0 && m->fp8_weights) {
-            fp8 *weights = m->weights_fp8 + (size_t)(layer % 2) * m->layer_slot;
+            fp8 *weights = m->weights_fp8 + (at - m->global_slot);
             IN_BUFFER(m, BUF_WEIGHTS_FP8, weights, full);
             IN_BUFFER(m, BUF_WEIGHTS_FP8, weights + mine, u.chunk);
         }
@@ -355,9 +358,9 @@ static void check_shards(GPT *m) {
     if (zero != 3) IN_BUFFER(m, BUF_GRADS, m->grads, m->num_params);
 }
 
-// ZeRO-3's regions themselves, both slot indices whatever the number of layers: the global region and
-// two layer slots of the BF16 copy and the gradients, two of the FP8 W and W^T, each 256-byte aligned
-// (memory_plan.h's unit_slot_elements).
+// ZeRO-3's regions themselves, every slot index whatever the number of layers: the global region and
+// the layer slots of the BF16 copy (weight_slots) and the gradients (2), weight_slots of the FP8 W and W^T,
+// each 256-byte aligned (memory_plan.h's unit_slot_elements).
 static void check_zero3_slots(GPT *m) {
     size_t per_layer = linear_weights_per_layer(&m->config);
     expect_in_buffer(m, BUF_PARAMS_BF16, "global region of params_bf16", m->params_bf16,
@@ -365,11 +368,15 @@ static void check_zero3_slots(GPT *m) {
     expect_in_buffer(m, BUF_GRADS, "global region of grads", m->grads, m->global_slot * sizeof(float),
                      PLAN_ALIGN);
     for (int slot = 0; slot < 2; slot++) {
-        snprintf(scope_label, sizeof(scope_label), " | slot %d", slot);
-        expect_in_buffer(m, BUF_PARAMS_BF16, "params_bf16 slot", m->params_bf16 + layer_slot_offset(m, slot),
-                         m->layer_slot * sizeof(bf16), PLAN_ALIGN);
-        expect_in_buffer(m, BUF_GRADS, "grads slot", m->grads + layer_slot_offset(m, slot),
+        snprintf(scope_label, sizeof(scope_label), " | gradient slot %d", slot);
+        expect_in_buffer(m, BUF_GRADS, "grads slot", m->grads + grad_slot_offset(m, slot),
                          m->layer_slot * sizeof(float), PLAN_ALIGN);
+    }
+    for (int slot = 0; slot < m->weight_slots; slot++) {
+        snprintf(scope_label, sizeof(scope_label), " | weight slot %d", slot);
+        expect_in_buffer(m, BUF_PARAMS_BF16, "params_bf16 slot",
+                         m->params_bf16 + slot_offset(m, slot, m->weight_slots), m->layer_slot * sizeof(bf16),
+                         PLAN_ALIGN);
         if (!m->fp8_weights) continue;
         expect_in_buffer(m, BUF_WEIGHTS_FP8, "weights_fp8 slot",
                          m->weights_fp8 + (size_t)slot * m->layer_slot, m->layer_slot, PLAN_ALIGN);
@@ -446,18 +453,20 @@ static int check_small_models(long *padded_units) {
                     for (int zi = 0; zi < 3; zi++)
                         for (int world = 1; world <= 8; world++)
                             for (int rank = 0; rank < world; rank++)
-                                for (int recompute = 0; recompute <= 1; recompute++) {
-                                    TrainOptions opts = layout_options(dtype, zero_stages[zi], recompute,
-                                                                       shapes[si][0], shapes[si][1]);
-                                    check_fp8_shapes(&cfg, opts.batch_size, opts.seq_len);
-                                    GPT m;
-                                    carve(&m, &cfg, &opts, world, rank);
-                                    check_layout(&m);
-                                    for (int unit = 0; unit < m.num_units; unit++)
-                                        *padded_units +=
-                                            shard_map_unit(&m.shards, unit).size % m.shards.ways != 0;
-                                    layouts++;
-                                }
+                                for (int recompute = 0; recompute <= 1; recompute++)
+                                    for (int keep = 0; keep <= (zero_stages[zi] == 3); keep++) {
+                                        TrainOptions opts = layout_options(dtype, zero_stages[zi], recompute,
+                                                                           shapes[si][0], shapes[si][1]);
+                                        opts.keep_gathered = keep;
+                                        check_fp8_shapes(&cfg, opts.batch_size, opts.seq_len);
+                                        GPT m;
+                                        carve(&m, &cfg, &opts, world, rank);
+                                        check_layout(&m);
+                                        for (int unit = 0; unit < m.num_units; unit++)
+                                            *padded_units +=
+                                                shard_map_unit(&m.shards, unit).size % m.shards.ways != 0;
+                                        layouts++;
+                                    }
         }
     return layouts;
 }
