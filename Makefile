@@ -70,6 +70,7 @@ include test/compare_test.mk
 include test/dist_test.mk
 include test/dry_run_test.mk
 include test/launch_test.mk
+include test/torch_peer_test.mk
 include test/fuzz/fuzz.mk
 
 test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
@@ -132,7 +133,7 @@ test_study_report: train_cpu python_deps
 
 
 test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
-          test_cpu_kernels test_health test_study_report test_export test_compare
+          test_cpu_kernels test_health test_study_report test_export test_compare test_torch_peer
 
 test: test_cpu
 	@echo "all CPU tests passed"

@@ -9,8 +9,9 @@
 # really allocated memory), the ZeRO stages and --recompute in one process (each must give the ZeRO-0
 # run's model file byte for byte, also started by `mpirun -np 1` and torchrun-style), and with two or more
 # GPUs, two processes of batch B (mpirun for ZeRO 0, 1, 3; the torchrun-style file bootstrap for ZeRO 3)
-# against one process of batch 2B.
-# Prints two tables last.
+# against one process of batch 2B; then, while its time allows, the PyTorch peer (dev/train_gpt2_torch.py) on
+# the 124M and 1.5B runs in bfloat16 and float8 (torchao) from the same weights, and ours against it.
+# Prints three tables last.
 # Usage: scripts/gpu_check.sh [DATA=path/to/text]   (writes logs under ${OUT:-out/gpu_check})
 # On a device machine without network: run `bash scripts/cudnn_deps.sh --headers-only` here first and carry
 # build/cudnn_frontend along (the device's Python environment has cuDNN itself, not the frontend's headers;
@@ -56,26 +57,18 @@ train_data="$out/data/tinyshakespeare_train_*.bin"
 summary="$out/summary.md"
 echo "| model | dtype | attention | B x T | ms/step | tokens/s | MFU | peak GiB | planned / allocated GiB | loss@30 |" >"$summary"
 echo "|---|---|---|---|---|---|---|---|---|---|" >>"$summary"
-for run in 124M:bfloat16 124M:float8 124M:float8:::exact 124M:float8::blockwise 1.5B:bfloat16 1.5B:float8 124M:float8:z3; do
-    IFS=: read -r model dtype zero recipe attention <<<"$run"
-    B=16; [ "$model" = 1.5B ] && B=8
-    name="${model}_${dtype}${zero:+_$zero}${recipe:+_$recipe}${attention:+_$attention}"
-    extra=(); [ -n "$zero" ] && extra=(--zero_stage 3 --recompute 1)
-    [ -n "$recipe" ] && extra+=(--fp8_recipe "$recipe")
-    [ -n "$attention" ] && extra+=(--attention "$attention")
-    timeout 120 ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
-        --train_data "$train_data" --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}" \
-        --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
-    echo "$name: exit $?"; tail -n 3 "$out/$name.txt"
-    python3 - "$out/$name.jsonl" "$out/$name.txt" "$model" "$dtype${zero:+ zero3+recompute}${recipe:+ $recipe}" "$B" \
-        >>"$summary" <<'PY'
+summary_row() { # NAME MODEL DTYPE-LABEL B: a row of $summary from $out/NAME.jsonl and the run's output NAME.txt
+    python3 - "$out/$1.jsonl" "$out/$1.txt" "$2" "$3" "$4" >>"$summary" <<'PY'
 import json, re, statistics, sys
 path, text, model, dtype, B = sys.argv[1:]
 try:
     steps = [json.loads(l) for l in open(path) if '"step"' in l and '"type":"step"' in l]
 except OSError:
     steps = []
-summary = open(text).read()
+try:
+    summary = open(text).read()
+except OSError:
+    summary = ""
 peak = re.search(r"peak memory ([0-9.]+) GiB", summary)
 mfu = re.search(r"MFU ([0-9.]+)%", summary)
 attention = re.search(r"\| attention (\w+)", summary)
@@ -90,6 +83,19 @@ tps = statistics.median(s["tokens_per_second"] for s in timed)
 print(f"| {model} | {dtype} | {attention} | {B}x1024 | {ms:.1f} | {tps:.0f} | {mfu.group(1) + '%' if mfu else '?'} | "
       f"{peak.group(1) if peak else '?'} | {memory} | {steps[-1]['loss']:.4f} |")
 PY
+}
+for run in 124M:bfloat16 124M:float8 124M:float8:::exact 124M:float8::blockwise 1.5B:bfloat16 1.5B:float8 124M:float8:z3; do
+    IFS=: read -r model dtype zero recipe attention <<<"$run"
+    B=16; [ "$model" = 1.5B ] && B=8
+    name="${model}_${dtype}${zero:+_$zero}${recipe:+_$recipe}${attention:+_$attention}"
+    extra=(); [ -n "$zero" ] && extra=(--zero_stage 3 --recompute 1)
+    [ -n "$recipe" ] && extra+=(--fp8_recipe "$recipe")
+    [ -n "$attention" ] && extra+=(--attention "$attention")
+    timeout 120 ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
+        --train_data "$train_data" --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}" \
+        --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
+    echo "$name: exit $?"; tail -n 3 "$out/$name.txt"
+    summary_row "$name" "$model" "$dtype${zero:+ zero3+recompute}${recipe:+ $recipe}" "$B"
 done
 
 # ZeRO and recompute. One process: every stage with ways = 1 computes the same numbers as ZeRO-0 in the
@@ -168,7 +174,54 @@ else
     echo "| two processes | skipped: $gpus GPU(s) | |" >>"$zero_table"
 fi
 
+# The PyTorch peer (dev/train_gpt2_torch.py: torch.compile, fused attention, BF16 autocast, torchao's float8
+# where installed) on the same configurations from the same weights (one step of ours, --ckpt_every 1), while
+# the check's time allows (the rest of the check comes first); then ours against it.
+log "PyTorch peer"
+peer_python=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)
+peer_fp8=$(python3 -c 'import torchao.float8' 2>/dev/null && echo 1)
+ratios="$out/ratios.md"
+echo "| model | dtype | ours ms/step | PyTorch ms/step | ours / PyTorch | ours peak GiB | PyTorch peak GiB |" >"$ratios"
+echo "|---|---|---|---|---|---|---|" >>"$ratios"
+for run in 124M:bfloat16 124M:float8 1.5B:bfloat16 1.5B:float8; do
+    IFS=: read -r model dtype <<<"$run"
+    B=16; [ "$model" = 1.5B ] && B=8
+    name="torch_${model}_${dtype}"
+    why=""
+    [ -n "$peer_python" ] || why="no torch in python3"
+    [ -z "$why" ] && [ "$dtype" = float8 ] && [ -z "$peer_fp8" ] && why="no torchao"
+    [ -z "$why" ] && [ $SECONDS -gt 420 ] && why="the check's time (${SECONDS} s used)"
+    if [ -n "$why" ]; then
+        echo "| $model | PyTorch $dtype | skipped: $why | | | | | | | |" >>"$summary"
+        continue
+    fi
+    init="$out/init_$model/model_00000001.bin"
+    [ -f "$init" ] || timeout 60 ./train --model_size "$model" --dtype bfloat16 --batch_size $B --seq_len 1024 --steps 1 \
+        --ckpt_every 1 --train_data "$train_data" --val_data "" --output_dir "$out/init_$model" >/dev/null 2>&1
+    timeout 180 python3 dev/train_gpt2_torch.py --init_from "$init" --dtype "$dtype" --batch_size $B --seq_len 1024 \
+        --steps 30 --train_data "$train_data" --val_data "" --lr 3e-4 --warmup_steps 5 --log_file "$out/$name.jsonl" \
+        >"$out/$name.txt" 2>&1
+    echo "$name: exit $?"; tail -n 2 "$out/$name.txt"
+    summary_row "$name" "$model" "PyTorch $dtype" "$B"
+    python3 - "$out/${model}_$dtype" "$out/$name" "$model" "$dtype" >>"$ratios" <<'PY'
+import json, re, statistics, sys
+def run(prefix):
+    try:
+        steps = [json.loads(l) for l in open(prefix + ".jsonl") if '"type":"step"' in l]
+        peak = re.search(r"peak memory ([0-9.]+) GiB", open(prefix + ".txt").read())
+    except OSError:
+        return None, None
+    return (statistics.median(s["ms"] for s in steps[5:]) if len(steps) > 5 else None), (peak.group(1) if peak else "?")
+(ours, ours_peak), (peer, peer_peak) = run(sys.argv[1]), run(sys.argv[2])
+ratio = f"{ours / peer:.2f}" if ours and peer else "?"
+fmt = lambda ms: f"{ms:.1f}" if ms else "failed"
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {fmt(ours)} | {fmt(peer)} | {ratio} | {ours_peak} | {peer_peak} |")
+PY
+done
+
 log "summary"
 cat "$summary"
+echo
+cat "$ratios"
 echo
 cat "$zero_table"
