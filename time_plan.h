@@ -156,6 +156,15 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
         // the FP8 tensor and its transpose
         forward += 7 * C * (b + 2);
         backward += 9 * C * (b + 2);
+        // the per-tensor recipes' output-gradient casts sum the bias gradients on the way; the delayed
+        // recipe's casts compute the LayerNorms' and the GELU's outputs (from the LayerNorms' inputs and fc's
+        // output: no LayerNorm output written, no GELU pass) and fc's output gradient (from fcproj's input
+        // gradient and fc's output: no GELU backward pass)
+        if (!fp8_recipe_is_block(s->fp8_recipe)) backward -= 9 * C * b;
+        if (s->fp8_recipe == FP8_RECIPE_DELAYED) {
+            forward -= (2 * C + 2 * 4 * C) * b;
+            backward -= 3 * 4 * C * b - 4 * C * b;
+        }
     }
     double per_layer = forward * (s->recompute ? 2 : 1) + backward;
     double logits = 2 * (double)cfg->padded_vocab_size * b; // one-pass cross-entropy: a read and a write

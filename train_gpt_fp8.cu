@@ -709,15 +709,11 @@ static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int c
                      model->pow2_scales, model->stream);
 }
 
-// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. delayed: this step's scale, or
-// while the tensor's history is empty the exact scale of x's amax, the max over the ranks (the kernels
-// check the history on the device; the host only knows whether any is empty); current: measure first,
-// then cast with the exact scale. In training (record) the cast adds to the step's amax and telemetry
-// counts, as the CPU's fp8_cast.
-static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, fp8 *out_t,
-                     int record, Fp8Format format) {
+// The scale of tensor `index`'s cast of x (n). delayed: this step's scale, or while the tensor's history is
+// empty the exact scale of x's amax, the max over the ranks (the kernels check the history on the device;
+// the host only knows whether any is empty); current: x's amax measured first, the exact scale.
+static void fp8_prepare_scale(GPT *model, int index, const bf16 *x, size_t n, Fp8Format format) {
     Fp8DeviceState *s = &model->scaling;
-    size_t n = (size_t)rows * cols;
     if (model->recipe == FP8_RECIPE_CURRENT) {
         measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x, n, format,
                             model->margin, model->stream);
@@ -734,6 +730,14 @@ static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, f
                                        &s->amax_measure[index], history, s->history_len, 1, format,
                                        model->margin);
     }
+}
+
+// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. In training (record) the cast adds
+// to the step's amax and telemetry counts, as the CPU's fp8_cast.
+static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, fp8 *out_t,
+                     int record, Fp8Format format) {
+    Fp8DeviceState *s = &model->scaling;
+    fp8_prepare_scale(model, index, x, (size_t)rows * cols, format);
     cast_transpose<bf16>(out, out_t, record ? &s->amax_current[index] : NULL,
                          record ? &s->counts[2 * index] : NULL, x, rows, cols, &s->scale[index], format,
                          model->stream);
@@ -761,6 +765,18 @@ static char *saved_input_factors_t(GPT *model, int layer, int linear) {
            input_factor_offset(cfg, model->recipe, N, linear);
 }
 
+// out (N,OC) = cast_fp8 (N,IC) . W^T + bias, the per-tensor recipes' FP8 GEMM of an input already cast
+static void fp8_linear_gemm(GPT *model, int layer, int linear, bf16 *out) {
+    const GPTConfig *cfg = &model->config;
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
+    gemm(&model->gemm, out, CUDA_R_16BF,
+         fp8_operand(model->cast_fp8, FP8_E4M3, &model->scaling.descale[index]), 0,
+         fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1, N, OC,
+         IC, weight_bf16(model, linear_weight_tensor(linear) + 1, layer), 0, model->fast_accum,
+         model->stream);
+}
+
 // out (N,OC) = inp (N,IC) . W^T + bias
 static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf16 *inp, int record_amax) {
     const GPTConfig *cfg = &model->config;
@@ -779,17 +795,35 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
                            weight_factors(model, layer, linear, 0), recipe, 1),
              1, N, OC, IC, bias, 0, 0, model->stream);
     } else if (model->dtype == DTYPE_FLOAT8) {
-        int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
-        fp8_cast(model, index, inp, N, IC, model->cast_fp8, saved_input_t(model, layer, linear), record_amax,
-                 FP8_E4M3);
-        gemm(&model->gemm, out, CUDA_R_16BF,
-             fp8_operand(model->cast_fp8, FP8_E4M3, &model->scaling.descale[index]), 0,
-             fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1, N,
-             OC, IC, bias, 0, model->fast_accum, model->stream);
+        fp8_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, model->cast_fp8,
+                 saved_input_t(model, layer, linear), record_amax, FP8_E4M3);
+        fp8_linear_gemm(model, layer, linear, out);
     } else {
         gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
     }
+}
+
+// float8's steady state (the delayed recipe once every history holds a step): the input casts of qkv, fc
+// (LayerNormValues) and fcproj (GeluValues) compute the LayerNorm and GELU outputs themselves, from the
+// LayerNorm's statistics and fc's output, and fc's output-gradient cast the GELU's backward
+// (GeluBackwardValues), so those BF16 tensors are neither written nor read back. The current recipe and a
+// first step measure the stored tensor's amax before casting: two passes there.
+static int casts_compute_inputs(const GPT *model) {
+    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty;
+}
+
+// Linear `linear`'s FP8 input (N,IC) from `load` into out (NULL: none) and its saved transpose, then with
+// out the GEMM (casts_compute_inputs).
+template <typename Load>
+static void linear_forward_values(GPT *model, int layer, int linear, bf16 *out, Load load, int record) {
+    Fp8DeviceState *s = &model->scaling;
+    int index = fp8_tensor_index(layer, linear, 0), IC = linear_in_features(&model->config, linear);
+    cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
+                          record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
+                          (float *)NULL, load, model->B * model->T, IC, &s->scale[index], FP8_E4M3,
+                          model->stream);
+    if (out) fp8_linear_gemm(model, layer, linear, out);
 }
 
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
@@ -807,17 +841,51 @@ static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp
              0, FP8_E4M3);
 }
 
+// The per-tensor recipes, the scale prepared: dout (N,OC) from `load` cast to E5M2 in both layouts, the bias
+// gradient summed on the way (in bias_backward's order, so the same bits); dinp (N,IC) = dout . W,
+// dW (OC,IC) += dout^T . x.
+template <typename Load>
+static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, Load load) {
+    static_assert(CAST_ROWS == COLUMN_SUM_ROWS && CAST_WARPS == COLUMN_SUM_THREADS_Y,
+                  "the cast's column sums must be bias_backward's partial sums");
+    const GPTConfig *cfg = &model->config;
+    Fp8DeviceState *s = &model->scaling;
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
+    int input_index = fp8_tensor_index(layer, linear, 0), weight_tensor = linear_weight_tensor(linear);
+    cast_transpose_values(model->cast_fp8, model->cast_fp8_t, &s->amax_current[index], &s->counts[2 * index],
+                          model->reduce_scratch, load, N, OC, &s->scale[index], FP8_E5M2, model->stream);
+    bias_backward_from_partials(grad_of(model, weight_tensor + 1, layer), model->reduce_scratch, N, OC,
+                                model->stream);
+    GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &s->descale[index]);
+    GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &s->descale[index]);
+    // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
+    gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
+         fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, IC, OC, NULL,
+         0, 0, model->stream);
+    // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
+    gemm(&model->gemm, grad_of(model, weight_tensor, layer), CUDA_R_32F, dout_q_t, 0,
+         fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &s->descale[input_index]), 1, OC, IC, N,
+         NULL, 1, 0, model->stream);
+}
+
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias += column sums of dout
 static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const bf16 *dout,
                             const bf16 *inp) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->recipe)) {
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 1), dout, (size_t)N * OC, FP8_E5M2);
+        fp8_linear_backward(model, layer, linear, dinp, StoredValues<bf16>{dout});
+        return;
+    }
     int weight_tensor = linear_weight_tensor(linear);
     float *dweight = grad_of(model, weight_tensor, layer);
-    float *dbias = grad_of(model, weight_tensor + 1, layer);
-    bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
-    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
-        // dout in tiles along OC for the data gradient, along the tokens (transposed) for the weight gradient
+    bias_backward(grad_of(model, weight_tensor + 1, layer), dout, N, OC, model->reduce_scratch,
+                  model->stream);
+    if (model->dtype == DTYPE_FLOAT8) {
+        // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
+        // weight gradient
         int index = fp8_tensor_index(layer, linear, 1), recipe = model->recipe;
         Fp8Format format = fp8_role_format(recipe, FP8_ROLE_GRAD_OUTPUT);
         fp8_block_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_factors, model->cast_fp8_t,
@@ -833,20 +901,6 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
              block_operand(model->cast_fp8_t, format, model->cast_factors_t, recipe, 0), 0,
              block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
                            saved_input_factors_t(model, layer, linear), recipe, 0),
-             1, OC, IC, N, NULL, 1, 0, model->stream);
-    } else if (model->dtype == DTYPE_FLOAT8) {
-        int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
-        int input_index = fp8_tensor_index(layer, linear, 0);
-        fp8_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_fp8_t, 1, FP8_E5M2);
-        GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &model->scaling.descale[index]);
-        GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &model->scaling.descale[index]);
-        // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-        gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
-             fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1,
-             N, IC, OC, NULL, 0, 0, model->stream);
-        // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-        gemm(&model->gemm, dweight, CUDA_R_32F, dout_q_t, 0,
-             fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &model->scaling.descale[input_index]),
              1, OC, IC, N, NULL, 1, 0, model->stream);
     } else {
         gemm(&model->gemm, dinp, CUDA_R_16BF, bf16_operand(dout), 0,
@@ -890,6 +944,38 @@ static const bf16 *layer_input(GPT *model, int layer) {
     return layer == 0 ? model->encoded : model->residual3 + (layer - 1) * NC;
 }
 
+// out (N,OC) = linear `linear` of the LayerNorm (gain tensor ln_weight, bias the next) of x (N,C): the
+// LayerNorm's output in ln, its statistics in stats (mean (N), rstd (N)); with casts_compute_inputs the
+// statistics only, the cast computing the output.
+static void layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, const bf16 *x,
+                                     int linear, bf16 *out, int record_amax) {
+    int N = model->B * model->T, C = model->config.channels;
+    const bf16 *weight = weight_bf16(model, ln_weight, l), *bias = weight_bf16(model, ln_weight + 1, l);
+    if (casts_compute_inputs(model)) {
+        layernorm_forward(NULL, stats, stats + N, x, weight, bias, N, C, model->stream);
+        linear_forward_values(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
+                              record_amax);
+        return;
+    }
+    layernorm_forward(ln, stats, stats + N, x, weight, bias, N, C, model->stream);
+    linear_forward(model, l, linear, out, ln, record_amax);
+}
+
+// out (N,C) = fcproj of GELU(fch) (N,4C), the GELU's output in fch_gelu (with casts_compute_inputs: the cast
+// computes it). out NULL (the backward's replay): only the input the backward keeps.
+static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_gelu, bf16 *out,
+                                int record_amax) {
+    if (casts_compute_inputs(model)) {
+        linear_forward_values(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
+        return;
+    }
+    gelu_forward(fch_gelu, fch, (size_t)model->B * model->T * 4 * model->config.channels, model->stream);
+    if (out)
+        linear_forward(model, l, LIN_FCPROJ, out, fch_gelu, record_amax);
+    else
+        save_linear_input(model, l, LIN_FCPROJ, fch_gelu);
+}
+
 // residual3[l] = layer l of the input. recomputing (the backward's replay, --recompute 1): the same
 // kernels on the same input, weights and scales, so the same bits, without recording amaxes; it stops
 // once the backward has what it needs (fcproj's input), leaving residual3[l], which is kept, alone.
@@ -901,22 +987,16 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     const bf16 *residual = layer_input(model, l);
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
-    layernorm_forward(a.ln1, a.ln1_stats, a.ln1_stats + N, residual, weight_bf16(model, PT_LN1W, l),
-                      weight_bf16(model, PT_LN1B, l), N, C, stream);
-    linear_forward(model, l, LIN_QKV, a.qkv, a.ln1, record_amax);
+    layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, residual, LIN_QKV, a.qkv, record_amax);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
     linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, record_amax); // dc: scratch in the forward
     residual_forward(a.residual2, residual, model->dc, NC, stream);
-    layernorm_forward(a.ln2, a.ln2_stats, a.ln2_stats + N, a.residual2, weight_bf16(model, PT_LN2W, l),
-                      weight_bf16(model, PT_LN2B, l), N, C, stream);
-    linear_forward(model, l, LIN_FC, a.fch, a.ln2, record_amax);
-    gelu_forward(a.fch_gelu, a.fch, 4 * NC, stream);
+    layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, LIN_FC, a.fch, record_amax);
+    gelu_linear_forward(model, l, a.fch, a.fch_gelu, recomputing ? NULL : model->dc, record_amax);
     if (recomputing) {
-        save_linear_input(model, l, LIN_FCPROJ, a.fch_gelu);
         nvtxRangePop();
         return;
     }
-    linear_forward(model, l, LIN_FCPROJ, model->dc, a.fch_gelu, record_amax);
     residual_forward(model->residual3 + l * NC, a.residual2, model->dc, NC, stream);
     nvtxRangePop();
 }
@@ -995,8 +1075,12 @@ static void layer_backward(GPT *model, int l) {
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d backward", l);
     linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu);
-    gelu_backward(model->dfch, a.fch, 4 * NC, stream);
-    linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2);
+    if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
+        fp8_linear_backward(model, l, LIN_FC, model->dc, GeluBackwardValues{model->dfch, a.fch});
+    } else {
+        gelu_backward(model->dfch, a.fch, 4 * NC, stream);
+        linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2);
+    }
     layernorm_backward(model->dresidual, grad_of(model, PT_LN2W, l), grad_of(model, PT_LN2B, l), model->dc,
                        a.residual2, weight_bf16(model, PT_LN2W, l), a.ln2_stats, a.ln2_stats + N, N, C,
                        model->reduce_scratch, stream);

@@ -1,5 +1,6 @@
 // dev/bench_kernels.cu: checks the kernels of gpu/layers.cuh, both attentions (gpu/attention.cuh) and AdamW
-// (gpu/fp8.cuh) against the CPU reference trainer and times them.
+// (gpu/fp8.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm
+// and GELU outputs on the way against the kernels and the casts they replace.
 //
 // The reference is train_gpt.c itself, included below (its functions are static, so including it is how
 // they are reached): the GPU is checked against the oracle the project trusts, not against a second copy of
@@ -352,6 +353,56 @@ static void bench_encoder(const Shape *s, cudaStream_t stream) {
 // ---------------------------------------------------------------------------------------------------------
 // LayerNorm
 
+static Vec get_codes(const fp8 *src, size_t n) {
+    std::vector<uint8_t> codes(n);
+    to_host(codes.data(), src, n);
+    return Vec(codes.begin(), codes.end());
+}
+
+// An FP8 cast that computes its input on the way (load: the trainer's float8 steady state) against the cast
+// of what the producing kernel stores: produce() runs the producer and returns its output, prepare() what
+// the fused path runs first (the LayerNorm's statistics). The same device functions on the same values, so
+// not one bit may differ: the codes in both layouts, the amax, the saturation and flush counts, and the
+// column sums the cast adds up on the way (a bias gradient) against bias_backward's of the stored tensor.
+// The scale 2^6 saturates the values above 7 (448 / 64) and flushes those below 2^-16. bytes: what the
+// producer moves besides the cast's own read and writes, and what the fused path moves instead.
+template <typename Produce, typename Prepare, typename Load>
+static void check_cast_values(const char *family, int rows, int cols, Produce produce, Prepare prepare,
+                              Load load, double separate_bytes, double fused_bytes, cudaStream_t stream) {
+    const size_t n = (size_t)rows * cols;
+    fp8 *q = dev_alloc<fp8>(4 * n);                 // separate, separate^T, fused, fused^T
+    float *stats = new_f32(Vec{64.0f, 0.0f, 0.0f}); // the scale, then each path's amax
+    float *bias = new_f32(Vec(2 * (size_t)cols, 0.0f)),
+          *scratch = dev_alloc<float>(bias_backward_scratch_floats(rows, cols));
+    unsigned long long *counts = dev_alloc<unsigned long long>(4);
+    cuda_check(cudaMemset(counts, 0, 4 * sizeof(unsigned long long)));
+    auto separate = [&](float *amax, unsigned long long *c, float *dbias) {
+        const bf16 *x = produce();
+        cast_transpose(q, q + n, amax, c, x, rows, cols, &stats[0], FP8_E4M3, stream);
+        if (dbias) bias_backward(dbias, x, rows, cols, scratch, stream);
+    };
+    auto fused = [&](float *amax, unsigned long long *c, float *dbias) {
+        prepare();
+        cast_transpose_values(q + 2 * n, q + 3 * n, amax, c, dbias ? scratch : NULL, load, rows, cols,
+                              &stats[0], FP8_E4M3, stream);
+        if (dbias) bias_backward_from_partials(dbias, scratch, rows, cols, stream);
+    };
+    separate(&stats[1], counts, bias);
+    fused(&stats[2], counts + 2, bias + cols);
+    cuda_check(cudaStreamSynchronize(stream));
+    check_exact(family, "codes", get_codes(q + 2 * n, n), get_codes(q, n));
+    check_exact(family, "codes^T", get_codes(q + 3 * n, n), get_codes(q + n, n));
+    std::vector<unsigned long long> c(4);
+    to_host(c.data(), counts, sizeof(unsigned long long) * 4);
+    const Vec st = get_f32(stats, 3);
+    check_exact(family, "amax, counts", Vec{st[2], (float)c[2], (float)c[3]},
+                Vec{st[1], (float)c[0], (float)c[1]});
+    check_exact(family, "column sums", get_f32(bias + cols, cols), get_f32(bias, cols));
+    time_kernel(family, "separate", separate_bytes + n * (2.0 + 2), stream,
+                [&] { separate(NULL, NULL, NULL); });
+    time_kernel(family, "fused", fused_bytes + n * 2.0, stream, [&] { fused(NULL, NULL, NULL); });
+}
+
 static void bench_layernorm(const Shape *s, cudaStream_t stream) {
     const int N = s->B * s->T, C = s->C;
     const size_t NC = (size_t)N * C;
@@ -372,6 +423,18 @@ static void bench_layernorm(const Shape *s, cudaStream_t stream) {
     check_sum("layernorm", "rstd", get_f32(d_rstd, N), rstd);
     time_kernel("layernorm", "forward", 2.0 * NC * 2, stream, forward);
     check_rerun("layernorm", "out", g_out, get_bf16(d_out, NC));
+    // qkv's and fc's input: the statistics alone (out NULL), the cast computing the output from them
+    float *d_mean2 = dev_alloc<float>(N), *d_rstd2 = dev_alloc<float>(N);
+    check_cast_values(
+        "layernorm cast", N, C,
+        [&] {
+            forward();
+            return (const bf16 *)d_out;
+        },
+        [&] { layernorm_forward(NULL, d_mean2, d_rstd2, d_inp, d_weight, d_bias, N, C, stream); },
+        LayerNormValues{d_inp, d_mean2, d_rstd2, d_weight, d_bias}, NC * 2.0 * 2, NC * 2.0, stream);
+    check_exact("layernorm", "mean alone", get_f32(d_mean2, N), get_f32(d_mean, N));
+    check_exact("layernorm", "rstd alone", get_f32(d_rstd2, N), get_f32(d_rstd, N));
 
     // The backward gets the CPU's mean and rstd, so that it is checked on its own.
     Vec dout = randn(NC, 0.0f, 0.1f, 1), dres0 = randn(NC, 0.0f, 0.1f, 1), dweight0 = randn(C, 0.0f, 1.0f, 0),
@@ -439,6 +502,29 @@ static void bench_elementwise(const Shape *s, cudaStream_t stream) {
     check_bf16("gelu", "dinp", get_bf16(d_d, ng), dx);
     // In place: later runs differentiate the previous result, the same work.
     time_kernel("gelu", "backward", 3.0 * ng * 2, stream, [&] { gelu_backward(d_d, d_x, ng, stream); });
+
+    // fcproj's input: the cast computing the GELU of fc's output
+    const int rows = s->B * s->T, cols = 4 * s->C;
+    const size_t nf = (size_t)rows * cols;
+    bf16 *d_pre = new_bf16(randn(nf, 0.0f, 2.0f, 1)), *d_gelu = dev_alloc<bf16>(nf);
+    check_cast_values(
+        "gelu cast", rows, cols,
+        [&] {
+            gelu_forward(d_gelu, d_pre, nf, stream);
+            return (const bf16 *)d_gelu;
+        },
+        [] {}, GeluValues{d_pre}, nf * 2.0 * 2, nf * 2.0, stream);
+    // fc's output gradient: the cast computing the GELU's backward from fcproj's input gradient and fc's
+    // output
+    bf16 *d_grad = new_bf16(randn(nf, 0.0f, 4.0f, 1)), *d_dgelu = dev_alloc<bf16>(nf);
+    check_cast_values(
+        "gelu bwd cast", rows, cols,
+        [&] {
+            cuda_check(cudaMemcpyAsync(d_dgelu, d_grad, nf * sizeof(bf16), cudaMemcpyDeviceToDevice, stream));
+            gelu_backward(d_dgelu, d_pre, nf, stream);
+            return (const bf16 *)d_dgelu;
+        },
+        [] {}, GeluBackwardValues{d_grad, d_pre}, nf * 2.0 * 4, nf * 2.0, stream);
     dev_free_all();
 }
 

@@ -159,6 +159,11 @@ static __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout
 
 constexpr int LN_WARPS = 8; // rows per block
 
+// y = (x - mean) * rstd * weight + bias, in the CPU's order
+__device__ __forceinline__ float layernorm_value(float x, float mean, float rstd, bf16 weight, bf16 bias) {
+    return fadd(fmul(fmul(fsub(x, mean), rstd), bf2f(weight)), bf2f(bias));
+}
+
 template <int W>
 static __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
@@ -166,7 +171,6 @@ static __global__ void __launch_bounds__(32 * LN_WARPS)
     const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return; // the whole warp leaves: no block-level barrier below
     const bf16 *x = inp + (size_t)row * C;
-    bf16 *y = out + (size_t)row * C;
     float sum = 0.0f;
     for (int c = lane * W; c < C; c += 32 * W) {
         const Bf16Pack<W> xp = load_pack<W>(x + c);
@@ -185,18 +189,18 @@ static __global__ void __launch_bounds__(32 * LN_WARPS)
         }
     }
     const float s = fdiv(1.0f, __fsqrt_rn(fadd(fdiv(warp_sum(var), (float)C), 1e-5f)));
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+    if (!out) return; // the statistics only: an FP8 cast computes the output (LayerNormValues)
     for (int c = lane * W; c < C; c += 32 * W) {
         const Bf16Pack<W> xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c),
                           bp = load_pack<W>(bias + c);
         Bf16Pack<W> o;
 #pragma unroll
-        for (int k = 0; k < W; k++)
-            o.v[k] = f2bf(fadd(fmul(fmul(fsub(bf2f(xp.v[k]), m), s), bf2f(wp.v[k])), bf2f(bp.v[k])));
-        store_pack<W>(y + c, o);
-    }
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
+        for (int k = 0; k < W; k++) o.v[k] = f2bf(layernorm_value(bf2f(xp.v[k]), m, s, wp.v[k], bp.v[k]));
+        store_pack<W>(out + (size_t)row * C + c, o);
     }
 }
 
@@ -312,17 +316,29 @@ __device__ __forceinline__ float gelu_inner(float x) {
     return fmul(GELU_SQRT_2_OVER_PI, fadd(x, fmul(fmul(fmul(GELU_CUBIC, x), x), x)));
 }
 
+__device__ __forceinline__ float gelu(float x) {
+    return fmul(fmul(0.5f, x), fadd(1.0f, tanhf(gelu_inner(x))));
+}
+
 template <int W> static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
     if (i >= n) return;
     const Bf16Pack<W> xp = load_pack<W>(inp + i);
     Bf16Pack<W> o;
 #pragma unroll
-    for (int k = 0; k < W; k++) {
-        const float x = bf2f(xp.v[k]);
-        o.v[k] = f2bf(fmul(fmul(0.5f, x), fadd(1.0f, tanhf(gelu_inner(x)))));
-    }
+    for (int k = 0; k < W; k++) o.v[k] = f2bf(gelu(bf2f(xp.v[k])));
     store_pack<W>(out + i, o);
+}
+
+// dout * gelu'(x)
+__device__ __forceinline__ float gelu_backward_value(float dout, float x) {
+    const float th = tanhf(gelu_inner(x));
+    const float sech2 = fsub(1.0f, fmul(th, th));
+    // 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x)
+    const float slope = fadd(1.0f, fmul(fmul(fmul(3.0f, GELU_CUBIC), x), x));
+    const float local =
+        fadd(fmul(0.5f, fadd(1.0f, th)), fmul(fmul(fmul(fmul(0.5f, x), sech2), GELU_SQRT_2_OVER_PI), slope));
+    return fmul(dout, local);
 }
 
 template <int W> static __global__ void gelu_backward_kernel(bf16 *dinout, const bf16 *inp, size_t n) {
@@ -331,16 +347,7 @@ template <int W> static __global__ void gelu_backward_kernel(bf16 *dinout, const
     const Bf16Pack<W> xp = load_pack<W>(inp + i);
     Bf16Pack<W> d = load_pack<W>(dinout + i);
 #pragma unroll
-    for (int k = 0; k < W; k++) {
-        const float x = bf2f(xp.v[k]);
-        const float th = tanhf(gelu_inner(x));
-        const float sech2 = fsub(1.0f, fmul(th, th));
-        // 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x)
-        const float slope = fadd(1.0f, fmul(fmul(fmul(3.0f, GELU_CUBIC), x), x));
-        const float local = fadd(fmul(0.5f, fadd(1.0f, th)),
-                                 fmul(fmul(fmul(fmul(0.5f, x), sech2), GELU_SQRT_2_OVER_PI), slope));
-        d.v[k] = f2bf(fmul(bf2f(d.v[k]), local));
-    }
+    for (int k = 0; k < W; k++) d.v[k] = f2bf(gelu_backward_value(bf2f(d.v[k]), bf2f(xp.v[k])));
     store_pack<W>(dinout + i, d);
 }
 
@@ -556,7 +563,8 @@ inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const i
 // ---------------------------------------------------------------------------------------------------------
 // LayerNorm
 
-// out (N,C) = bf16((inp - mean) * rstd * weight + bias); mean, rstd (N) FP32 for the backward.
+// out (N,C) = bf16((inp - mean) * rstd * weight + bias); mean, rstd (N) FP32 for the backward. out NULL:
+// the statistics only.
 inline void layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
                               const bf16 *bias, int N, int C, cudaStream_t stream) {
     if (N <= 0 || C <= 0) return;
@@ -614,6 +622,37 @@ inline void gelu_forward(bf16 *out, const bf16 *inp, size_t n, cudaStream_t stre
         launch<layers_impl::gelu_forward_kernel<1>>({grid, 256, 0, stream}, out, inp, n);
 }
 
+// gelu_forward's output at element i, computed where an FP8 cast reads it (gpu/fp8.cuh's
+// cast_transpose_values) instead of stored and read back: the same bits.
+struct GeluValues {
+    const bf16 *pre; // the pre-activation
+    __device__ float operator()(size_t i, int, int) const {
+        using namespace layers_impl;
+        return bf2f(f2bf(gelu(bf2f(pre[i]))));
+    }
+};
+
+// gelu_backward's output at element i, computed where an FP8 cast reads it instead of stored: the same bits.
+struct GeluBackwardValues {
+    const bf16 *dout, *pre; // the GELU's output gradient and its input
+    __device__ float operator()(size_t i, int, int) const {
+        using namespace layers_impl;
+        return bf2f(f2bf(gelu_backward_value(bf2f(dout[i]), bf2f(pre[i]))));
+    }
+};
+
+// layernorm_forward's output at element (row, col) from its statistics, computed where an FP8 cast reads
+// it instead of stored and read back: the same bits.
+struct LayerNormValues {
+    const bf16 *inp;           // (N,C)
+    const float *mean, *rstd;  // (N), as layernorm_forward wrote them
+    const bf16 *weight, *bias; // (C)
+    __device__ float operator()(size_t i, int row, int col) const {
+        using namespace layers_impl;
+        return bf2f(f2bf(layernorm_value(bf2f(inp[i]), mean[row], rstd[row], weight[col], bias[col])));
+    }
+};
+
 // dinout: the output gradient in, bf16(output gradient * gelu'(inp)) out
 inline void gelu_backward(bf16 *dinout, const bf16 *inp, size_t n, cudaStream_t stream) {
     if (n == 0) return;
@@ -653,6 +692,19 @@ inline void bias_backward(float *dbias, const bf16 *dout, int N, int OC, float *
                           cudaStream_t stream) {
     if (N <= 0 || OC <= 0) return;
     layers_impl::column_sums(dbias, nullptr, dout, nullptr, nullptr, nullptr, N, OC, scratch, stream);
+}
+
+// The rows of each partial sum of the column sums (bias_backward's first stage), and the threads that add
+// them: what a producer that sums columns on the way must match (gpu/fp8.cuh's cast_transpose_kernel).
+constexpr int COLUMN_SUM_ROWS = layers_impl::COLSUM_ROWS, COLUMN_SUM_THREADS_Y = layers_impl::COLSUM_WARPS;
+
+// dbias (OC) += the column sums of partials ((N / COLUMN_SUM_ROWS rounded up, OC), in bias_backward's
+// order): bias_backward's second stage, for partial sums a producer wrote on the way.
+inline void bias_backward_from_partials(float *dbias, const float *partials, int N, int OC,
+                                        cudaStream_t stream) {
+    if (N <= 0 || OC <= 0) return;
+    launch<layers_impl::column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dbias, partials,
+                                                       layers_impl::colsum_chunks(N), OC);
 }
 
 inline size_t global_norm_squared_scratch_floats(size_t n) {
