@@ -147,6 +147,7 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
                                         size_t shard_params) {
     double C = cfg->channels, b = 2;
     double forward = (2 * 2 * C + 3 * C) * b  // 2 LayerNorms (read x, write y), residual (2 reads, 1 write)
+                     - C * b                  // fc's LayerNorm adds the residual before it: x from registers
                      + 2 * 4 * C * b;         // GELU (read, write 4C)
     double backward = (2 * 3 * C + 3 * C) * b // LayerNorm backwards (dy, x, write dx), residual gradients
                       + 3 * 4 * C * b         // GELU backward (pre-activation, gradient, write)

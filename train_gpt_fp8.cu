@@ -944,21 +944,23 @@ static const bf16 *layer_input(GPT *model, int layer) {
     return layer == 0 ? model->encoded : model->residual3 + (layer - 1) * NC;
 }
 
-// out (N,OC) = linear `linear` of the LayerNorm (gain tensor ln_weight, bias the next) of x (N,C): the
-// LayerNorm's output in ln, its statistics in stats (mean (N), rstd (N)); with casts_compute_inputs the
-// statistics only, the cast computing the output.
-static void layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, const bf16 *x,
-                                     int linear, bf16 *out, int record_amax) {
-    int N = model->B * model->T, C = model->config.channels;
+// out (N,OC) = linear `linear` of the LayerNorm (gain tensor ln_weight, bias the next) of x (N,C), or with
+// add of x = bf16(inp + add) written to the LayerNorm's input sum (one pass: residual_layernorm_forward),
+// else x = inp: the LayerNorm's output in ln, its statistics in stats (mean (N), rstd (N)); with
+// casts_compute_inputs the statistics only, the cast computing the output.
+static void layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, bf16 *sum,
+                                     const bf16 *inp, const bf16 *add, int linear, bf16 *out,
+                                     int record_amax) {
+    int N = model->B * model->T, C = model->config.channels, fused = casts_compute_inputs(model);
     const bf16 *weight = weight_bf16(model, ln_weight, l), *bias = weight_bf16(model, ln_weight + 1, l);
-    if (casts_compute_inputs(model)) {
-        layernorm_forward(NULL, stats, stats + N, x, weight, bias, N, C, model->stream);
+    const bf16 *x = add ? sum : inp;
+    residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
+                               model->stream);
+    if (fused)
         linear_forward_values(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
                               record_amax);
-        return;
-    }
-    layernorm_forward(ln, stats, stats + N, x, weight, bias, N, C, model->stream);
-    linear_forward(model, l, linear, out, ln, record_amax);
+    else
+        linear_forward(model, l, linear, out, ln, record_amax);
 }
 
 // out (N,C) = fcproj of GELU(fch) (N,4C), the GELU's output in fch_gelu (with casts_compute_inputs: the cast
@@ -987,11 +989,13 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     const bf16 *residual = layer_input(model, l);
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
-    layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, residual, LIN_QKV, a.qkv, record_amax);
+    layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV, a.qkv,
+                             record_amax);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
     linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, record_amax); // dc: scratch in the forward
-    residual_forward(a.residual2, residual, model->dc, NC, stream);
-    layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, LIN_FC, a.fch, record_amax);
+    // residual2 = residual + dc, and the LayerNorm of it, in one pass
+    layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->dc, LIN_FC,
+                             a.fch, record_amax);
     gelu_linear_forward(model, l, a.fch, a.fch_gelu, recomputing ? NULL : model->dc, record_amax);
     if (recomputing) {
         nvtxRangePop();

@@ -1,6 +1,7 @@
 // dev/bench_kernels.cu: checks the kernels of gpu/layers.cuh, both attentions (gpu/attention.cuh) and AdamW
 // (gpu/fp8.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm
-// and GELU outputs on the way against the kernels and the casts they replace.
+// and GELU outputs on the way against the kernels and the casts they replace, and the residual add fused
+// with the LayerNorm after it against the two kernels.
 //
 // The reference is train_gpt.c itself, included below (its functions are static, so including it is how
 // they are reached): the GPU is checked against the oracle the project trusts, not against a second copy of
@@ -435,6 +436,27 @@ static void bench_layernorm(const Shape *s, cudaStream_t stream) {
         LayerNormValues{d_inp, d_mean2, d_rstd2, d_weight, d_bias}, NC * 2.0 * 2, NC * 2.0, stream);
     check_exact("layernorm", "mean alone", get_f32(d_mean2, N), get_f32(d_mean, N));
     check_exact("layernorm", "rstd alone", get_f32(d_rstd2, N), get_f32(d_rstd, N));
+    // fc's LayerNorm with the residual add before it: one pass against residual_forward then
+    // layernorm_forward
+    bf16 *d_add = new_bf16(randn(NC, 0.0f, 0.5f, 1)), *d_sum = dev_alloc<bf16>(NC),
+         *d_sum2 = dev_alloc<bf16>(NC), *d_out2 = dev_alloc<bf16>(NC);
+    auto separate = [&] {
+        residual_forward(d_sum, d_inp, d_add, NC, stream);
+        layernorm_forward(d_out, d_mean, d_rstd, d_sum, d_weight, d_bias, N, C, stream);
+    };
+    auto fused = [&] {
+        residual_layernorm_forward(d_out2, d_mean2, d_rstd2, d_sum2, d_inp, d_add, d_weight, d_bias, N, C,
+                                   stream);
+    };
+    separate();
+    fused();
+    cuda_check(cudaStreamSynchronize(stream));
+    check_exact("residual+ln", "sum", get_bf16(d_sum2, NC), get_bf16(d_sum, NC));
+    check_exact("residual+ln", "out", get_bf16(d_out2, NC), get_bf16(d_out, NC));
+    check_exact("residual+ln", "mean", get_f32(d_mean2, N), get_f32(d_mean, N));
+    check_exact("residual+ln", "rstd", get_f32(d_rstd2, N), get_f32(d_rstd, N));
+    time_kernel("residual+ln", "separate", NC * 2.0 * 6, stream, separate);
+    time_kernel("residual+ln", "fused", NC * 2.0 * 4, stream, fused);
 
     // The backward gets the CPU's mean and rstd, so that it is checked on its own.
     Vec dout = randn(NC, 0.0f, 0.1f, 1), dres0 = randn(NC, 0.0f, 0.1f, 1), dweight0 = randn(C, 0.0f, 1.0f, 0),

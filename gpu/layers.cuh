@@ -164,16 +164,25 @@ __device__ __forceinline__ float layernorm_value(float x, float mean, float rstd
     return fadd(fmul(fmul(fsub(x, mean), rstd), bf2f(weight)), bf2f(bias));
 }
 
+// add (optional): the LayerNorm of inp + add, that sum written to sum_out first (residual_forward's bits),
+// its first pass adding up the row from registers and the later ones reading it back (this thread's own
+// writes).
 template <int W>
 static __global__ void __launch_bounds__(32 * LN_WARPS)
-    layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
-                             const bf16 *bias, int N, int C) {
+    layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, bf16 *sum_out, const bf16 *inp,
+                             const bf16 *add, const bf16 *weight, const bf16 *bias, int N, int C) {
     const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
     if (row >= N) return; // the whole warp leaves: no block-level barrier below
-    const bf16 *x = inp + (size_t)row * C;
+    const bf16 *x = (add ? sum_out : inp) + (size_t)row * C;
     float sum = 0.0f;
     for (int c = lane * W; c < C; c += 32 * W) {
-        const Bf16Pack<W> xp = load_pack<W>(x + c);
+        Bf16Pack<W> xp = load_pack<W>(inp + (size_t)row * C + c);
+        if (add) {
+            const Bf16Pack<W> ap = load_pack<W>(add + (size_t)row * C + c);
+#pragma unroll
+            for (int k = 0; k < W; k++) xp.v[k] = f2bf(fadd(bf2f(xp.v[k]), bf2f(ap.v[k])));
+            store_pack<W>(sum_out + (size_t)row * C + c, xp);
+        }
 #pragma unroll
         for (int k = 0; k < W; k++) sum = fadd(sum, bf2f(xp.v[k]));
     }
@@ -563,19 +572,29 @@ inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const i
 // ---------------------------------------------------------------------------------------------------------
 // LayerNorm
 
+// residual_forward then layernorm_forward of its output in one pass: sum_out (N,C) = bf16(inp + add), then
+// out, mean, rstd of sum_out as layernorm_forward computes them (the same bits; out NULL: the statistics
+// only).
+inline void residual_layernorm_forward(bf16 *out, float *mean, float *rstd, bf16 *sum_out, const bf16 *inp,
+                                       const bf16 *add, const bf16 *weight, const bf16 *bias, int N, int C,
+                                       cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const int grid = ceil_div(N, layers_impl::LN_WARPS);
+    // layernorm_forward's pack width on sum_out, so that its sums run in the same order
+    if (layers_impl::pack_width(C, out, sum_out, weight, bias) == 8 &&
+        layers_impl::pack_width(C, inp, add) == 8)
+        launch<layers_impl::layernorm_forward_kernel<8>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
+                                                         mean, rstd, sum_out, inp, add, weight, bias, N, C);
+    else
+        launch<layers_impl::layernorm_forward_kernel<1>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
+                                                         mean, rstd, sum_out, inp, add, weight, bias, N, C);
+}
+
 // out (N,C) = bf16((inp - mean) * rstd * weight + bias); mean, rstd (N) FP32 for the backward. out NULL:
 // the statistics only.
 inline void layernorm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *weight,
                               const bf16 *bias, int N, int C, cudaStream_t stream) {
-    if (N <= 0 || C <= 0) return;
-    const int W = layers_impl::pack_width(C, out, inp, weight, bias),
-              grid = ceil_div(N, layers_impl::LN_WARPS);
-    if (W == 8)
-        launch<layers_impl::layernorm_forward_kernel<8>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
-                                                         mean, rstd, inp, weight, bias, N, C);
-    else
-        launch<layers_impl::layernorm_forward_kernel<1>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
-                                                         mean, rstd, inp, weight, bias, N, C);
+    residual_layernorm_forward(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C, stream);
 }
 
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
