@@ -732,17 +732,6 @@ static void fp8_prepare_scale(GPT *model, int index, const bf16 *x, size_t n, Fp
     }
 }
 
-// Casts x (rows, cols) with the scale of tensor `index` into out / out_t. In training (record) the cast adds
-// to the step's amax and telemetry counts, as the CPU's fp8_cast.
-static void fp8_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, fp8 *out_t,
-                     int record, Fp8Format format) {
-    Fp8DeviceState *s = &model->scaling;
-    fp8_prepare_scale(model, index, x, (size_t)rows * cols, format);
-    cast_transpose<bf16>(out, out_t, record ? &s->amax_current[index] : NULL,
-                         record ? &s->counts[2 * index] : NULL, x, rows, cols, &s->scale[index], format,
-                         model->stream);
-}
-
 // Layers whose activations are kept: all, or with --recompute only the one being recomputed (index 0).
 static int kept_layer(const GPT *model, int layer) {
     return model->recompute ? 0 : layer;
@@ -765,16 +754,23 @@ static char *saved_input_factors_t(GPT *model, int layer, int linear) {
            input_factor_offset(cfg, model->recipe, N, linear);
 }
 
-// out (N,OC) = cast_fp8 (N,IC) . W^T + bias, the per-tensor recipes' FP8 GEMM of an input already cast
-static void fp8_linear_gemm(GPT *model, int layer, int linear, bf16 *out) {
+// The per-tensor recipes, the scale prepared (fp8_prepare_scale): the input (N,IC) from `load` cast to E4M3
+// into cast_fp8 (with out; without, the backward's replay, not) and the saved transpose the weight gradient
+// reads, then out (N,OC) = input . W^T + bias. In training (record) the cast adds to the step's amax and
+// telemetry counts, as the CPU's fp8_cast.
+template <typename Load>
+static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Load load, int record) {
     const GPTConfig *cfg = &model->config;
+    Fp8DeviceState *s = &model->scaling;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
-    gemm(&model->gemm, out, CUDA_R_16BF,
-         fp8_operand(model->cast_fp8, FP8_E4M3, &model->scaling.descale[index]), 0,
-         fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &model->scaling.weight_descale[w]), 1, N, OC,
-         IC, weight_bf16(model, linear_weight_tensor(linear) + 1, layer), 0, model->fast_accum,
-         model->stream);
+    cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
+                          record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
+                          (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->stream);
+    if (!out) return;
+    gemm(&model->gemm, out, CUDA_R_16BF, fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]), 0,
+         fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, OC, IC,
+         weight_bf16(model, linear_weight_tensor(linear) + 1, layer), 0, model->fast_accum, model->stream);
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias
@@ -795,9 +791,8 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
                            weight_factors(model, layer, linear, 0), recipe, 1),
              1, N, OC, IC, bias, 0, 0, model->stream);
     } else if (model->dtype == DTYPE_FLOAT8) {
-        fp8_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, model->cast_fp8,
-                 saved_input_t(model, layer, linear), record_amax, FP8_E4M3);
-        fp8_linear_gemm(model, layer, linear, out);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
+        fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
     } else {
         gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
              bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
@@ -813,19 +808,6 @@ static int casts_compute_inputs(const GPT *model) {
     return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty;
 }
 
-// Linear `linear`'s FP8 input (N,IC) from `load` into out (NULL: none) and its saved transpose, then with
-// out the GEMM (casts_compute_inputs).
-template <typename Load>
-static void linear_forward_values(GPT *model, int layer, int linear, bf16 *out, Load load, int record) {
-    Fp8DeviceState *s = &model->scaling;
-    int index = fp8_tensor_index(layer, linear, 0), IC = linear_in_features(&model->config, linear);
-    cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
-                          record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
-                          (float *)NULL, load, model->B * model->T, IC, &s->scale[index], FP8_E4M3,
-                          model->stream);
-    if (out) fp8_linear_gemm(model, layer, linear, out);
-}
-
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
 // transpose the forward's cast saves (same scale, same bits); bfloat16 keeps inp itself.
 static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp) {
@@ -837,8 +819,8 @@ static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp
                        FP8_E4M3);
         return;
     }
-    fp8_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, NULL, saved_input_t(model, layer, linear),
-             0, FP8_E4M3);
+    fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
+    fp8_linear_forward(model, layer, linear, NULL, StoredValues<bf16>{inp}, 0);
 }
 
 // The per-tensor recipes, the scale prepared: dout (N,OC) from `load` cast to E5M2 in both layouts, the bias
@@ -957,8 +939,8 @@ static void layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln,
     residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
                                model->stream);
     if (fused)
-        linear_forward_values(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
-                              record_amax);
+        fp8_linear_forward(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
+                           record_amax);
     else
         linear_forward(model, l, linear, out, ln, record_amax);
 }
@@ -968,7 +950,7 @@ static void layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln,
 static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_gelu, bf16 *out,
                                 int record_amax) {
     if (casts_compute_inputs(model)) {
-        linear_forward_values(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
+        fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
         return;
     }
     gelu_forward(fch_gelu, fch, (size_t)model->B * model->T * 4 * model->config.channels, model->stream);

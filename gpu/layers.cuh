@@ -469,6 +469,11 @@ inline int norm_blocks(size_t n) {
     return blocks < 1 ? 1 : blocks > (size_t)NORM_MAX_BLOCKS ? NORM_MAX_BLOCKS : (int)blocks;
 }
 
+// The second stage of a column sum: dst (OC) += the nchunks partial sums of each column, in order.
+inline void finish_column_sums(float *dst, const float *partial, int nchunks, int OC, cudaStream_t stream) {
+    launch<column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dst, partial, nchunks, OC);
+}
+
 // Both stages of a column sum (bias_backward, layernorm_backward's parameter gradients).
 inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16 *inp, const float *mean,
                         const float *rstd, int N, int OC, float *scratch, cudaStream_t stream) {
@@ -482,11 +487,8 @@ inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16
     else
         launch<column_partials_kernel<false>>({grid, block, 0, stream}, partial_a, nullptr, dout, nullptr,
                                               nullptr, nullptr, N, OC);
-    launch<column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dst_a, partial_a, nchunks, OC);
-    if (dst_b) {
-        launch<column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dst_b, partial_b, nchunks,
-                                              OC);
-    }
+    finish_column_sums(dst_a, partial_a, nchunks, OC, stream);
+    if (dst_b) finish_column_sums(dst_b, partial_b, nchunks, OC, stream);
 }
 
 } // namespace layers_impl
@@ -722,8 +724,7 @@ constexpr int COLUMN_SUM_ROWS = layers_impl::COLSUM_ROWS, COLUMN_SUM_THREADS_Y =
 inline void bias_backward_from_partials(float *dbias, const float *partials, int N, int OC,
                                         cudaStream_t stream) {
     if (N <= 0 || OC <= 0) return;
-    launch<layers_impl::column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dbias, partials,
-                                                       layers_impl::colsum_chunks(N), OC);
+    layers_impl::finish_column_sums(dbias, partials, layers_impl::colsum_chunks(N), OC, stream);
 }
 
 inline size_t global_norm_squared_scratch_floats(size_t n) {

@@ -114,8 +114,8 @@ static int is_gemm_tensor(int tensor) {
 // in parameter layout from the unit's start.
 static ShardUnit unit_of(GPT *m, int tensor, int layer, size_t *gathered_at, size_t *reduced_at) {
     int unit = m->zero_stage == 3 && param_is_per_layer(tensor) ? 1 + layer : 0;
-    *gathered_at = unit ? m->global_slot + (size_t)(layer % m->weight_slots) * m->layer_slot : 0;
-    *reduced_at = unit ? m->global_slot + (size_t)(layer % 2) * m->layer_slot : 0;
+    *gathered_at = unit ? slot_offset(m, layer, m->weight_slots) : 0;
+    *reduced_at = unit ? grad_slot_offset(m, layer) : 0;
     return shard_map_unit(&m->shards, unit);
 }
 
