@@ -20,6 +20,8 @@ typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } LrSchedule;
 typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } AttentionChoice;
 
 #define OPTION_STRING_LEN 512
+#define GUARD_MAX_WINDOW                                                                                     \
+    10000 // --guard_window's largest value: the GPU trainer keeps that much room on the device
 
 typedef struct {
     char train_data[OPTION_STRING_LEN];
@@ -151,7 +153,7 @@ static const OptionSpec OPTION_SPECS[] = {
      "skip a step whose loss is this many std devs above the recent mean (0: off)"},
     {"skip_norm_z", OPT_FLOAT, OPT_AT(skip_norm_z), "0", 0, 1000, NULL,
      "skip a step whose gradient norm is this many std devs above the recent mean (0: off)"},
-    {"guard_window", OPT_INT, OPT_AT(guard_window), "50", 8, 10000, NULL,
+    {"guard_window", OPT_INT, OPT_AT(guard_window), "50", 8, GUARD_MAX_WINDOW, NULL,
      "steps in the moving window of the loss and norm guards"},
     {"inject_nan_step", OPT_INT, OPT_AT(inject_nan_step), "0", 0, 1 << 30, NULL,
      "test: make the gradient of this step (1-based) NaN (0: never)"},

@@ -158,7 +158,7 @@ static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
     case BUF_STEP:
         return "step parameters and results";
     case BUF_TOKENS:
-        return "inputs, targets, embedding-gradient buckets";
+        return "inputs, targets, embedding-gradient buckets, and the next batch's";
     case BUF_GEMM_WORKSPACE:
         return "cuBLASLt";
     default:

@@ -48,28 +48,76 @@ static inline void step_guard_free(StepGuard *g) {
     free(g->history);
 }
 
-// mean + z * (sample standard deviation) of one row of the window, +inf when the guard is off or waits.
-static inline float guard_threshold(const StepGuard *g, const float *values, float z) {
-    long long n = g->count < g->window ? g->count : g->window;
+// Double-precision operations that the host and the device round alike: the device spells them as _rn
+// intrinsics, which nvcc never contracts into FMAs (ISO C builds do not contract either).
+FP8_HD static inline double guard_add(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+FP8_HD static inline double guard_sub(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+FP8_HD static inline double guard_mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+FP8_HD static inline double guard_div(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __ddiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+FP8_HD static inline double guard_sqrt(double a) {
+#ifdef __CUDA_ARCH__
+    return __dsqrt_rn(a);
+#else
+    return sqrt(a);
+#endif
+}
+
+// mean + z * (sample standard deviation) of one row of a window holding count records so far, +inf when
+// the guard is off or waits. The GPU trainer runs it on the device, on its copy of the window, so that it
+// decides a step without the host having read the previous one.
+FP8_HD static inline float guard_threshold(const float *values, long long count, int window, float z) {
+    long long n = count < window ? count : window;
     if (z <= 0.0f || n < GUARD_MIN_SAMPLES) return INFINITY;
     double mean = 0.0, var = 0.0;
-    for (long long i = 0; i < n; i++) mean += values[i];
-    mean /= n;
-    for (long long i = 0; i < n; i++) var += (values[i] - mean) * (values[i] - mean);
-    return (float)(mean + z * sqrt(var / (n - 1)));
+    for (long long i = 0; i < n; i++) mean = guard_add(mean, (double)values[i]);
+    mean = guard_div(mean, (double)n);
+    for (long long i = 0; i < n; i++) {
+        double d = guard_sub((double)values[i], mean);
+        var = guard_add(var, guard_mul(d, d));
+    }
+    return (float)guard_add(mean, guard_mul((double)z, guard_sqrt(guard_div(var, (double)(n - 1)))));
+}
+
+// An accepted step's loss and norm into the window history (2, window), count the records so far.
+FP8_HD static inline void guard_record(float *history, int window, long long *count, float loss, float norm) {
+    int slot = (int)(*count % window);
+    history[slot] = loss;
+    history[window + slot] = norm;
+    (*count)++;
 }
 
 static inline void step_guard_thresholds(const StepGuard *g, const TrainOptions *opts, float *max_loss,
                                          float *max_norm) {
-    *max_loss = guard_threshold(g, g->history, opts->skip_loss_z);
-    *max_norm = guard_threshold(g, g->history + g->window, opts->skip_norm_z);
+    *max_loss = guard_threshold(g->history, g->count, g->window, opts->skip_loss_z);
+    *max_norm = guard_threshold(g->history + g->window, g->count, g->window, opts->skip_norm_z);
 }
 
 static inline void step_guard_record(StepGuard *g, float loss, float norm) {
-    int slot = (int)(g->count % g->window);
-    g->history[slot] = loss;
-    g->history[g->window + slot] = norm;
-    g->count++;
+    guard_record(g->history, g->window, &g->count, loss, norm);
 }
 
 // ----------------------------------------------------------------------------
@@ -148,30 +196,46 @@ static inline void log_fp8_stats(RunLog *log, int step, const Fp8Stats *s) {
     fflush(log->jsonl);
 }
 
-// After each float8 step: the saturation line when anything saturated, the JSON-lines records every
-// --fp8_stats_every steps, then fresh counters for the next step.
-static inline void print_saturation_summary(int step, const Fp8Stats *s);
-static inline void report_fp8_stats(RunLog *log, const TrainOptions *opts, int step, Fp8Stats *s) {
-    print_saturation_summary(step, s);
-    if (opts->fp8_stats_every > 0 && step % opts->fp8_stats_every == 0) log_fp8_stats(log, step, s);
-    fp8_stats_reset_counts(s);
+// A step's saturated values over num_tensors tensors, tensor t's count at saturated[t * stride] (the GPU
+// trainer sums its device counts, (tensor, 2) saturated and flushed, on the device).
+typedef struct {
+    unsigned long long total, worst;
+    int tensors, worst_tensor;
+} SaturationSummary;
+
+FP8_HD static inline SaturationSummary saturation_summary(const unsigned long long *saturated, int stride,
+                                                          int num_tensors) {
+    SaturationSummary sum = {0, 0, 0, 0};
+    for (int t = 0; t < num_tensors; t++) {
+        unsigned long long count = saturated[(size_t)t * stride];
+        if (!count) continue;
+        sum.total += count;
+        sum.tensors++;
+        if (count > sum.worst) sum.worst = count, sum.worst_tensor = t;
+    }
+    return sum;
 }
 
-// The per-step line that tells the user the scaling lags: printed only when something saturated.
-static inline void print_saturation_summary(int step, const Fp8Stats *s) {
-    unsigned long long total = 0, worst = 0;
-    int tensors = 0, worst_tensor = 0;
-    for (int t = 0; t < fp8_stats_count(s->num_layers); t++) {
-        if (!s->saturated[t]) continue;
-        total += s->saturated[t];
-        tensors++;
-        if (s->saturated[t] > worst) worst = s->saturated[t], worst_tensor = t;
-    }
-    if (!total) return;
+// The per-step line that tells the user the scaling lags: printed only when something saturated. s names
+// the tensors.
+static inline void print_saturation_summary(int step, const Fp8Stats *s, SaturationSummary sum) {
+    if (!sum.total) return;
     char name[64];
-    fp8_tensor_name(s, worst_tensor, name, sizeof(name));
-    printf("fp8   %5d | %llu values saturated in %d tensors (most: %s, %llu)\n", step, total, tensors, name,
-           worst);
+    fp8_tensor_name(s, sum.worst_tensor, name, sizeof(name));
+    printf("fp8   %5d | %llu values saturated in %d tensors (most: %s, %llu)\n", step, sum.total, sum.tensors,
+           name, sum.worst);
+}
+
+static inline int fp8_stats_due(const TrainOptions *opts, int step) {
+    return opts->fp8_stats_every > 0 && step % opts->fp8_stats_every == 0;
+}
+
+// After a float8 step whose counts s holds: the saturation line when anything saturated, the JSON-lines
+// records every --fp8_stats_every steps, then fresh counters for the next step.
+static inline void report_fp8_stats(RunLog *log, const TrainOptions *opts, int step, Fp8Stats *s) {
+    print_saturation_summary(step, s, saturation_summary(s->saturated, 1, fp8_stats_count(s->num_layers)));
+    if (fp8_stats_due(opts, step)) log_fp8_stats(log, step, s);
+    fp8_stats_reset_counts(s);
 }
 
 // ----------------------------------------------------------------------------

@@ -325,8 +325,12 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     b[BUF_FP8_STATE] = fp8_state_floats(cfg, s->history_len) * f32;
     b[BUF_FP8_BLOCK_SCALES] =
         fp8 && fp8_recipe_is_block(s->fp8_recipe) ? fp8_block_factor_bytes(cfg, s->fp8_recipe, N, kept) : 0;
-    b[BUF_STEP] = 2 * PLAN_ALIGN; // StepParams, then StepResults at +PLAN_ALIGN (both well under 256 bytes)
-    b[BUF_TOKENS] = (5 * N + 2) * sizeof(int); // inputs, targets, embedding-gradient buckets and their count
+    // StepParams, StepResults at +PLAN_ALIGN (both well under 256 bytes), then the step guard's window
+    // (2, GUARD_MAX_WINDOW): losses, norms
+    b[BUF_STEP] = 2 * PLAN_ALIGN + 2 * GUARD_MAX_WINDOW * sizeof(float);
+    // inputs, targets, embedding-gradient buckets and their count; then the same again, where the next batch
+    // lands while the current one is in use
+    b[BUF_TOKENS] = 2 * (5 * N + 2) * sizeof(int);
     b[BUF_GEMM_WORKSPACE] = GEMM_WORKSPACE_BYTES;
     size_t offset = 0;
     for (int i = 0; i < NUM_BUFFERS; i++) {

@@ -110,7 +110,10 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
     size_t global = param_global_size(cfg), layer = param_layer_size(cfg), P = param_count(cfg);
     add_collective(&c, COLL_ALL_REDUCE, 4, 0, &world);                         // the loss
     if (s->zero_stage != 0) add_collective(&c, COLL_ALL_REDUCE, 8, 0, &group); // the squared gradient norm
-    if (fp8) add_collective(&c, COLL_ALL_REDUCE, 4.0 * 3 * L * NUM_BLOCK_LINEARS, 0, &world); // amaxes
+    if (fp8) { // amaxes; the casts' saturated and flushed counts (two 8-byte counters per tensor)
+        add_collective(&c, COLL_ALL_REDUCE, 4.0 * 3 * L * NUM_BLOCK_LINEARS, 0, &world);
+        add_collective(&c, COLL_ALL_REDUCE, 16.0 * 3 * L * NUM_BLOCK_LINEARS, 0, &world);
+    }
     // A unit's weights: bfloat16 all-gathers the BF16 copy; float8 the FP8 weights (1 byte an element),
     // and broadcasts the BF16 of the tensors it reads in BF16, all but the block linears' weights.
     double linear = (double)linear_weights_per_layer(cfg), small = (double)layer - linear;

@@ -99,21 +99,28 @@ typedef struct {
     // factors per kept layer and linear; the factors of cast_fp8 and cast_fp8_t
     float *block_scale_min, *block_scale_max;
     char *weight_factors, *input_factors_t, *cast_factors, *cast_factors_t;
-    // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count (1)
-    int *tokens;
-    Fp8DeviceState scaling;                        // the FP8 scaling state on the device
-    StepParams *step_params, *step_params_host;    // device, pinned host
-    StepResults *step_results, *step_results_host; // device, pinned host
-    int *tokens_host;                              // pinned staging of the tokens area
-    float *sample_row;                             // (Vp) host logits of one position, for sampling
-    bf16 *sample_row_bf16;                         // (Vp) its device-format copy
-    cudaEvent_t tokens_copied;
+    // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count
+    // (1); tokens_next the same, where the next batch lands from the host while the current one is in use
+    int *tokens, *tokens_next;
+    Fp8DeviceState scaling;         // the FP8 scaling state on the device
+    StepParams *step_params;        // device
+    StepParams *step_params_host;   // pinned (2): step s's in slot s % 2
+    StepResults *step_results;      // device
+    StepResults *step_results_host; // pinned (3): step s's in slot s % 2, then RESULTS_NOW
+    float *guard_history;           // device (2, window): the step guard's window (losses, then norms)
+    int *tokens_host;               // pinned staging of the tokens area
+    float *sample_row;              // (Vp) host logits of one position, for sampling
+    bf16 *sample_row_bf16;          // (Vp) its device-format copy
+    cudaEvent_t tokens_uploaded;    // tokens_next holds the batch staged last (copy_stream)
+    cudaEvent_t tokens_taken;       // the compute stream has copied tokens_next into tokens
+    cudaEvent_t results_copied[2];  // a step's results are in their pinned slot
     GemmContext gemm;
     Attention attention;
     // Compute runs on `stream`; every NCCL call and ZeRO-3's gathers on `comm_stream`. Each wait below is
     // on an event recorded earlier in the same function call, so no wait crosses the boundary of a CUDA
     // Graph capture and none waits on an event last recorded inside one.
-    cudaStream_t stream, comm_stream;
+    // The host-to-device copies of the batches run on copy_stream, beside the step before them.
+    cudaStream_t stream, comm_stream, copy_stream;
     cudaEvent_t forked, joined;
     cudaEvent_t layer_gathered[2], layer_done[2], grads_free[2]; // ZeRO-3, per slot
     cudaGraphExec_t micro_graph, update_graph;
@@ -122,6 +129,8 @@ typedef struct {
 // BUF_STEP holds StepParams, then StepResults at +PLAN_ALIGN (memory_plan.h).
 static_assert(sizeof(StepParams) <= PLAN_ALIGN && sizeof(StepResults) <= PLAN_ALIGN,
               "memory_plan.h: BUF_STEP is too small for StepParams and StepResults");
+
+#define RESULTS_NOW 2 // the pinned results slot of reads that wait at once (validation, the shadow check)
 
 static void *plan_ptr(GPT *model, BufferId id) {
     return model->plan.bytes[id] ? model->memory + model->plan.offset[id] : NULL;
@@ -246,10 +255,12 @@ static void gpt_carve(GPT *model, char *memory) {
     model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
     carve_block_factors(model, (char *)plan_ptr(model, BUF_FP8_BLOCK_SCALES));
     model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
+    model->tokens_next = model->tokens + model->plan.bytes[BUF_TOKENS] / 2 / sizeof(int);
     fp8_state_views(&model->scaling, (float *)plan_ptr(model, BUF_FP8_STATE), model->config.num_layers,
                     model->plan.settings.history_len);
     model->step_params = (StepParams *)plan_ptr(model, BUF_STEP);
     model->step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
+    model->guard_history = (float *)(model->memory + model->plan.offset[BUF_STEP] + 2 * PLAN_ALIGN);
 }
 
 // A fresh run's amax histories: every slot FP8_AMAX_UNRECORDED (a resume overwrites them).
@@ -293,10 +304,13 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
            (free_before - free_after) / 1073741824.0);
     gpt_carve(model, memory);
     fill_unrecorded_histories(model);
-    cuda_check(cudaMallocHost((void **)&model->step_params_host, sizeof(StepParams)));
-    cuda_check(cudaMallocHost((void **)&model->step_results_host, sizeof(StepResults)));
-    cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS]));
-    create_event(&model->tokens_copied);
+    cuda_check(cudaMallocHost((void **)&model->step_params_host, 2 * sizeof(StepParams)));
+    cuda_check(cudaMallocHost((void **)&model->step_results_host, 3 * sizeof(StepResults)));
+    cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS] / 2));
+    create_event(&model->tokens_uploaded);
+    create_event(&model->tokens_taken);
+    create_event(&model->results_copied[0]);
+    create_event(&model->results_copied[1]);
     create_event(&model->forked);
     create_event(&model->joined);
     for (int slot = 0; slot < 2; slot++) {
@@ -307,6 +321,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     model->sample_row = (float *)malloc_check(cfg->padded_vocab_size * sizeof(float), "sampling");
     model->sample_row_bf16 = (bf16 *)malloc_check(cfg->padded_vocab_size * sizeof(bf16), "sampling");
     cuda_check(cudaStreamCreate(&model->stream));
+    cuda_check(cudaStreamCreate(&model->copy_stream));
     // the collectives at the greatest priority: a gather or reduce-scatter the next layer waits for is
     // scheduled ahead of compute blocks queued behind it
     int least_priority = 0, greatest_priority = 0;
@@ -328,9 +343,11 @@ static void gpt_free(GPT *model) {
     if (model->update_graph) cuda_check(cudaGraphExecDestroy(model->update_graph));
     gemm_destroy(&model->gemm);
     attention_free(&model->attention);
+    cuda_check(cudaStreamDestroy(model->copy_stream));
     cuda_check(cudaStreamDestroy(model->comm_stream));
     cuda_check(cudaStreamDestroy(model->stream));
-    cudaEvent_t events[] = {model->tokens_copied,     model->forked,        model->joined,
+    cudaEvent_t events[] = {model->tokens_uploaded,   model->tokens_taken,  model->results_copied[0],
+                            model->results_copied[1], model->forked,        model->joined,
                             model->layer_gathered[0], model->layer_done[0], model->grads_free[0],
                             model->layer_gathered[1], model->layer_done[1], model->grads_free[1]};
     for (cudaEvent_t event : events) cuda_check(cudaEventDestroy(event));
@@ -357,7 +374,8 @@ static void compute_after_comm(GPT *model) {
 // values (n <= 4 host doubles) = their sum over the ranks. Every rank calls it at the same point.
 static void sum_over_ranks(GPT *model, double *values, int n) {
     if (!model->comm.comm) return;
-    double *device = model->step_results->host_values, *pinned = model->step_results_host->host_values;
+    double *device = model->step_results->host_values;
+    double *pinned = model->step_results_host[RESULTS_NOW].host_values;
     memcpy(pinned, values, n * sizeof(double)); // pinned: a copy from pageable memory would block the host
     cuda_check(cudaMemcpyAsync(device, pinned, n * sizeof(double), cudaMemcpyHostToDevice, model->stream));
     comm_after_compute(model);
@@ -1155,19 +1173,25 @@ static void gpt_backward(GPT *model) {
 // ----------------------------------------------------------------------------
 // Steps
 
-// Stages a batch (and its embedding-gradient buckets) and copies it to the device, in stream order.
-// The pinned staging is reused only once its previous copy has run.
+// Stages a batch (and its embedding-gradient buckets) and copies it into tokens_next on the copy stream,
+// while the compute stream still runs the work before it (the host is a step ahead); the compute stream
+// then takes it into tokens, in its order, with a device copy. The pinned staging and tokens_next are
+// refilled only once the compute stream has taken the batch before (which implies its upload ran).
 static void upload_batch(GPT *model, const int *inputs, const int *targets) {
     int N = model->B * model->T;
+    size_t bytes = model->plan.bytes[BUF_TOKENS] / 2;
     int *host = model->tokens_host;
-    comm_wait_event(&model->comm, model->tokens_copied, "the previous batch's upload");
+    comm_wait_event(&model->comm, model->tokens_taken, "the previous batch's upload");
     memcpy(host, inputs, N * sizeof(int));
     memcpy(host + N, targets, N * sizeof(int));
     int *positions = host + 2 * N, *bucket_tokens = host + 3 * N, *starts = host + 4 * N;
     encoder_buckets_host(inputs, N, positions, starts, bucket_tokens, &host[5 * N + 1]);
-    cuda_check(cudaMemcpyAsync(model->tokens, host, model->plan.bytes[BUF_TOKENS], cudaMemcpyHostToDevice,
-                               model->stream));
-    cuda_check(cudaEventRecord(model->tokens_copied, model->stream));
+    cuda_check(cudaMemcpyAsync(model->tokens_next, host, bytes, cudaMemcpyHostToDevice, model->copy_stream));
+    cuda_check(cudaEventRecord(model->tokens_uploaded, model->copy_stream));
+    cuda_check(cudaStreamWaitEvent(model->stream, model->tokens_uploaded, 0));
+    cuda_check(
+        cudaMemcpyAsync(model->tokens, model->tokens_next, bytes, cudaMemcpyDeviceToDevice, model->stream));
+    cuda_check(cudaEventRecord(model->tokens_taken, model->stream));
 }
 
 static void micro_step(GPT *model) {
@@ -1230,6 +1254,23 @@ static void adamw_step(GPT *model, const float *grads) {
     nvtxRangePop();
 }
 
+// float8, at the end of a step: the FP8 cast counts summed over the ranks (each counts its own batch's
+// activations and gradients and its share of the weights), their sum for the host's per-step line, and
+// fresh counts unless the host reads this step's telemetry (StepParams.keep_fp8_counts).
+static void summarise_fp8_counts(GPT *model) {
+    Fp8DeviceState *s = &model->scaling;
+    int counted = s->num_tensors + s->num_weights;
+    if (model->comm.comm) {
+        comm_after_compute(model);
+        comm_all_reduce(&model->comm, s->counts, 2 * (size_t)counted, ncclUint64, ncclSum,
+                        model->comm_stream);
+        compute_after_comm(model);
+    }
+    launch<fp8_step_telemetry_kernel>({1, 256, 0, model->stream}, model->step_results, s->counts,
+                                      model->block_scale_min, model->block_scale_max, counted,
+                                      model->step_params);
+}
+
 // After the micro-steps: gradients reduced, their norm, the skip decision (the same on every rank: the
 // loss and the squared norm are sums over the ranks), AdamW, the new weight casts and scales, and zeroed
 // gradients for the next step.
@@ -1251,13 +1292,15 @@ static void update_step(GPT *model) {
                             model->comm_stream);
         compute_after_comm(model);
     }
-    launch<step_decide_kernel>({1, 1, 0, stream}, model->step_results, model->step_params);
+    launch<step_decide_kernel>({1, 1, 0, stream}, model->step_results, model->step_params,
+                               model->guard_history);
     adamw_step(model, grads);
     if (model->zero_stage == 3)
         cuda_check(cudaMemsetAsync(model->grad_shard, 0, model->plan.bytes[BUF_GRAD_SHARD], stream));
     else
         cuda_check(cudaMemsetAsync(model->grads, 0, model->plan.bytes[BUF_GRADS], stream));
     publish_weights(model, 1);
+    if (model->dtype == DTYPE_FLOAT8) summarise_fp8_counts(model);
 }
 
 typedef void (*StepFunction)(GPT *model);
@@ -1280,12 +1323,14 @@ static void run_captured(GPT *model, StepFunction fn, cudaGraphExec_t *exec, int
     cuda_check(cudaGraphLaunch(*exec, model->stream));
 }
 
-// The host writes the pinned copy only after the previous step's read_step_results synchronised the
-// stream, so the asynchronous copy of the last values has completed.
-static void set_step_params(GPT *model, const TrainOptions *opts, int step, long updates_applied,
-                            const StepGuard *guard) {
-    StepParams *p = model->step_params_host;
-    step_guard_thresholds(guard, opts, &p->max_loss, &p->max_norm);
+// Step `step`'s values into pinned slot step % 2, whose last copy (step - 2's) has run: the host has read
+// step - 2's results, copied after it. updates_known: the AdamW updates of the steps the host has read.
+static void set_step_params(GPT *model, const TrainOptions *opts, int step, long long updates_known) {
+    StepParams *p = &model->step_params_host[step % 2];
+    p->skip_loss_z = opts->skip_loss_z;
+    p->skip_norm_z = opts->skip_norm_z;
+    p->guard_window = opts->guard_window;
+    p->keep_fp8_counts = fp8_stats_due(opts, step + 1);
     p->inject_nan = step + 1 == opts->inject_nan_step;
     p->lr = learning_rate(opts, step);
     p->beta1 = opts->beta1;
@@ -1293,8 +1338,11 @@ static void set_step_params(GPT *model, const TrainOptions *opts, int step, long
     p->eps = opts->eps;
     p->weight_decay = opts->weight_decay;
     p->grad_clip = opts->grad_clip;
-    p->beta1_correction = 1.0f - powf(opts->beta1, (float)(updates_applied + 1));
-    p->beta2_correction = 1.0f - powf(opts->beta2, (float)(updates_applied + 1));
+    p->updates_known = updates_known;
+    for (int i = 0; i < 2; i++) {
+        p->beta1_candidates[i] = 1.0f - powf(opts->beta1, (float)(updates_known + 1 + i));
+        p->beta2_candidates[i] = 1.0f - powf(opts->beta2, (float)(updates_known + 1 + i));
+    }
     p->inv_micro_batches = 1.0f / (float)(model->accum_steps * model->comm.world_size);
     p->fp8_margin = opts->fp8_margin;
     p->history_len = opts->amax_history;
@@ -1303,10 +1351,37 @@ static void set_step_params(GPT *model, const TrainOptions *opts, int step, long
         cudaMemcpyAsync(model->step_params, p, sizeof(StepParams), cudaMemcpyHostToDevice, model->stream));
 }
 
-static void read_step_results(GPT *model) {
-    cuda_check(cudaMemcpyAsync(model->step_results_host, model->step_results, sizeof(StepResults),
+// Step `step`'s results on their way into pinned slot step % 2, which the host reads (step_results_of)
+// while the next step runs.
+static void copy_step_results(GPT *model, int step) {
+    cuda_check(cudaMemcpyAsync(&model->step_results_host[step % 2], model->step_results, sizeof(StepResults),
                                cudaMemcpyDeviceToHost, model->stream));
+    cuda_check(cudaEventRecord(model->results_copied[step % 2], model->stream));
+}
+
+static const StepResults *step_results_of(GPT *model, int step) {
+    comm_wait_event(&model->comm, model->results_copied[step % 2], "the step's results");
+    return &model->step_results_host[step % 2];
+}
+
+// The results as everything enqueued so far leaves them: waits for the device.
+static const StepResults *read_results_now(GPT *model) {
+    StepResults *r = &model->step_results_host[RESULTS_NOW];
+    cuda_check(
+        cudaMemcpyAsync(r, model->step_results, sizeof(StepResults), cudaMemcpyDeviceToHost, model->stream));
     comm_wait_stream(&model->comm, model->stream, "the step's results");
+    return r;
+}
+
+// The device's part of the training state, fresh or from a checkpoint: the AdamW update count and the
+// step guard's window; no loss summed yet.
+static void upload_step_state(GPT *model, const TrainState *state, const StepGuard *guard) {
+    StepResults *r = &model->step_results_host[RESULTS_NOW];
+    memset(r, 0, sizeof(*r));
+    r->updates_applied = state->updates_applied;
+    r->guard_count = guard->count;
+    copy_to_device(model->step_results, r, sizeof(*r));
+    copy_to_device(model->guard_history, guard->history, 2 * (size_t)guard->window * sizeof(float));
 }
 
 // The mean validation loss over num_batches batches of every rank (each reads its own rows).
@@ -1319,8 +1394,7 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
         forward_only(model);
         gpt_loss(model, 0, &model->step_results->val_loss_sum);
     }
-    read_step_results(model);
-    double sum = model->step_results_host->val_loss_sum;
+    double sum = read_results_now(model)->val_loss_sum;
     sum_over_ranks(model, &sum, 1);
     return (float)(sum / model->comm.world_size / num_batches);
 }
@@ -1427,8 +1501,8 @@ static void save_model(GPT *model, const Dist *dist, const char *path) {
     if (model->comm.rank == 0) atomic_publish(tmp, path);
 }
 
-// The state file's arrays, staged on the host: this rank's moments and the amax histories copied from the
-// device, the step guard's window where it lives (host).
+// The state file's arrays, staged on the host: this rank's moments, the amax histories and the step guard's
+// window, copied from the device.
 static void state_blocks(GPT *model, float *host, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
     size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
     blocks[STATE_ADAM_M] = StateBlock{host, S};
@@ -1448,6 +1522,7 @@ static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *op
     float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
+    copy_to_host(model, guard->history, model->guard_history, 2 * (size_t)guard->window * sizeof(float));
     copy_to_host(model, blocks[STATE_ADAM_M].data, model->m, S * sizeof(float));
     copy_to_host(model, blocks[STATE_ADAM_V].data, model->v, S * sizeof(float));
     copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history, H * sizeof(float));
@@ -1516,36 +1591,37 @@ static float bf16_shadow_loss(GPT *model) {
     forward_only(model);
     gpt_loss(model, 0, &model->step_results->val_loss_sum);
     model->dtype = dtype;
-    read_step_results(model);
-    return model->step_results_host->val_loss_sum;
+    return read_results_now(model)->val_loss_sum;
 }
 
-// The step's telemetry from the device (amaxes, scales, counters), then fresh counters. The counters are
-// summed over the ranks (each counts its own batch's activations and gradients and its share of the
-// weights); the amaxes are already the max over ranks (reduce_fp8_amaxes), the scales the same on all.
+// Fresh FP8 cast counters and block-scale spreads.
+static void reset_fp8_counts(GPT *model) {
+    Fp8DeviceState *s = &model->scaling;
+    size_t num_counts = 2 * (size_t)(s->num_tensors + s->num_weights);
+    cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->stream));
+    reset_block_scale_stats(model);
+}
+
+// A telemetry step's record from the device (amaxes, scales, counters), then fresh counters. The counters
+// are already the sums over the ranks (summarise_fp8_counts), the amaxes the max over ranks
+// (reduce_fp8_amaxes), the scales the same on all.
 static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
     int n = s->num_tensors, w = s->num_weights;
     size_t num_counts = 2 * (size_t)(n + w);
-    if (model->comm.comm) {
-        comm_after_compute(model);
-        comm_all_reduce(&model->comm, s->counts, num_counts, ncclUint64, ncclSum, model->comm_stream);
-        compute_after_comm(model);
-    }
     unsigned long long *counts = (unsigned long long *)malloc_check(num_counts * 8, "fp8 stats");
     copy_to_host(model, stats->amax, s->amax_last, n * sizeof(float));
     copy_to_host(model, stats->scale, s->scale_last, n * sizeof(float)); // the step's, as the CPU reports
     copy_to_host(model, stats->amax + n, s->weight_amax, w * sizeof(float));
     copy_to_host(model, stats->scale + n, s->weight_scale, w * sizeof(float));
     copy_to_host(model, counts, s->counts, num_counts * sizeof(unsigned long long));
-    cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->stream));
     int block = fp8_recipe_is_block(model->recipe), weight_casts = model->recipe == FP8_RECIPE_MXFP8 ? 2 : 1;
     if (block) { // each tensor's spread of block scales; its scale is that of the block holding its amax
         copy_to_host(model, stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
         copy_to_host(model, stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));
-        reset_block_scale_stats(model);
     }
+    reset_fp8_counts(model);
     // block recipes cast each activation and gradient twice (tiles along each GEMM's reduction), mxfp8 each
     // weight too
     size_t N = (size_t)model->B * model->T * model->accum_steps * model->comm.world_size * (block ? 2 : 1);
@@ -1636,13 +1712,56 @@ static void debug_first_micro_step(GPT *model, DebugState *debug, const int *inp
     memcpy(debug->targets, targets, N * sizeof(int));
     gpt_loss(model, 1, &model->step_results->loss_sum);
     gpt_backward(model);
-    read_step_results(model);
-    debug->loss = model->step_results_host->loss_sum;
+    debug->loss = read_results_now(model)->loss_sum;
     copy_to_host(model, debug->grads, model->grads, model->num_params * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
 // Training
+
+// Per-step times: a step's time runs from its start, or from the previous step's read when the host was a
+// step ahead, to the read of its results; the summary averages them after warm-up and graph capture.
+typedef struct {
+    double timed_ms, last_read_ms;
+    int timed_steps, first_step;
+    double tokens_per_step;
+} StepClock;
+
+// The steps whose results the host waits for before it starts the next: while an amax history is empty
+// (whether the step was applied picks the next step's kernels), the debug state's steps, and the float8
+// telemetry steps (--fp8_stats_every; their records are read whole, once the step has run).
+static int host_waits_for_step(const GPT *model, const TrainOptions *opts, int step, int have_debug) {
+    return model->histories_empty || have_debug ||
+           (model->dtype == DTYPE_FLOAT8 && fp8_stats_due(opts, step + 1));
+}
+
+// The host's part of step `step` once its results are in: the state's counters, the step line, the float8
+// saturation line and telemetry, the debug state's loss.
+static void finish_step(GPT *model, const TrainOptions *opts, int step, double start_ms, TrainState *state,
+                        RunLog *log, Fp8Stats *stats, DebugState *debug, StepClock *clock) {
+    const StepResults *r = step_results_of(model, step);
+    double now = wall_time_ms(), ms = now - (start_ms > clock->last_read_ms ? start_ms : clock->last_read_ms);
+    clock->last_read_ms = now;
+    if (step >= clock->first_step + 3) clock->timed_ms += ms, clock->timed_steps++;
+    if (!r->skipped) model->histories_empty = 0; // the step's amaxes entered every history
+    if (r->skipped) state->skipped_steps++;
+    state->updates_applied = r->updates_applied;
+    state->guard_count = r->guard_count;
+    state->step = step + 1;
+    if (debug->step_losses) debug->step_losses[step] = r->loss;
+    const StepParams *p = &model->step_params_host[step % 2];
+    StepRecord record = {
+        step + 1,  opts->steps, r->loss, p->lr, r->grad_norm, ms, clock->tokens_per_step / (ms / 1e3),
+        r->skipped};
+    log_step(log, &record);
+    if (model->dtype != DTYPE_FLOAT8) return;
+    if (fp8_stats_due(opts, step + 1)) {
+        fetch_fp8_stats(model, stats);
+        report_fp8_stats(log, opts, step + 1, stats);
+    } else {
+        print_saturation_summary(step + 1, stats, r->saturation);
+    }
+}
 
 // Dense BF16 tensor-core peak of the card, for MFU: H100/H200 SXM (sm_90), B200 (sm_100), L40S (sm_89).
 static double bf16_peak_flops(const cudaDeviceProp *props) {
@@ -1782,8 +1901,8 @@ int main(int argc, char **argv) {
     refresh_compute_weights(&model);
     Fp8Stats stats;
     fp8_stats_alloc(&stats, cfg.num_layers, opts.fp8_recipe);
-    if (opts.dtype == DTYPE_FLOAT8)
-        fetch_fp8_stats(&model, &stats); // the start-up weight casts belong to no step
+    if (opts.dtype == DTYPE_FLOAT8) reset_fp8_counts(&model); // the start-up weight casts belong to no step
+    upload_step_state(&model, &state, &guard);
     EnergyMeter energy;
     int device;
     cuda_check(cudaGetDevice(&device));
@@ -1808,24 +1927,32 @@ int main(int argc, char **argv) {
     DebugState debug = {};
     int have_debug = *opts.debug_state != '\0';
     if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
-    double timed_ms = 0.0, tokens_per_step = (double)N * accum_steps * dist.world_size;
-    int timed_steps = 0, first_step = (int)state.step;
+    StepClock clock = {0.0, 0.0, 0, (int)state.step, (double)N * accum_steps * dist.world_size};
     int micro_calls = 0, update_calls = 0, use_graph = opts.cuda_graph && !have_debug && dist.world_size == 1;
-    if (opts.cuda_graph && dist.world_size > 1 && opts.steps > first_step)
+    if (opts.cuda_graph && dist.world_size > 1 && opts.steps > clock.first_step)
         printf("note | CUDA Graphs are off with several processes: the steps and their NCCL calls run op by "
                "op\n");
 
+    // The host reads a step's results while the next step runs (pending), except after the steps whose
+    // results it needs before going on (host_waits_for_step).
+    int pending = -1;
+    double pending_start = 0.0;
     dist_stall_if_chosen(&dist, opts.inject_stall_rank);
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
         nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts
-        set_step_params(&model, &opts, step, (long)state.updates_applied, &guard);
+        set_step_params(&model, &opts, step, state.updates_applied);
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
             dataloader_next_batch(&train_loader);
             upload_batch(&model, train_loader.inputs, train_loader.targets);
             float bf16_loss = 0.0f;
-            if (bf16_check && micro == 0) bf16_loss = bf16_shadow_loss(&model);
+            if (bf16_check && micro == 0) {
+                if (pending >= 0) // its line first
+                    finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock);
+                pending = -1;
+                bf16_loss = bf16_shadow_loss(&model);
+            }
             if (have_debug && step == 0) {
                 debug_first_micro_step(&model, &debug, train_loader.inputs, train_loader.targets);
             } else {
@@ -1834,8 +1961,8 @@ int main(int argc, char **argv) {
                              &micro_calls);
             }
             if (bf16_check && micro == 0) {
-                read_step_results(&model); // loss_sum holds this first micro-batch's loss alone
-                double losses[2] = {model.step_results_host->loss_sum, bf16_loss};
+                // loss_sum holds this first micro-batch's loss alone
+                double losses[2] = {read_results_now(&model)->loss_sum, bf16_loss};
                 sum_over_ranks(&model, losses, 2); // both means over the ranks: every rank decides alike
                 log_bf16_check(&log, &opts, step + 1, (float)(losses[0] / dist.world_size),
                                (float)(losses[1] / dist.world_size));
@@ -1843,41 +1970,24 @@ int main(int argc, char **argv) {
         }
         run_captured(&model, update_step, &model.update_graph, use_graph && !model.histories_empty,
                      &update_calls);
-        read_step_results(&model);
+        copy_step_results(&model, step);
         nvtxRangePop();
-        const StepResults *r = model.step_results_host;
-        if (!r->skipped) model.histories_empty = 0; // the step's amaxes entered every history
-        if (r->skipped) {
-            state.skipped_steps++;
-        } else {
-            state.updates_applied++;
-            step_guard_record(&guard, r->loss, r->grad_norm);
-        }
-        state.step = step + 1;
-        state.guard_count = guard.count;
-        if (have_debug) debug.step_losses[step] = r->loss;
-        double ms = wall_time_ms() - start;
-        if (step >= first_step + 3) timed_ms += ms, timed_steps++; // after warm-up and graph capture
-        StepRecord record = {step + 1,
-                             opts.steps,
-                             r->loss,
-                             model.step_params_host->lr,
-                             r->grad_norm,
-                             ms,
-                             tokens_per_step / (ms / 1e3),
-                             r->skipped};
-        log_step(&log, &record);
-        if (opts.dtype == DTYPE_FLOAT8) {
-            fetch_fp8_stats(&model, &stats);
-            report_fp8_stats(&log, &opts, step + 1, &stats);
-        }
-        int last = step + 1 == opts.steps;
-        if (have_val && is_due(step + 1, opts.val_every, last))
-            log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
-        if (opts.sample_every > 0 && (step + 1) % opts.sample_every == 0)
+        if (pending >= 0)
+            finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock);
+        pending = step, pending_start = start;
+        int last = step + 1 == opts.steps, validate = have_val && is_due(step + 1, opts.val_every, last);
+        int sample = opts.sample_every > 0 && (step + 1) % opts.sample_every == 0;
+        int checkpoint = *opts.output_dir && is_due(step + 1, opts.ckpt_every, last);
+        if (!(last || validate || sample || checkpoint ||
+              host_waits_for_step(&model, &opts, step, have_debug)))
+            continue;
+        finish_step(&model, &opts, step, start, &state, &log, &stats, &debug, &clock);
+        pending = -1;
+        if (validate) log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
+        if (sample)
             sample_text(&model, gpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
                         opts.sample_len, step);
-        if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
+        if (checkpoint) {
             state.train_position = train_loader.pos;
             save_checkpoint(&model, &dist, &opts, &state, &guard);
         }
@@ -1885,8 +1995,9 @@ int main(int argc, char **argv) {
     if (have_debug) debug_state_write(opts.debug_state, &debug);
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (timed_steps > 0) {
-        double ms = timed_ms / timed_steps, tokens_per_second = tokens_per_step / (ms / 1e3);
+    if (clock.timed_steps > 0) {
+        double ms = clock.timed_ms / clock.timed_steps,
+               tokens_per_second = clock.tokens_per_step / (ms / 1e3);
         double peak = bf16_peak_flops(&props) * dist.world_size;
         double mfu =
             peak > 0 ? 100.0 * flops_per_token(&cfg, model.num_params, T) * tokens_per_second / peak : 0.0;

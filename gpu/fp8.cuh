@@ -14,16 +14,25 @@
 #include "../health.h"
 #include "common.cuh"
 
-// Per-step values the host sets before the update (copied from pinned memory, so a captured graph sees
-// the new values each replay) and the results it reads back after the step.
+// Per-step values the host sets before the step (copied from pinned memory, so a captured graph sees the
+// new values each replay) and the results it reads back after it. The host sets a step's values before it
+// has read the previous step's results: what depends on them (the guard's window, the AdamW step count) is
+// kept and updated on the device.
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
-    float beta1_correction, beta2_correction; // 1 - beta^t for the AdamW step t this update would be
+    // 1 - beta^t of this update: step_decide_kernel picks it from the candidates, those for t =
+    // updates_known + 1 and + 2 (the previous step, unread by the host, may have been an update)
+    float beta1_correction, beta2_correction;
+    float beta1_candidates[2], beta2_candidates[2];
+    long long updates_known;
     float inv_micro_batches; // 1 / (accumulation steps x ranks): the step's loss is the mean over all of them
     int fp8_margin, history_len;
-    long long step;           // optimizer step index: the slot of the amax ring buffers
-    float max_loss, max_norm; // the step guard's thresholds (health.h), +inf when off
-    int inject_nan;           // test: make this step's gradient NaN
+    long long step;                 // optimizer step index: the slot of the amax ring buffers
+    float skip_loss_z, skip_norm_z; // the step guard (health.h), 0 when off
+    int guard_window;
+    int keep_fp8_counts; // the host reads this step's FP8 telemetry: leave the counts for it to copy and
+                         // reset
+    int inject_nan;      // test: make this step's gradient NaN
 } StepParams;
 
 typedef struct {
@@ -31,7 +40,10 @@ typedef struct {
     float val_loss_sum;  // sum of the mean losses of evaluated batches (validation, BF16 shadow check)
     double norm_squared; // of the accumulated FP32 gradients (all of them, over all ranks)
     float loss, grad_norm;
-    int skipped;           // SKIP_* (train_log.h): why the update was not applied, 0 when it was
+    int skipped;                  // SKIP_* (train_log.h): why the update was not applied, 0 when it was
+    long long updates_applied;    // AdamW updates so far, skipped steps not counted
+    long long guard_count;        // accepted steps recorded in the guard's window so far (health.h)
+    SaturationSummary saturation; // float8: this step's saturated values over every FP8 tensor
     double host_values[4]; // host values on their way through a collective (NCCL reduces device memory)
 } StepResults;
 
@@ -477,13 +489,39 @@ __global__ void accumulate_mean_kernel(float *sum, const float *losses, int N) {
     if (threadIdx.x == 0) *sum += (float)(partial[0] / N);
 }
 
-// The step's loss and gradient norm, and whether to apply it: health.h's guard, as on the CPU.
-__global__ void step_decide_kernel(StepResults *results, const StepParams *params) {
-    results->loss = results->loss_sum * params->inv_micro_batches;
+// The step's loss and gradient norm, and whether to apply it: health.h's guard, as on the CPU, on the
+// device's copy of its window (2, window) (losses, then norms). An update takes this update's bias
+// corrections, counts itself and enters the window.
+__global__ void step_decide_kernel(StepResults *results, StepParams *params, float *guard_history) {
+    const float loss = results->loss_sum * params->inv_micro_batches,
+                norm = (float)sqrt(results->norm_squared);
+    const int window = params->guard_window;
+    results->loss = loss;
     results->loss_sum = 0.0f;
-    results->grad_norm = (float)sqrt(results->norm_squared);
-    results->skipped =
-        step_skip_reason(results->loss, results->grad_norm, params->max_loss, params->max_norm);
+    results->grad_norm = norm;
+    results->skipped = step_skip_reason(
+        loss, norm, guard_threshold(guard_history, results->guard_count, window, params->skip_loss_z),
+        guard_threshold(guard_history + window, results->guard_count, window, params->skip_norm_z));
+    if (results->skipped) return;
+    const long long pick = results->updates_applied - params->updates_known; // 0 or 1
+    params->beta1_correction = params->beta1_candidates[pick];
+    params->beta2_correction = params->beta2_candidates[pick];
+    results->updates_applied++;
+    guard_record(guard_history, window, &results->guard_count, loss, norm);
+}
+
+// float8, once a step: the step's saturated values summed up for the host's per-step line, then, unless
+// the host reads this step's telemetry whole (it resets what it copied), fresh counts and block-scale
+// spreads for the next step. counts: (num_counted, 2) saturated and flushed; block_min/max NULL without
+// a block recipe. One block.
+__global__ void fp8_step_telemetry_kernel(StepResults *results, unsigned long long *counts, float *block_min,
+                                          float *block_max, int num_counted, const StepParams *params) {
+    if (threadIdx.x == 0) results->saturation = saturation_summary(counts, 2, num_counted);
+    __syncthreads();
+    if (params->keep_fp8_counts) return;
+    for (int i = threadIdx.x; i < 2 * num_counted; i += blockDim.x) counts[i] = 0;
+    if (!block_min) return;
+    for (int i = threadIdx.x; i < num_counted; i += blockDim.x) block_min[i] = INFINITY, block_max[i] = 0.0f;
 }
 
 // Test hook (--inject_nan_step): a NaN in the gradient, which the guard must catch.

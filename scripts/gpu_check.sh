@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# gpu_check.sh: everything that needs a GPU, in one run sized for under 9 minutes on one H200:
+# gpu_check.sh: everything that needs a GPU, in one run that ends within its budget (GPU_CHECK_BUDGET_S,
+# default 450 s, the build's time included; every step's timeout is cut to what is left, and a step that
+# finds under 10 s left is skipped with a line), on one H200, measurements first:
 # build (with cuDNN's fused attention where the device's Python environment has the nvidia-cudnn wheel and
-# build/cudnn_frontend came along: scripts/cudnn_deps.sh), `make test_gpu` (CUDA trainer vs the CPU
-# reference, the fast attention included), the GEMM and kernel benchmarks (the attention's TFLOP/s, exact
-# and fast, T 1024 and 2048, head sizes 64 and 128), 30-step runs
-# of 124M and 1.5B (d48) in bfloat16 and float8, 124M float8 with the exact attention (the state before
-# the fast one), and 124M in float8 blockwise (with each run's planned and
-# really allocated memory), the ZeRO stages and --recompute in one process (each must give the ZeRO-0
+# build/cudnn_frontend came along: scripts/cudnn_deps.sh), the kernel benchmark (the fused kernels and the
+# fast attention against the exact ones; the attention's TFLOP/s, exact and fast, T 1024 and 2048, head
+# sizes 64 and 128), 30-step runs of 124M and 1.5B (d48) in bfloat16 and float8, 124M float8 with the
+# exact attention (the state before the fast one), and 124M in float8 blockwise (with each run's planned
+# and really allocated memory), `make test_gpu` (CUDA trainer vs the CPU reference, the fast attention
+# included), the GEMM benchmark, the ZeRO stages and --recompute in one process (each must give the ZeRO-0
 # run's model file byte for byte, also started by `mpirun -np 1` and torchrun-style), and with two or more
 # GPUs, two processes of batch B (mpirun for ZeRO 0, 1, 3; the torchrun-style file bootstrap for ZeRO 3)
 # against one process of batch 2B; then, while its time allows, the PyTorch peer (dev/train_gpt2_torch.py) on
@@ -24,6 +26,13 @@ mkdir -p "$out"
 data_file="${DATA:-../shared/data/tinyshakespeare.txt}"
 [ -f "$data_file" ] || data_file=data/tinyshakespeare.txt
 log() { echo "== $*"; }
+budget=${GPU_CHECK_BUDGET_S:-450}
+# limit S: S seconds, or what is left of the budget if less; empty (the caller skips) under 10 s left
+limit() {
+    local left=$((budget - SECONDS))
+    [ $left -lt 10 ] && return 1
+    echo $(($1 < left ? $1 : left))
+}
 jobs_flag="-j$(nproc)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # the device machine runs as root
 log "nvidia-smi"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -45,12 +54,11 @@ fi
 bash scripts/cudnn_deps.sh build 2>&1 | tail -n 3 || log "no cuDNN: the exact attention only"
 log "build"
 make $jobs_flag train train_cpu test/build/compare_debug_state build/bench_gemm build/bench_kernels 2>&1 | tail -n 3
-log "make test_gpu"
-timeout 330 make test_gpu 2>&1 | tee "$out/test_gpu.txt" | tail -n 30
-log "GEMM benchmark"
-timeout 90 ./build/bench_gemm 8192 2>&1 | tee "$out/bench_gemm.txt"
 log "kernel benchmark"
-timeout 120 ./build/bench_kernels 2>&1 | tee "$out/bench_kernels.txt" | grep -E "^(attention|attn fast) .* (forward|backward) |FAIL|checks failed" 
+if t=$(limit 120); then
+    timeout "$t" ./build/bench_kernels 2>&1 | tee "$out/bench_kernels.txt" |
+        grep -E "^(attention|attn fast) .* (forward|backward) |FAIL|checks failed"
+else log "skipped: the check's budget (${SECONDS} of $budget s used)"; fi
 log "30-step runs"
 python3 scripts/prepare_data.py --input "$data_file" --output_dir "$out/data" --tokenizer byte >/dev/null
 train_data="$out/data/tinyshakespeare_train_*.bin"
@@ -91,12 +99,25 @@ for run in 124M:bfloat16 124M:float8 124M:float8:::exact 124M:float8::blockwise 
     extra=(); [ -n "$zero" ] && extra=(--zero_stage 3 --recompute 1)
     [ -n "$recipe" ] && extra+=(--fp8_recipe "$recipe")
     [ -n "$attention" ] && extra+=(--attention "$attention")
-    timeout 120 ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
+    if ! t=$(limit 120); then
+        echo "| $model | $dtype | | ${B}x1024 | skipped: the check's budget | | | | | |" >>"$summary"
+        continue
+    fi
+    timeout "$t" ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
         --train_data "$train_data" --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}" \
         --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
     echo "$name: exit $?"; tail -n 3 "$out/$name.txt"
     summary_row "$name" "$model" "$dtype${zero:+ zero3+recompute}${recipe:+ $recipe}" "$B"
 done
+
+log "make test_gpu"
+if t=$(limit 330); then
+    timeout "$t" make test_gpu 2>&1 | tee "$out/test_gpu.txt" | tail -n 30
+else log "skipped: the check's budget (${SECONDS} of $budget s used)"; fi
+log "GEMM benchmark"
+if t=$(limit 90); then
+    timeout "$t" ./build/bench_gemm 8192 2>&1 | tee "$out/bench_gemm.txt"
+else log "skipped: the check's budget (${SECONDS} of $budget s used)"; fi
 
 # ZeRO and recompute. One process: every stage with ways = 1 computes the same numbers as ZeRO-0 in the
 # same order (accumulation 1), so the model files must be identical. Several: losses and norms within
@@ -112,7 +133,9 @@ small=(--model_size d4 --vocab 256 --seq_len 64 --steps 8 --lr 1e-3 --warmup_ste
 zrun() { # name launcher... -- trainer flags...
     local name="$1"; shift
     local launcher=(); while [ "$1" != -- ]; do launcher+=("$1"); shift; done; shift
-    timeout 60 "${launcher[@]}" ./train "${small[@]}" --output_dir "$zdir/$name" --log_file "$zdir/$name.jsonl" \
+    local t
+    t=$(limit 60) || { echo "| $name | skipped: the check's budget | |" >>"$zero_table"; return 1; }
+    timeout "$t" "${launcher[@]}" ./train "${small[@]}" --output_dir "$zdir/$name" --log_file "$zdir/$name.jsonl" \
         "$@" >"$zdir/$name.txt" 2>&1
     echo "$name: exit $?"; grep -E '^(error|note)' "$zdir/$name.txt" | head -n 3
 }
@@ -162,7 +185,7 @@ PY
     done
     port=$((20000 + RANDOM % 20000))
     for rank in 1 0; do # rank 1 first: it must wait for rank 0's file
-        RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=localhost MASTER_PORT=$port timeout 90 ./train \
+        RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=localhost MASTER_PORT=$port timeout "$(limit 90 || echo 1)" ./train \
             "${small[@]}" --batch_size 8 --zero_stage 3 --output_dir "$zdir/file2_z3" \
             --log_file "$zdir/file2_z3_rank$rank.jsonl" >"$zdir/file2_z3_rank$rank.txt" 2>&1 &
     done
@@ -190,15 +213,16 @@ for run in 124M:bfloat16 124M:float8 1.5B:bfloat16 1.5B:float8; do
     why=""
     [ -n "$peer_python" ] || why="no torch in python3"
     [ -z "$why" ] && [ "$dtype" = float8 ] && [ -z "$peer_fp8" ] && why="no torchao"
-    [ -z "$why" ] && [ $SECONDS -gt 420 ] && why="the check's time (${SECONDS} s used)"
+    # torch.compile alone takes a minute: a peer run starts only with that much of the budget left
+    [ -z "$why" ] && [ $((budget - SECONDS)) -lt 60 ] && why="the check's budget (${SECONDS} of $budget s used)"
     if [ -n "$why" ]; then
         echo "| $model | PyTorch $dtype | skipped: $why | | | | | | | |" >>"$summary"
         continue
     fi
     init="$out/init_$model/model_00000001.bin"
-    [ -f "$init" ] || timeout 60 ./train --model_size "$model" --dtype bfloat16 --batch_size $B --seq_len 1024 --steps 1 \
+    [ -f "$init" ] || timeout "$(limit 60 || echo 1)" ./train --model_size "$model" --dtype bfloat16 --batch_size $B --seq_len 1024 --steps 1 \
         --ckpt_every 1 --train_data "$train_data" --val_data "" --output_dir "$out/init_$model" >/dev/null 2>&1
-    timeout 180 python3 dev/train_gpt2_torch.py --init_from "$init" --dtype "$dtype" --batch_size $B --seq_len 1024 \
+    timeout "$(limit 180 || echo 1)" python3 dev/train_gpt2_torch.py --init_from "$init" --dtype "$dtype" --batch_size $B --seq_len 1024 \
         --steps 30 --train_data "$train_data" --val_data "" --lr 3e-4 --warmup_steps 5 --log_file "$out/$name.jsonl" \
         >"$out/$name.txt" 2>&1
     echo "$name: exit $?"; tail -n 2 "$out/$name.txt"

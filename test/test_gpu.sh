@@ -14,7 +14,8 @@
 #  6. GEMM plans serve layers whose biases differ in alignment (C = 96: layer 1's biases lie 64 bytes off
 #     the 256-byte alignment of layer 0's, which cuBLASLt's heuristic read): bfloat16 and float8 match
 #     the CPU reference as in 1;
-#  7. run health on the GPU: an injected NaN is skipped and leaves the weights untouched; the BF16 shadow
+#  7. run health on the GPU: an injected NaN is skipped and leaves the weights untouched; the norm guard,
+#     decided on the device, follows its rule step by step and resumes bit-exact; the BF16 shadow
 #     check is exactly zero in bfloat16; --eval_only equals the validation loss of learning-rate-0 runs;
 #     the cast kernels count saturations where the CPU does (a model with LayerNorm gains of 1000);
 #     sampling runs;
@@ -157,6 +158,47 @@ health=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batc
 "$TRAIN" "${health[@]}" --steps 5 --dtype float8 --inject_nan_step 3 --ckpt_every 1 --output_dir "$tmp/nan" >"$tmp/nan.txt"
 grep -q 'skipped (non-finite' "$tmp/nan.txt" && cmp -s "$tmp/nan/model_00000002.bin" "$tmp/nan/model_00000003.bin"
 result $? "an injected NaN is skipped and changes no weight"
+# the gradient-norm guard, decided on the device from its own copy of the window: every step's decision is
+# the guard's rule replayed on the logged losses and norms (%.9g: the float32 values exactly, summed in the
+# same double arithmetic), a step is skipped, and a resume with the guard on is bit-exact (the window
+# travels through the state file). Constant learning rate: the resumed half must see the same schedule.
+# (no warmup: the norm at step 9, the first the guard may skip, then lies above the window's mean + 0.1 sd)
+mapfile -d '' guard < <(merge_flags "${model[@]}" -- --warmup_steps 0 --dtype float8 --skip_norm_z 0.1 --guard_window 8 \
+    --lr_schedule constant --steps 16)
+"$TRAIN" "${guard[@]}" --ckpt_every 8 --output_dir "$tmp/guard" --log_file "$tmp/guard.jsonl" >"$tmp/guard.txt"
+python3 - "$tmp/guard.jsonl" <<'PY'
+import json, math, struct, sys
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+window, z, min_samples = 8, 0.1, 8  # --guard_window, --skip_norm_z, health.h's GUARD_MIN_SAMPLES
+norms, skipped_any = [0.0] * window, False
+count = 0
+for step in (json.loads(l) for l in open(sys.argv[1]) if '"type":"step"' in l):
+    n = min(count, window)
+    threshold = math.inf
+    if n >= min_samples:
+        mean = 0.0
+        for v in norms[:n]:
+            mean += v
+        mean /= n
+        var = 0.0
+        for v in norms[:n]:
+            var += (v - mean) * (v - mean)
+        threshold = f32(mean + z * math.sqrt(var / (n - 1)))
+    skip = step["grad_norm"] > threshold
+    if skip != bool(step["skipped"]):
+        sys.exit(f"step {step['step']}: norm {step['grad_norm']}, threshold {threshold}, skipped {step['skipped']}")
+    skipped_any |= skip
+    if not skip:
+        norms[count % window] = step["grad_norm"]
+        count += 1
+sys.exit(0 if skipped_any else "no step skipped")
+PY
+result $? "the device's norm guard: each step's decision is the guard's rule on the logged norms, and one skips"
+cp -r "$tmp/guard" "$tmp/guard_half" && rm "$tmp/guard_half"/*_00000016* && echo 8 >"$tmp/guard_half/latest_checkpoint" &&
+    "$TRAIN" "${guard[@]}" --output_dir "$tmp/guard_half" --resume 1 >/dev/null
+cmp -s "$tmp/guard/model_00000016.bin" "$tmp/guard_half/model_00000016.bin" &&
+    cmp -s "$tmp/guard/state_00000016_00000.bin" "$tmp/guard_half/state_00000016_00000.bin"
+result $? "with the device's guard on (a step skipped after the checkpoint), resume is bit-exact"
 "$TRAIN" "${health[@]}" --steps 3 --dtype bfloat16 --bf16_check_every 1 --output_dir "" >"$tmp/shadow.txt"
 [ "$(grep -c '^bf16 .*difference +0.000000$' "$tmp/shadow.txt")" = 3 ]
 result $? "the BF16 shadow check of a bfloat16 run is exactly zero"

@@ -271,8 +271,15 @@ static void check_model_buffers(GPT *m) {
     IN_BUFFER(m, BUF_TOKENS, m->tokens + 3 * N, N);
     IN_BUFFER(m, BUF_TOKENS, m->tokens + 4 * N, N + 1);
     IN_BUFFER(m, BUF_TOKENS, m->tokens + 5 * N + 1, 1);
+    // the next batch's area after the current one's (the device copy reads one while the other is written)
+    IN_BUFFER(m, BUF_TOKENS, m->tokens_next, 5 * N + 2);
+    expect_layout(m->tokens_next >= m->tokens + 5 * N + 2, "tokens_next overlaps tokens");
     IN_BUFFER(m, BUF_STEP, m->step_params, 1);
     IN_BUFFER(m, BUF_STEP, m->step_results, 1);
+    IN_BUFFER(m, BUF_STEP, m->guard_history, 2 * GUARD_MAX_WINDOW);
+    expect_layout((char *)m->step_results >= (char *)(m->step_params + 1) &&
+                      (char *)m->guard_history >= (char *)(m->step_results + 1),
+                  "the step's parameters, results and guard window overlap");
     GEMM_IN_BUFFER(m, BUF_GEMM_WORKSPACE, (char *)plan_ptr(m, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
 }
 
