@@ -3,7 +3,7 @@
 //  - the FLOPs of the GEMMs (the block linears in the run's dtype, the LM head in BF16) and of the fused
 //    attention, at assumed TFLOP/s;
 //  - the DRAM bytes of the memory-bound kernels (LayerNorm, residual, GELU, bias gradients, FP8 casts,
-//    cross-entropy, AdamW), at an assumed bandwidth;
+//    cross-entropy, AdamW; in bfloat16 the GELU epilogues' extra GEMM traffic), at an assumed bandwidth;
 //  - the payload of every NCCL collective the step issues (exactly the trainer's: the emulation counts
 //    them, test/test_dist_emu.sh compares), on the wire as a ring moves it, at the bandwidth inside a node
 //    or, when the ranks span nodes, between them (with --shard_group_size, the shards' collectives over
@@ -169,6 +169,13 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
             forward -= (2 * C + 2 * 4 * C) * b;
             backward -= 3 * 4 * C * b - 4 * C * b;
         }
+    } else {
+        // bfloat16, cuBLASLt's epilogues (gpu/gemm.cuh; where the heuristic has them, which a GPU has yet to
+        // show): fc's GEMM writes the GELU beside its output (4C written, no GELU pass), fcproj's
+        // data-gradient GEMM reads fc's output for the GELU's backward (4C read, no GELU backward pass), the
+        // weight-gradient GEMMs sum the bias gradients of the output gradients they read (no pass)
+        forward -= 2 * 4 * C * b - 4 * C * b;
+        backward -= 3 * 4 * C * b - 4 * C * b + 9 * C * b;
     }
     double per_layer = forward * (s->recompute ? 2 : 1) + backward;
     double logits = 2 * (double)cfg->padded_vocab_size * b; // one-pass cross-entropy: a read and a write

@@ -720,10 +720,10 @@ static void cast_blocks(GPT *model, int index, const float *x, int rows, int col
 }
 
 // Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias, rounded to
-// storage. In float8 the input is cast to E4M3 into input_q (kept for the weight gradient) and the
-// GEMM multiplies FP8 values, its FP32 result divided by both scales.
+// storage (with keep_fp32 left in FP32 for the caller). In float8 the input is cast to E4M3 into input_q
+// (kept for the weight gradient) and the GEMM multiplies FP8 values, its FP32 result divided by both scales.
 static void linear_forward(GPT *model, int layer, int linear, float *out, const float *inp, float *input_q,
-                           int N, int record_amax) {
+                           int N, int record_amax, int keep_fp32) {
     const GPTConfig *cfg = &model->config;
     int OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
@@ -751,14 +751,16 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
 #pragma omp parallel for
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++)
-            out[(size_t)n * OC + o] = to_storage(out[(size_t)n * OC + o] + bias[o], model->dtype);
+            out[(size_t)n * OC + o] =
+                to_storage(out[(size_t)n * OC + o] + bias[o], keep_fp32 ? DTYPE_FLOAT32 : model->dtype);
 }
 
-// dinp (N,IC) = dout . W (rounded to storage); dW (OC,IC) += dout^T . inp; dbias (OC) += column sums of dout.
+// dinp (N,IC) = dout . W (rounded to storage, or with keep_fp32 left in FP32 for the caller); dW (OC,IC) +=
+// dout^T . inp; dbias (OC) += column sums of dout.
 // In float8 dout is cast to E5M2 once and serves both GEMMs; the weight gradient uses the forward's
 // quantized input.
 static void linear_backward(GPT *model, int layer, int linear, float *dinp, const float *dout,
-                            const float *inp, const float *input_q, int N) {
+                            const float *inp, const float *input_q, int N, int keep_fp32) {
     const GPTConfig *cfg = &model->config;
     int OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
@@ -792,7 +794,7 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
              dinp);
         gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f, dout, inp, 1.0f, dweight);
     }
-    round_to_storage(dinp, (size_t)N * IC, model->dtype);
+    round_to_storage(dinp, (size_t)N * IC, keep_fp32 ? DTYPE_FLOAT32 : model->dtype);
 }
 
 // Causal self-attention: qkv (B,T,3C) -> out (B,T,C) in storage, saving the probabilities att (B,NH,T,T).
@@ -1035,15 +1037,19 @@ static void block_forward(GPT *model, int l, int record_amax) {
     LayerActs la = layer_acts(model, l);
     layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, param_ptr(w, cfg, PT_LN1W, l),
                       param_ptr(w, cfg, PT_LN1B, l), N, C, dtype);
-    linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax);
+    linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax, 0);
     attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, dtype);
-    linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax);
+    linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax, 0);
     residual_forward(la.residual2, la.residual, proj_out, NC, dtype);
     layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, param_ptr(w, cfg, PT_LN2W, l),
                       param_ptr(w, cfg, PT_LN2B, l), N, C, dtype);
-    linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax);
+    // bfloat16 takes the GELU of fc's FP32 output and rounds that output after, as the GPU's GEMM does in
+    // cuBLASLt's epilogue (GELU_AUX_BIAS); float8 of the rounded output, as the GPU's FP8 path does
+    int gelu_of_fp32 = dtype == DTYPE_BFLOAT16;
+    linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax, gelu_of_fp32);
     gelu_forward(la.fch_gelu, la.fch, NC * 4, dtype);
-    linear_forward(model, l, LIN_FCPROJ, proj_out, la.fch_gelu, la.input_q[LIN_FCPROJ], N, record_amax);
+    if (gelu_of_fp32) round_to_storage(la.fch, NC * 4, dtype);
+    linear_forward(model, l, LIN_FCPROJ, proj_out, la.fch_gelu, la.input_q[LIN_FCPROJ], N, record_amax, 0);
     residual_forward(la.residual3, la.residual2, proj_out, NC, dtype);
 }
 
@@ -1082,15 +1088,18 @@ static void block_backward(GPT *model, int l) {
     float *w = model->params_compute, *dw = model->grads;
     if (model->recompute) block_forward(model, l, 0);
     LayerActs la = layer_acts(model, l);
-    linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N);
+    // bfloat16 rounds fcproj's input gradient once, after the GELU's backward, as the GPU's GEMM does in
+    // cuBLASLt's epilogue (DGELU); float8 also before it, as the GPU's FP8 path does
+    linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N,
+                    dtype == DTYPE_BFLOAT16);
     gelu_backward(g->dfch, la.fch, NC * 4, dtype);
-    linear_backward(model, l, LIN_FC, g->dc, g->dfch, la.ln2, la.input_q[LIN_FC], N);
+    linear_backward(model, l, LIN_FC, g->dc, g->dfch, la.ln2, la.input_q[LIN_FC], N, 0);
     layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN2W, l), param_ptr(dw, cfg, PT_LN2B, l), g->dc,
                        la.residual2, param_ptr(w, cfg, PT_LN2W, l), la.ln2_mean, la.ln2_rstd, N, C, dtype);
-    linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N);
+    linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N, 0);
     attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH);
     round_to_storage(g->dqkv, NC * 3, dtype);
-    linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N);
+    linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N, 0);
     layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN1W, l), param_ptr(dw, cfg, PT_LN1B, l), g->dc,
                        la.residual, param_ptr(w, cfg, PT_LN1W, l), la.ln1_mean, la.ln1_rstd, N, C, dtype);
 }

@@ -791,8 +791,12 @@ static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Loa
          weight_bf16(model, linear_weight_tensor(linear) + 1, layer), 0, model->fast_accum, model->stream);
 }
 
-// out (N,OC) = inp (N,IC) . W^T + bias
-static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf16 *inp, int record_amax) {
+// out (N,OC) = inp (N,IC) . W^T + bias. With gelu_out (fc's GELU output), in bfloat16: the GEMM also
+// applies the GELU (cuBLASLt's GELU_AUX_BIAS: gelu_out = bf16(GELU) of the FP32 result, out its BF16
+// rounding, the pre-activation the backward reads) where cuBLASLt has an algorithm for it. Returns whether it
+// did.
+static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf16 *inp, bf16 *gelu_out,
+                          int record_amax) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
@@ -812,9 +816,13 @@ static void linear_forward(GPT *model, int layer, int linear, bf16 *out, const b
         fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
         fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
     } else {
-        gemm(&model->gemm, out, CUDA_R_16BF, bf16_operand(inp), 0,
-             bf16_operand(weight_bf16(model, weight_tensor, layer)), 1, N, OC, IC, bias, 0, 0, model->stream);
+        GemmOperand x = bf16_operand(inp), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
+        if (gelu_out && gemm_fused(&model->gemm, gelu_out, CUDA_R_16BF, x, 0, w, 1, N, OC, IC,
+                                   gemm_gelu_bias(bias, out), 0, model->stream))
+            return 1;
+        gemm(&model->gemm, out, CUDA_R_16BF, x, 0, w, 1, N, OC, IC, bias, 0, 0, model->stream);
     }
+    return 0;
 }
 
 // float8's steady state (the delayed recipe once every history holds a step): the input casts of qkv, fc
@@ -869,21 +877,25 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
          NULL, 1, 0, model->stream);
 }
 
-// dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias += column sums of dout
-static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const bf16 *dout,
-                            const bf16 *inp) {
+// dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias += column sums of dout. With gelu_pre (fcproj's
+// input's pre-activation, fc's output), in bfloat16: dinp = bf16((dout . W) * GELU'(gelu_pre)) from the
+// GEMM's FP32 result (cuBLASLt's DGELU) where cuBLASLt has an algorithm for it. Returns whether it did. In
+// bfloat16 the bias gradient comes from the weight gradient's GEMM where it can (BGRADB: the sums over the
+// tokens of the BF16 dout it reads, in FP32, written to scratch, since the epilogue overwrites and dbias
+// accumulates over the micro-steps), else from bias_backward.
+static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const bf16 *dout, const bf16 *inp,
+                           const bf16 *gelu_pre) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->recipe)) {
         fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 1), dout, (size_t)N * OC, FP8_E5M2);
         fp8_linear_backward(model, layer, linear, dinp, StoredValues<bf16>{dout});
-        return;
+        return 0;
     }
     int weight_tensor = linear_weight_tensor(linear);
-    float *dweight = grad_of(model, weight_tensor, layer);
-    bias_backward(grad_of(model, weight_tensor + 1, layer), dout, N, OC, model->reduce_scratch,
-                  model->stream);
+    float *dweight = grad_of(model, weight_tensor, layer), *dbias = grad_of(model, weight_tensor + 1, layer);
     if (model->dtype == DTYPE_FLOAT8) {
+        bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
         // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
         // weight gradient
         int index = fp8_tensor_index(layer, linear, 1), recipe = model->recipe;
@@ -902,12 +914,24 @@ static void linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const
              block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
                            saved_input_factors_t(model, layer, linear), recipe, 0),
              1, OC, IC, N, NULL, 1, 0, model->stream);
-    } else {
-        gemm(&model->gemm, dinp, CUDA_R_16BF, bf16_operand(dout), 0,
-             bf16_operand(weight_bf16(model, weight_tensor, layer)), 0, N, IC, OC, NULL, 0, 0, model->stream);
-        gemm(&model->gemm, dweight, CUDA_R_32F, bf16_operand(dout), 1, bf16_operand(inp), 0, OC, IC, N, NULL,
-             1, 0, model->stream);
+        return 0;
     }
+    GemmOperand g = bf16_operand(dout), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
+    int gelu_done = gelu_pre && gemm_fused(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC,
+                                           gemm_dgelu(gelu_pre), 0, model->stream);
+    if (!gelu_done) gemm(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC, NULL, 0, 0, model->stream);
+    // dW (OC,IC) += dout^T (OC,N) . inp (N,IC), and the bias gradient: the sums of dout^T's rows
+    float *sums = model->reduce_scratch;
+    if (gemm_fused(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N,
+                   gemm_bias_grad(sums), 1, model->stream)) {
+        launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->stream}, dbias, (const float *)sums,
+                           (size_t)OC);
+    } else {
+        gemm(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N, NULL, 1, 0,
+             model->stream);
+        bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
+    }
+    return gelu_done;
 }
 
 // ----------------------------------------------------------------------------
@@ -947,33 +971,35 @@ static const bf16 *layer_input(GPT *model, int layer) {
 // out (N,OC) = linear `linear` of the LayerNorm (gain tensor ln_weight, bias the next) of x (N,C), or with
 // add of x = bf16(inp + add) written to the LayerNorm's input sum (one pass: residual_layernorm_forward),
 // else x = inp: the LayerNorm's output in ln, its statistics in stats (mean (N), rstd (N)); with
-// casts_compute_inputs the statistics only, the cast computing the output.
-static void layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, bf16 *sum,
-                                     const bf16 *inp, const bf16 *add, int linear, bf16 *out,
-                                     int record_amax) {
+// casts_compute_inputs the statistics only, the cast computing the output. gelu_out: as linear_forward's,
+// whose result it returns.
+static int layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, bf16 *sum,
+                                    const bf16 *inp, const bf16 *add, int linear, bf16 *out, bf16 *gelu_out,
+                                    int record_amax) {
     int N = model->B * model->T, C = model->config.channels, fused = casts_compute_inputs(model);
     const bf16 *weight = weight_bf16(model, ln_weight, l), *bias = weight_bf16(model, ln_weight + 1, l);
     const bf16 *x = add ? sum : inp;
     residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
                                model->stream);
-    if (fused)
-        fp8_linear_forward(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
-                           record_amax);
-    else
-        linear_forward(model, l, linear, out, ln, record_amax);
+    if (!fused) return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
+    fp8_linear_forward(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
+                       record_amax);
+    return 0;
 }
 
 // out (N,C) = fcproj of GELU(fch) (N,4C), the GELU's output in fch_gelu (with casts_compute_inputs: the cast
-// computes it). out NULL (the backward's replay): only the input the backward keeps.
-static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_gelu, bf16 *out,
+// computes it; with gelu_done fc's GEMM wrote it). out NULL (the backward's replay): only the input the
+// backward keeps.
+static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_gelu, int gelu_done, bf16 *out,
                                 int record_amax) {
     if (casts_compute_inputs(model)) {
         fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
         return;
     }
-    gelu_forward(fch_gelu, fch, (size_t)model->B * model->T * 4 * model->config.channels, model->stream);
+    if (!gelu_done)
+        gelu_forward(fch_gelu, fch, (size_t)model->B * model->T * 4 * model->config.channels, model->stream);
     if (out)
-        linear_forward(model, l, LIN_FCPROJ, out, fch_gelu, record_amax);
+        linear_forward(model, l, LIN_FCPROJ, out, fch_gelu, NULL, record_amax);
     else
         save_linear_input(model, l, LIN_FCPROJ, fch_gelu);
 }
@@ -990,13 +1016,13 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
     layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV, a.qkv,
-                             record_amax);
+                             NULL, record_amax);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
-    linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, record_amax); // dc: scratch in the forward
-    // residual2 = residual + dc, and the LayerNorm of it, in one pass
-    layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->dc, LIN_FC,
-                             a.fch, record_amax);
-    gelu_linear_forward(model, l, a.fch, a.fch_gelu, recomputing ? NULL : model->dc, record_amax);
+    linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, NULL, record_amax); // dc: scratch in the forward
+    // residual2 = residual + dc, and the LayerNorm of it, in one pass; in bfloat16 fc's GEMM applies the GELU
+    int gelu_done = layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual,
+                                             model->dc, LIN_FC, a.fch, a.fch_gelu, record_amax);
+    gelu_linear_forward(model, l, a.fch, a.fch_gelu, gelu_done, recomputing ? NULL : model->dc, record_amax);
     if (recomputing) {
         nvtxRangePop();
         return;
@@ -1078,20 +1104,21 @@ static void layer_backward(GPT *model, int l) {
     cudaStream_t stream = model->stream;
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d backward", l);
-    linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu);
+    // in bfloat16 fcproj's data-gradient GEMM applies the GELU's backward
+    int gelu_done = linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu, a.fch);
     if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
         fp8_linear_backward(model, l, LIN_FC, model->dc, GeluBackwardValues{model->dfch, a.fch});
     } else {
-        gelu_backward(model->dfch, a.fch, 4 * NC, stream);
-        linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2);
+        if (!gelu_done) gelu_backward(model->dfch, a.fch, 4 * NC, stream);
+        linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
     }
     layernorm_backward(model->dresidual, grad_of(model, PT_LN2W, l), grad_of(model, PT_LN2B, l), model->dc,
                        a.residual2, weight_bf16(model, PT_LN2W, l), a.ln2_stats, a.ln2_stats + N, N, C,
                        model->reduce_scratch, stream);
-    linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty);
+    linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty, NULL);
     attention_backward(&model->attention, model->dqkv, model->att_delta, model->dc, a.qkv, a.atty, a.att_lse,
                        B, T, C, NH, stream);
-    linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1);
+    linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1, NULL);
     layernorm_backward(model->dresidual, grad_of(model, PT_LN1W, l), grad_of(model, PT_LN1B, l), model->dc,
                        layer_input(model, l), weight_bf16(model, PT_LN1W, l), a.ln1_stats, a.ln1_stats + N, N,
                        C, model->reduce_scratch, stream);

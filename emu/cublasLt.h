@@ -1,8 +1,9 @@
 // emu/cublasLt.h: the subset of cuBLASLt the project uses, for the CPU emulation build (emu/cublaslt.cpp
 // implements it). Names, enum values and signatures are cuBLASLt's; the GEMM is a reference
-// implementation of the documented semantics with FP32 accumulation, and the heuristic and the matmul
-// enforce the documented constraints the trainer relies on (types, the TN rule of FP8 on sm_89/sm_90,
-// alignment, workspace), returning cuBLASLt's status and saying why on stderr.
+// implementation of the documented semantics with FP32 accumulation (and the GELU, GELU-backward and
+// bias-gradient epilogues), and the heuristic and the matmul enforce the documented constraints the trainer
+// relies on (types, the TN rule of FP8 on sm_89/sm_90, alignment, workspace, the aux's leading dimension),
+// returning cuBLASLt's status and saying why on stderr.
 #ifndef EMU_CUBLASLT_H
 #define EMU_CUBLASLT_H
 
@@ -41,11 +42,14 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSC = 5,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
     CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,
     CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,
     CUBLASLT_MATMUL_DESC_C_SCALE_POINTER = 19,
     CUBLASLT_MATMUL_DESC_D_SCALE_POINTER = 20,
     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
     CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
     CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31,
@@ -84,6 +88,11 @@ typedef enum {
     CUBLASLT_EPILOGUE_RELU = 2,
     CUBLASLT_EPILOGUE_BIAS = 4,
     CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+    CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+    CUBLASLT_EPILOGUE_DGELU_BGRAD = 64 | 128 | 16,
+    CUBLASLT_EPILOGUE_BGRADA = 256,
+    CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;
 
 typedef struct cublasLtContext *cublasLtHandle_t;

@@ -4,19 +4,37 @@
 // op = transpose when CUBLASLT_MATMUL_DESC_TRANS[AB] is CUBLAS_OP_T, accumulated in FP32, converted to
 // D's type once (round to nearest even). Operands are decoded to FP32 exactly (BF16, E4M3, E5M2), so
 // the only roundings are those of the FP32 sums and of the result; the sum runs in an order of its own
-// (eight partial sums), as the GPU's runs in one of its own.
+// (eight partial sums), as the GPU's runs in one of its own. The epilogues apply to that FP32 value v
+// before its one rounding (cublasLt.h's descriptions of cublasLtEpilogue_t and of the AUX attributes):
+//   - GELU_AUX_BIAS: "apply Bias and then GELU", the GELU input matrix written to the aux: aux = v (bias
+//     added) in the aux's type, D = GELU(v); the GELU is gpu/gelu.cuh's tanh form (cuBLASLt documents
+//     only x := GELU(x));
+//   - DGELU: "apply GELU gradient to matmul output", the aux "the GELU input matrix for backward":
+//     D = v * GELU'(aux);
+//   - BGRADB: D as without an epilogue, and the bias pointer receives the bias gradient "based on the input
+//     matrix B": its "size corresponds to the number of columns of the matrix D", "the reduction happens
+//     over the GEMM's k dimension": bias_grad[j] = the FP32 sum over k of op(B)(k, j), overwritten
+//     ("stores"), in the output's type ("the same type as the output elements").
+//   The aux is a matrix of D's shape with its own leading dimension (EPILOGUE_AUX_LD, "divisible by 8 and no
+//   less than the number of rows in the output matrix"), of D's type (EPILOGUE_AUX_DATA_TYPE's default; the
+//   other types are FP8 outputs'); only rows [0, m) of each column are read or written.
 //
 // What the trainer relies on is enforced, with cuBLASLt's status and a line on stderr saying why:
 //   - the heuristic: compute type CUBLAS_COMPUTE_32F with scale type CUDA_R_32F; BF16 x BF16 with C and D
 //     BF16 or FP32, the bias of D's type; FP8 (E4M3/E5M2) with both operands FP8 but never E5M2 x E5M2,
 //     in the "TN" form (A transposed, B not: the only form on sm_89/sm_90, and this device is an H200),
 //     leading dimensions of 16-byte multiples, C and D BF16 (bias BF16) or FP32 (bias BF16); layouts
-//     that agree with m, n, k; the algorithm it returns assumes the preference's minimum alignments of
-//     A, B, C, D (256 bytes unless set) and the alignment of the bias pointer set at that time (the
-//     heuristic "depends on its value to determine expected pointer alignment"), and asks for a
-//     workspace of min(max workspace, 4 MiB), as split-K kernels do;
+//     that agree with m, n, k; the epilogues above with BF16 operands only, the aux of D's type and its
+//     leading dimension as documented, the bias gradient of D's type; the algorithm it returns assumes
+//     the preference's minimum alignments of A, B, C, D (256 bytes unless set) and the alignments of the
+//     bias and aux pointers set at that time (the heuristic "depends on" their values "to determine
+//     expected pointer alignment"), and asks for a workspace of min(max workspace, 4 MiB), as split-K
+//     kernels do; with CUDA_EMU_NO_FUSED_EPILOGUES set it finds no algorithm for GELU_AUX_BIAS, DGELU and
+//     BGRADB (CUBLAS_STATUS_NOT_SUPPORTED, silently, as a cuBLASLt without them would): how the trainer's
+//     fallback to separate kernels is tested;
 //   - the matmul: the algorithm was chosen for this kind of problem; every pointer is device memory
-//     covering its matrix, FP8 operands 16-byte aligned, each pointer at least as aligned as the
+//     covering its matrix (the bias its m elements, the bias gradient its n, the aux its columns at its
+//     leading dimension), FP8 operands 16-byte aligned, each pointer at least as aligned as the
 //     algorithm assumes; A/B scale pointers only with FP8 operands; the workspace at least what the
 //     algorithm asks for. It then queues the product on the stream.
 //   - block scaling (CUBLASLT_MATMUL_DESC_[AB]_SCALE_MODE, cuBLAS 12.9+), both operands block-scaled, FP8,
@@ -32,7 +50,8 @@
 //     sums each block of K in FP32 and adds it times the two factors to an FP32 accumulator, as the
 //     block-scaled kernels promote each block.
 // Not emulated (refused with CUBLAS_STATUS_NOT_SUPPORTED): other compute types, FP8 or FP16 outputs,
-// epilogues beyond BIAS, batches, row-major orders, the other scale modes (VEC16_UE4M3, OUTER_VEC_32F).
+// epilogues beyond BIAS, GELU_AUX_BIAS, DGELU and BGRADB (and those three with FP8 operands), batches,
+// row-major orders, the other scale modes (VEC16_UE4M3, OUTER_VEC_32F).
 #include <stdio.h>
 #include <string.h>
 
@@ -43,6 +62,7 @@
 #include "cublasLt.h"
 #include "cuda_bf16.h"
 #include "emu.h"
+#include "gpu/gelu.cuh" // the trainer's GELU: one definition
 
 struct cublasLtContext {
     int live;
@@ -53,8 +73,11 @@ struct cublasLtMatmulDescOpaque_t {
     cudaDataType_t scale_type;
     int32_t trans_a, trans_b, pointer_mode;
     uint32_t epilogue;
-    const void *bias;
+    const void *bias;  // the bias, or where BGRADB writes the bias gradient
     int32_t bias_type; // -1: the default, D's type
+    const void *aux;   // GELU_AUX_BIAS writes it, DGELU reads it
+    int64_t aux_ld;
+    int32_t aux_type; // -1: the default, D's type
     const void *a_scale, *b_scale, *c_scale, *d_scale, *amax_d;
     int32_t a_scale_mode, b_scale_mode; // cublasLtMatmulMatrixScale_t
     int8_t fast_accum;
@@ -82,7 +105,8 @@ struct Algo {
     uint64_t magic;
     uint64_t problem;        // the kind of problem it was chosen for (problem_key)
     uint32_t alignment[4];   // of A, B, C, D
-    uint32_t bias_alignment; // of the bias pointer the descriptor had
+    uint32_t bias_alignment; // of the bias (or bias gradient) pointer the descriptor had
+    uint32_t aux_alignment;  // of its aux pointer
     uint64_t workspace;
 };
 static_assert(sizeof(Algo) <= sizeof(cublasLtMatmulAlgo_t), "Algo fits the opaque algorithm");
@@ -119,6 +143,17 @@ uint32_t pointer_alignment(const void *p) {
     return align;
 }
 
+// The epilogues: which read the bias pointer's bias, which write a bias gradient there, which use the aux.
+bool adds_bias(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool has_aux(uint32_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+bool is_fused(uint32_t e) {
+    return has_aux(e) || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+
 // The types and transposes of a problem, so that an algorithm is used only for its kind of problem.
 uint64_t problem_key(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLayoutOpaque_t *a,
                      const cublasLtMatrixLayoutOpaque_t *b, const cublasLtMatrixLayoutOpaque_t *c,
@@ -131,6 +166,7 @@ uint64_t problem_key(const cublasLtMatmulDescOpaque_t *d, const cublasLtMatrixLa
     k = k * 4 + (uint64_t)d->trans_b;
     k = k * 1024 + d->epilogue;
     k = k * 64 + (uint64_t)(d->bias_type + 1);
+    k = k * 64 + (uint64_t)(d->aux_type + 1);
     k = k * 8 + (uint64_t)d->a_scale_mode;
     k = k * 8 + (uint64_t)d->b_scale_mode;
     return k;
@@ -276,11 +312,17 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLt
             emu::explain("cuBLASLt: row-major orders and batches are not emulated");
             return CUBLAS_STATUS_NOT_SUPPORTED;
         }
-    if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != CUBLASLT_EPILOGUE_BIAS) {
-        emu::explain("cuBLASLt: epilogue %u is not emulated (DEFAULT and BIAS are)", d->epilogue);
+    const uint32_t e = d->epilogue;
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && !adds_bias(e) && !is_fused(e)) {
+        emu::explain(
+            "cuBLASLt: epilogue %u is not emulated (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU and BGRADB are)", e);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     const bool fp8 = is_fp8(a->type) || is_fp8(b->type);
+    if (fp8 && is_fused(e)) {
+        emu::explain("cuBLASLt: epilogue %u with FP8 operands is not emulated (DEFAULT and BIAS are)", e);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     if (fp8 && !(is_fp8(a->type) && is_fp8(b->type))) {
         emu::explain("cuBLASLt: A is %s and B is %s: an FP8 matmul needs both operands in FP8",
                      type_name(a->type), type_name(b->type));
@@ -305,14 +347,22 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLt
                      type_name(c->type), type_name(dl->type));
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
+    if (adds_bias(e) || e == CUBLASLT_EPILOGUE_BGRADB) {
         int bias = d->bias_type < 0 ? (int)dl->type : d->bias_type;
         int expected = fp8 ? CUDA_R_16BF : (int)dl->type;
         if (bias != expected) {
-            emu::explain("cuBLASLt: a %s bias with %s x %s -> %s: the bias must be %s", type_name(bias),
-                         type_name(a->type), type_name(b->type), type_name(dl->type), type_name(expected));
+            emu::explain("cuBLASLt: a %s bias%s with %s x %s -> %s: it must be %s", type_name(bias),
+                         adds_bias(e) ? "" : " gradient", type_name(a->type), type_name(b->type),
+                         type_name(dl->type), type_name(expected));
             return CUBLAS_STATUS_NOT_SUPPORTED;
         }
+    }
+    if (has_aux(e) && d->aux_type >= 0 && d->aux_type != (int)dl->type) {
+        emu::explain(
+            "cuBLASLt: a %s aux with a %s D: the GELU input matrix is of D's type (the other aux types "
+            "are for FP8 outputs, not emulated)",
+            type_name(d->aux_type), type_name(dl->type));
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (fp8 && !(d->trans_a == CUBLAS_OP_T && d->trans_b == CUBLAS_OP_N)) {
         emu::explain(
@@ -353,16 +403,24 @@ cublasStatus_t check_problem(const cublasLtMatmulDescOpaque_t *d, const cublasLt
                     "AB"[i], (long long)layouts[i] -> ld);
                 return CUBLAS_STATUS_NOT_SUPPORTED;
             }
+    if (has_aux(e) && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)m)) {
+        emu::explain(
+            "cuBLASLt: the epilogue's aux has leading dimension %lld: it must be divisible by 8 and no "
+            "less than D's %llu rows (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD)",
+            (long long)d->aux_ld, (unsigned long long)m);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
 struct Product {
     cudaDataType_t a_type, b_type, c_type, d_type, bias_type;
     int trans_a, trans_b;
+    uint32_t epilogue;
     uint64_t m, n, k;
-    int64_t lda, ldb, ldc, ldd;
-    const void *A, *B, *C, *bias;
-    void *D;
+    int64_t lda, ldb, ldc, ldd, aux_ld;
+    const void *A, *B, *C, *bias;  // bias: the one added (BIAS, GELU_AUX_BIAS), else NULL
+    void *D, *aux, *bias_grad;     // aux: GELU_AUX_BIAS's output, DGELU's input (D's type); BGRADB's gradient
     const void *a_scale, *b_scale; // FP32 (scalar, VEC128, BLK128x128) or E8M0 bytes (VEC32_UE8M0)
     int32_t a_scale_mode, b_scale_mode;
     float alpha, beta;
@@ -386,6 +444,19 @@ float block_scaled_dot(const Product &p, const float *a, const float *b, uint64_
     return acc;
 }
 
+// Element (i, j) of D from v, the FP32 value of alpha scale op(A) op(B) + beta C: the bias, the epilogue's
+// function, one rounding to D's type.
+void finish_element(const Product &p, uint64_t i, uint64_t j, float v) {
+    if (p.bias) v += element(p.bias, p.bias_type, 1, i, 0);
+    if (p.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        store(p.aux, p.d_type, p.aux_ld, i, j, v);
+        v = gelu_value(v);
+    } else if (p.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+        v = gelu_backward_value(v, element(p.aux, p.d_type, p.aux_ld, i, j));
+    }
+    store(p.D, p.d_type, p.ldd, i, j, v);
+}
+
 // The product itself, when the stream reaches it: one column of D per task.
 void run_product(const Product &p) {
     const bool block = is_block_mode(p.a_scale_mode);
@@ -403,13 +474,17 @@ void run_product(const Product &p) {
             for (uint64_t kk = 0; kk < p.k; kk++)
                 b_col[kk] = p.trans_b == CUBLAS_OP_N ? element(p.B, p.b_type, p.ldb, kk, j)
                                                      : element(p.B, p.b_type, p.ldb, j, kk);
+            if (p.bias_grad) { // BGRADB: column j of op(B) summed over k
+                float sum = 0.0f;
+                for (uint64_t kk = 0; kk < p.k; kk++) sum += b_col[kk];
+                store(p.bias_grad, p.d_type, 1, j, 0, sum);
+            }
             for (uint64_t i = 0; i < p.m; i++) {
                 const float *a = &a_rows[i * p.k];
                 if (block) {
                     float v = scale * block_scaled_dot(p, a, b_col.data(), i, j);
                     if (p.beta != 0.0f) v += p.beta * element(p.C, p.c_type, p.ldc, i, j);
-                    if (p.bias) v += element(p.bias, p.bias_type, 1, i, 0);
-                    store(p.D, p.d_type, p.ldd, i, j, v);
+                    finish_element(p, i, j, v);
                     continue;
                 }
                 float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -421,8 +496,7 @@ void run_product(const Product &p) {
                             ((partial[4] + partial[5]) + (partial[6] + partial[7]));
                 float v = scale * sum;
                 if (p.beta != 0.0f) v += p.beta * element(p.C, p.c_type, p.ldc, i, j);
-                if (p.bias) v += element(p.bias, p.bias_type, 1, i, 0);
-                store(p.D, p.d_type, p.ldd, i, j, v);
+                finish_element(p, i, j, v);
             }
         }
     });
@@ -450,6 +524,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComput
     d->trans_a = d->trans_b = CUBLAS_OP_N;
     d->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     d->bias_type = -1;
+    d->aux_type = -1;
     *desc = d;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -478,6 +553,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         return set_value(&d->bias, buf, size);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         return set_value(&d->bias_type, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        return set_value(&d->aux, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        return set_value(&d->aux_ld, buf, size);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+        return set_value(&d->aux_type, buf, size);
     case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
         return set_value(&d->a_scale, buf, size);
     case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
@@ -577,12 +658,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
         return CUBLAS_STATUS_INVALID_VALUE;
     cublasStatus_t status = check_problem(desc, a, b, c, d);
     if (status != CUBLAS_STATUS_SUCCESS) return status;
+    if (is_fused(desc->epilogue) && getenv("CUDA_EMU_NO_FUSED_EPILOGUES")) return CUBLAS_STATUS_NOT_SUPPORTED;
     Algo algo;
     memset(&algo, 0, sizeof(algo));
     algo.magic = ALGO_MAGIC;
     algo.problem = problem_key(desc, a, b, c, d);
     for (int i = 0; i < 4; i++) algo.alignment[i] = pref->min_alignment[i];
-    algo.bias_alignment = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? pointer_alignment(desc->bias) : 1;
+    const bool bias_pointer = adds_bias(desc->epilogue) || desc->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+    algo.bias_alignment = bias_pointer ? pointer_alignment(desc->bias) : 1;
+    algo.aux_alignment = has_aux(desc->epilogue) ? pointer_alignment(desc->aux) : 1;
     algo.workspace = std::min<uint64_t>(pref->max_workspace, SPLIT_K_WORKSPACE);
     memset(&results[0], 0, sizeof(results[0]));
     memcpy(&results[0].algo, &algo, sizeof(algo));
@@ -594,15 +678,15 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtM
 }
 
 // A pointer of the matmul: device memory covering `bytes`, at least `align`-byte aligned.
-static cublasStatus_t check_pointer(char which, const void *p, size_t bytes, uint32_t align,
+static cublasStatus_t check_pointer(const char *which, const void *p, size_t bytes, uint32_t align,
                                     const char *why) {
     if (!p || !emu::is_device_range(p, bytes)) {
-        emu::explain("cublasLtMatmul: %c at %s does not hold its %zu bytes in device memory", which,
+        emu::explain("cublasLtMatmul: %s at %s does not hold its %zu bytes in device memory", which,
                      emu::describe_address(p).c_str(), bytes);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (pointer_alignment(p) < align) {
-        emu::explain("cublasLtMatmul: %c at %p is %u-byte aligned, but %s %u", which, p, pointer_alignment(p),
+        emu::explain("cublasLtMatmul: %s at %p is %u-byte aligned, but %s %u", which, p, pointer_alignment(p),
                      why, align);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
@@ -647,17 +731,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const char *assumed = "the algorithm was chosen (cublasLtMatmulAlgoGetHeuristic's preference) for";
     const void *ptrs[4] = {A, B, C, D};
     const cublasLtMatrixLayoutOpaque_t *layouts[4] = {a, b, c, d};
+    static const char *const names[4] = {"A", "B", "C", "D"};
     for (int i = 0; i < 4; i++) {
         if (i == 2 && p.beta == 0.0f) continue; // C is not read
-        status = check_pointer("ABCD"[i], ptrs[i], extent(layouts[i]), algo.alignment[i], assumed);
+        status = check_pointer(names[i], ptrs[i], extent(layouts[i]), algo.alignment[i], assumed);
         if (status == CUBLAS_STATUS_SUCCESS && i < 2 && fp8)
-            status = check_pointer("AB"[i], ptrs[i], extent(layouts[i]), 16, "FP8 operands need");
+            status = check_pointer(names[i], ptrs[i], extent(layouts[i]), 16, "FP8 operands need");
         if (status != CUBLAS_STATUS_SUCCESS) return status;
     }
-    if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS) {
-        p.bias_type = desc->bias_type < 0 ? d->type : (cudaDataType_t)desc->bias_type;
-        status = check_pointer('b', desc->bias, d->rows * type_size(p.bias_type), algo.bias_alignment,
-                               "the heuristic chose the algorithm for the bias pointer set then, which was");
+    const uint32_t e = desc->epilogue;
+    const char *chosen = "the heuristic chose the algorithm for the pointer set then, which was";
+    p.bias_type = desc->bias_type < 0 ? d->type : (cudaDataType_t)desc->bias_type;
+    if (adds_bias(e) || e == CUBLASLT_EPILOGUE_BGRADB) {
+        const bool grad = e == CUBLASLT_EPILOGUE_BGRADB; // one value per column of D, else per row
+        status =
+            check_pointer(grad ? "the bias gradient" : "the bias", desc->bias,
+                          (grad ? d->cols : d->rows) * type_size(p.bias_type), algo.bias_alignment, chosen);
+        if (status != CUBLAS_STATUS_SUCCESS) return status;
+    }
+    if (has_aux(e)) {
+        const cublasLtMatrixLayoutOpaque_t aux = {d->type, d->rows, d->cols, desc->aux_ld, 0, 1};
+        status = check_pointer("the aux", desc->aux, extent(&aux), algo.aux_alignment, chosen);
         if (status != CUBLAS_STATUS_SUCCESS) return status;
     }
     const void *scales[2] = {desc->a_scale, desc->b_scale};
@@ -665,8 +759,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     const uint64_t k = desc->trans_a == CUBLAS_OP_N ? a->cols : a->rows, others[2] = {d->rows, d->cols};
     for (int i = 0; i < 2; i++) {
         if (is_block_mode(modes[i])) {
-            status = check_pointer("AB"[i], scales[i], scale_bytes(modes[i], others[i], k), 16,
-                                   "its block scale tensor needs");
+            status = check_pointer(i == 0 ? "A's scale tensor" : "B's scale tensor", scales[i],
+                                   scale_bytes(modes[i], others[i], k), 16, "its block scale tensor needs");
             if (status != CUBLAS_STATUS_SUCCESS) return status;
         } else if (scales[i] && !emu::is_device_range(scales[i], sizeof(float))) {
             emu::explain("cublasLtMatmul: the %c scale pointer %s is not device memory", "AB"[i],
@@ -687,7 +781,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     p.m = d->rows, p.n = d->cols, p.k = desc->trans_a == CUBLAS_OP_N ? a->cols : a->rows;
     p.lda = a->ld, p.ldb = b->ld, p.ldc = c->ld, p.ldd = d->ld;
     p.A = A, p.B = B, p.C = C, p.D = D;
-    p.bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS ? desc->bias : NULL;
+    p.epilogue = e;
+    p.bias = adds_bias(e) ? desc->bias : NULL;
+    p.bias_grad = e == CUBLASLT_EPILOGUE_BGRADB ? (void *)desc->bias : NULL;
+    p.aux = has_aux(e) ? (void *)desc->aux : NULL;
+    p.aux_ld = desc->aux_ld;
     p.a_scale = desc->a_scale, p.b_scale = desc->b_scale;
     p.a_scale_mode = desc->a_scale_mode, p.b_scale_mode = desc->b_scale_mode;
     cudaError_t err = emu::enqueue(stream, emu::OP_MATMUL, [p] { run_product(p); });

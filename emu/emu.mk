@@ -28,6 +28,9 @@ build/emu-sanitize/%.o: emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(EMU_CXX) $(EMU_BASE_FLAGS) $(EMU_SANITIZE_FLAGS) -c $< -o $@
 
+# The emulated cuBLASLt's GELU epilogues share the trainer's GELU (gpu/gelu.cuh).
+build/emu/cublaslt.o build/emu-sanitize/cublaslt.o: gpu/gelu.cuh
+
 EMU_OBJS := $(EMU_SOURCES:%=build/emu/%.o)
 EMU_SANITIZE_OBJS := $(EMU_SOURCES:%=build/emu-sanitize/%.o)
 

@@ -1,5 +1,7 @@
 // gpu/gemm.cuh: every matrix multiply of the CUDA trainer, through cuBLASLt, in row-major terms:
 //   D (M,N) = op(A) (M,K) . op(B) (K,N)  [+ bias (N) per column]  [+ D when accumulate]
+// or, with one of cuBLASLt's fused epilogues (GemmEpilogue below), its GELU, GELU backward or bias
+// gradient on the way (bfloat16's fc and fcproj, the weight gradients' bias sums).
 // op(A) = A stored (M,K), or A stored (K,M) transposed when trans_a; op(B) = B stored (K,N), or B
 // stored (N,K) transposed when trans_b. FP8 operands additionally carry a device pointer to their
 // inverse scale: D = (1/s_a)(1/s_b) (A_q . B_q), which undoes the cast's x_q = x * s.
@@ -32,15 +34,71 @@ typedef struct {
     int scale_mode; // cublasLtMatmulMatrixScale_t: SCALAR_32F (0), VEC128_32F, BLK128x128_32F, VEC32_UE8M0
 } GemmOperand;
 
-// One cached plan per distinct GEMM shape and type: descriptors and the algorithm the heuristic chose.
-// Pointers (data, bias, scales) are set per call, so a plan serves every layer of the same shape, except
-// that the heuristic reads the bias pointer's value for its alignment (cuBLASLt's documentation of
-// CUBLASLT_MATMUL_DESC_BIAS_POINTER) and may choose a kernel that needs it: the bias alignment is part of
-// the key. Layer 0's bias can lie 256-byte aligned and layer 1's only 64-byte aligned.
+// What the GEMM computes besides the product, in the row-major terms above; cuBLASLt's epilogues (cuBLASLt
+// is column-major, so our rows of D are its columns: the bias runs along its rows, our A is its B).
+typedef enum {
+    GEMM_NO_EPILOGUE, // D = op(A) op(B) [+ D]
+    GEMM_BIAS,        // D = op(A) op(B) + bias: BIAS
+    // aux = op(A) op(B) + bias rounded to D's type, D = GELU of the same FP32 value (gpu/gelu.cuh's tanh
+    // form on the emulation), aux's rows N apart: GELU_AUX_BIAS (the aux is "the GELU input matrix")
+    GEMM_GELU_BIAS,
+    // D = (op(A) op(B)) * GELU'(aux), aux (M,N) the forward's pre-activation, rows N apart: DGELU
+    GEMM_DGELU,
+    // D = op(A) op(B) [+ D] and bias_grad (M) = the sums of op(A) over K, overwritten (not accumulated):
+    // BGRADB ("the number of columns of the matrix D", the reduction "over the GEMM's k dimension" of its B)
+    GEMM_BIAS_GRAD,
+} GemmEpilogueKind;
+
 typedef struct {
-    int M, N, K, trans_a, trans_b, has_bias, accumulate, fast_accum, a_scale_mode, b_scale_mode;
-    unsigned bias_alignment; // the largest power of two up to 256 dividing the bias pointer
+    GemmEpilogueKind kind;
+    const bf16 *bias; // GEMM_BIAS, GEMM_GELU_BIAS: (N), BF16
+    bf16 *aux;        // GEMM_GELU_BIAS: written; GEMM_DGELU: read; (M,N), BF16 as D
+    float *bias_grad; // GEMM_BIAS_GRAD: (M), FP32 as D ("the same type as the output elements")
+} GemmEpilogue;
+
+static inline GemmEpilogue gemm_bias(const bf16 *bias) { // bias NULL: none
+    GemmEpilogue e = {bias ? GEMM_BIAS : GEMM_NO_EPILOGUE, bias, NULL, NULL};
+    return e;
+}
+
+static inline GemmEpilogue gemm_gelu_bias(const bf16 *bias, bf16 *pre_activation) {
+    GemmEpilogue e = {GEMM_GELU_BIAS, bias, pre_activation, NULL};
+    return e;
+}
+
+static inline GemmEpilogue gemm_dgelu(const bf16 *pre_activation) {
+    GemmEpilogue e = {GEMM_DGELU, NULL, (bf16 *)pre_activation, NULL}; // read only
+    return e;
+}
+
+static inline GemmEpilogue gemm_bias_grad(float *bias_grad) {
+    GemmEpilogue e = {GEMM_BIAS_GRAD, NULL, NULL, bias_grad};
+    return e;
+}
+
+// The epilogues that may have no algorithm: the GEMM then declines them (gemm_fused).
+static inline int is_fused_epilogue(GemmEpilogueKind kind) {
+    return kind == GEMM_GELU_BIAS || kind == GEMM_DGELU || kind == GEMM_BIAS_GRAD;
+}
+
+// What the descriptor's bias pointer holds: the bias, or the bias gradient it writes.
+static inline const void *epilogue_bias_pointer(const GemmEpilogue *e) {
+    return e->kind == GEMM_BIAS_GRAD ? (const void *)e->bias_grad : (const void *)e->bias;
+}
+
+// One cached plan per distinct GEMM shape, type and epilogue: descriptors and the algorithm the heuristic
+// chose. Pointers (data, bias, aux, scales) are set per call, so a plan serves every layer of the same
+// shape, except that the heuristic reads the bias and aux pointers' values for their alignment (cuBLASLt's
+// documentation of CUBLASLT_MATMUL_DESC_BIAS_POINTER and _EPILOGUE_AUX_POINTER) and may choose a kernel
+// that needs it: both alignments are part of the key. Layer 0's bias can lie 256-byte aligned and layer 1's
+// only 64-byte aligned. The aux's leading dimension is N, so the shape keys it. A fused epilogue the
+// heuristic has no algorithm for gives a plan without one (has_algo 0): its calls decline, every time alike.
+typedef struct {
+    int M, N, K, trans_a, trans_b, accumulate, fast_accum, a_scale_mode, b_scale_mode;
+    GemmEpilogueKind epilogue;
+    unsigned bias_alignment, aux_alignment; // the largest power of two up to 256 dividing the pointer
     cudaDataType_t a_type, b_type, d_type;
+    int has_algo;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
     cublasLtMatmulAlgo_t algo;
@@ -61,6 +119,7 @@ typedef struct {
     size_t workspace_bytes;
     GemmPlan plans[MAX_GEMM_PLANS];
     int num_plans;
+    unsigned declined; // a bit per GemmEpilogueKind a plan had no algorithm for: the note is said once
 } GemmContext;
 
 static inline void gemm_init(GemmContext *ctx, void *workspace, size_t workspace_bytes) {
@@ -96,38 +155,67 @@ static inline const char *gemm_type_name(cudaDataType_t t) {
     return t == CUDA_R_8F_E4M3 ? "e4m3" : t == CUDA_R_8F_E5M2 ? "e5m2" : t == CUDA_R_16BF ? "bf16" : "fp32";
 }
 
+static inline const char *gemm_epilogue_name(GemmEpilogueKind kind) {
+    static const char *const names[] = {"none", "bias", "GELU and bias (GELU_AUX_BIAS)",
+                                        "GELU backward (DGELU)", "bias gradient (BGRADB)"};
+    return names[kind];
+}
+
 static inline void set_desc_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
                                       const void *value, size_t size) {
     cublas_check(cublasLtMatmulDescSetAttribute(desc, attribute, value, size));
 }
 
-// The per-call pointers of a plan's descriptor: the bias, and the FP8 inverse scales (cuBLASLt's A is
-// our B and the other way round).
-static inline void gemm_set_pointers(GemmPlan *p, const bf16 *bias, const GemmOperand *A,
+// The per-call pointers of a plan's descriptor: the bias or bias gradient, the aux, and the FP8 inverse
+// scales (cuBLASLt's A is our B and the other way round).
+static inline void gemm_set_pointers(GemmPlan *p, const GemmEpilogue *e, const GemmOperand *A,
                                      const GemmOperand *B) {
+    const void *bias = epilogue_bias_pointer(e);
     if (bias) set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (e->aux)
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof(e->aux));
     if (is_fp8_type(p->a_type)) {
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &B->descale, sizeof(B->descale));
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &A->descale, sizeof(A->descale));
     }
 }
 
+// The descriptor's epilogue: the bias in BF16 (the BF16 copy, for BF16 and FP8 GEMMs alike); the aux of D's
+// type (the default), its rows N apart (cuBLASLt's leading dimension: our row length); the bias gradient of
+// D's type (the default: FP32 for the weight gradients).
+static inline void gemm_set_epilogue(GemmPlan *p) {
+    static const cublasLtEpilogue_t epilogues[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BIAS,
+                                                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU,
+                                                   CUBLASLT_EPILOGUE_BGRADB};
+    if (p->epilogue == GEMM_NO_EPILOGUE) return;
+    set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogues[p->epilogue],
+                       sizeof(cublasLtEpilogue_t));
+    if (p->epilogue == GEMM_BIAS || p->epilogue == GEMM_GELU_BIAS) {
+        cudaDataType_t bias_type = CUDA_R_16BF;
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+    }
+    if (p->epilogue == GEMM_GELU_BIAS || p->epilogue == GEMM_DGELU) {
+        int64_t aux_ld = p->N;
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
+    }
+}
+
 // cuBLASLt is column-major: the row-major D (M,N) is its D^T (N,M) = op(B)^T op(A)^T, so our B is its
 // first operand and our A its second, each transposed exactly when ours is. The pointers of the first
-// call are set before the heuristic runs, which reads the bias pointer's value for its alignment.
+// call are set before the heuristic runs, which reads the bias and aux pointers' values for their alignment.
 static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int trans_a, GemmOperand A,
-                                  int trans_b, GemmOperand B, cudaDataType_t d_type, const bf16 *bias,
+                                  int trans_b, GemmOperand B, cudaDataType_t d_type, GemmEpilogue e,
                                   int accumulate, int fast_accum) {
     cudaDataType_t a_type = A.type, b_type = B.type;
-    int has_bias = bias != NULL;
-    unsigned bias_alignment = pointer_alignment(bias);
+    unsigned bias_alignment = pointer_alignment(epilogue_bias_pointer(&e)),
+             aux_alignment = pointer_alignment(e.aux);
     for (int i = 0; i < ctx->num_plans; i++) {
         GemmPlan *p = &ctx->plans[i];
         if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b &&
-            p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->has_bias == has_bias &&
+            p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->epilogue == e.kind &&
             p->accumulate == accumulate && p->fast_accum == fast_accum &&
-            p->bias_alignment == bias_alignment && p->a_scale_mode == A.scale_mode &&
-            p->b_scale_mode == B.scale_mode)
+            p->bias_alignment == bias_alignment && p->aux_alignment == aux_alignment &&
+            p->a_scale_mode == A.scale_mode && p->b_scale_mode == B.scale_mode)
             return p;
     }
     if (ctx->num_plans == MAX_GEMM_PLANS) fail("cuBLASLt: more than %d distinct GEMM shapes", MAX_GEMM_PLANS);
@@ -145,8 +233,8 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     memset(p, 0, sizeof(*p));
     p->M = M, p->N = N, p->K = K, p->trans_a = trans_a, p->trans_b = trans_b;
     p->a_type = a_type, p->b_type = b_type, p->d_type = d_type;
-    p->has_bias = has_bias, p->accumulate = accumulate, p->fast_accum = fast_accum;
-    p->bias_alignment = bias_alignment;
+    p->epilogue = e.kind, p->accumulate = accumulate, p->fast_accum = fast_accum;
+    p->bias_alignment = bias_alignment, p->aux_alignment = aux_alignment;
     p->a_scale_mode = A.scale_mode, p->b_scale_mode = B.scale_mode;
     cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
@@ -162,12 +250,7 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &first, sizeof(first));
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &second, sizeof(second));
     }
-    if (has_bias) {
-        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bias_type = CUDA_R_16BF; // the BF16 copy of the bias, for BF16 and FP8 GEMMs alike
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
-    }
+    gemm_set_epilogue(p);
     // column-major shapes: first operand (our B) is N x K (op N: stored N x K, ld N; op T: stored K x N, ld
     // K)
     cublas_check(
@@ -186,21 +269,62 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     for (int i = 0; i < 4; i++)
         cublas_check(cublasLtMatmulPreferenceSetAttribute(preference, alignment_attributes[i], &alignment,
                                                           sizeof(alignment)));
-    gemm_set_pointers(p, bias, &A, &B);
+    gemm_set_pointers(p, &e, &A, &B);
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
     cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(ctx->handle, p->desc, p->a_layout, p->b_layout, p->d_layout,
                                        p->d_layout, preference, 1, &heuristic, &found);
     cublasLtMatmulPreferenceDestroy(preference);
+    int none = status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0);
+    if (none && is_fused_epilogue(e.kind)) { // the caller runs the separate kernels instead
+        if (!(ctx->declined & (1u << e.kind)))
+            printf("note | cuBLASLt has no algorithm fusing the %s into a %s GEMM (M=%d N=%d K=%d, the "
+                   "first): the separate kernels run instead\n",
+                   gemm_epilogue_name(e.kind), gemm_type_name(a_type), M, N, K);
+        ctx->declined |= 1u << e.kind;
+        ctx->num_plans++;
+        return p;
+    }
     if (status != CUBLAS_STATUS_SUCCESS || found == 0)
         fail("cuBLASLt: no algorithm for the %s x %s -> %s GEMM M=%d N=%d K=%d (trans_a=%d trans_b=%d, scale "
-             "modes %d x %d)",
+             "modes %d x %d, epilogue %s)",
              gemm_type_name(a_type), gemm_type_name(b_type), gemm_type_name(d_type), M, N, K, trans_a,
-             trans_b, A.scale_mode, B.scale_mode);
+             trans_b, A.scale_mode, B.scale_mode, gemm_epilogue_name(e.kind));
     p->algo = heuristic.algo;
+    p->has_algo = 1;
     ctx->num_plans++;
     return p;
+}
+
+// The GEMM with epilogue e; returns 0, queuing nothing, where e is a fused epilogue the plan has no
+// algorithm for.
+static inline int gemm_run(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
+                           GemmOperand B, int trans_b, int M, int N, int K, GemmEpilogue e, int accumulate,
+                           int fast_accum, cudaStream_t stream) {
+    const void *pointers[6] = {A.data, B.data, D, e.bias, e.aux, e.bias_grad};
+    static const char *const names[6] = {"A", "B", "D", "bias", "aux", "bias gradient"};
+    for (int i = 0; i < 6; i++)
+        if ((uintptr_t)pointers[i] % GEMM_MIN_ALIGNMENT)
+            fail("cuBLASLt: %s pointer %p of the GEMM M=%d N=%d K=%d is not %u-byte aligned (a bug)",
+                 names[i], pointers[i], M, N, K, GEMM_MIN_ALIGNMENT);
+    if (is_fp8_type(A.type) && (!A.descale || !B.descale))
+        fail("cuBLASLt: FP8 GEMM M=%d N=%d K=%d without an inverse scale (a bug)", M, N, K);
+    // the epilogue's pointers, and the D its aux or bias gradient has the type of
+    int aux = e.kind == GEMM_GELU_BIAS || e.kind == GEMM_DGELU, grad = e.kind == GEMM_BIAS_GRAD;
+    if ((e.kind == GEMM_GELU_BIAS && !e.bias) || aux != (e.aux != NULL) || grad != (e.bias_grad != NULL) ||
+        ((aux && d_type != CUDA_R_16BF) || (grad && d_type != CUDA_R_32F)))
+        fail("cuBLASLt: the %s epilogue of the GEMM M=%d N=%d K=%d without its pointers or with a %s D (a "
+             "bug)",
+             gemm_epilogue_name(e.kind), M, N, K, gemm_type_name(d_type));
+    GemmPlan *p = gemm_plan(ctx, M, N, K, trans_a, A, trans_b, B, d_type, e, accumulate, fast_accum);
+    if (!p->has_algo) return 0;
+    gemm_set_pointers(p, &e, &A, &B);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, B.data, p->a_layout, A.data, p->b_layout, &beta,
+                                D, p->d_layout, D, p->d_layout, &p->algo, ctx->workspace,
+                                ctx->workspace_bytes, stream));
+    return 1;
 }
 
 // D (M,N) of type d_type (CUDA_R_16BF, or CUDA_R_32F for weight gradients). accumulate: D += result
@@ -209,23 +333,19 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
 static inline void gemm(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
                         GemmOperand B, int trans_b, int M, int N, int K, const bf16 *bias, int accumulate,
                         int fast_accum, cudaStream_t stream) {
-    const void *pointers[4] = {A.data, B.data, D, bias};
-    for (int i = 0; i < 4; i++)
-        if ((uintptr_t)pointers[i] % GEMM_MIN_ALIGNMENT)
-            fail("cuBLASLt: %s pointer %p of the GEMM M=%d N=%d K=%d is not %u-byte aligned (a bug)",
-                 i == 0   ? "A"
-                 : i == 1 ? "B"
-                 : i == 2 ? "D"
-                          : "bias",
-                 pointers[i], M, N, K, GEMM_MIN_ALIGNMENT);
-    if (is_fp8_type(A.type) && (!A.descale || !B.descale))
-        fail("cuBLASLt: FP8 GEMM M=%d N=%d K=%d without an inverse scale (a bug)", M, N, K);
-    GemmPlan *p = gemm_plan(ctx, M, N, K, trans_a, A, trans_b, B, d_type, bias, accumulate, fast_accum);
-    gemm_set_pointers(p, bias, &A, &B);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, B.data, p->a_layout, A.data, p->b_layout, &beta,
-                                D, p->d_layout, D, p->d_layout, &p->algo, ctx->workspace,
-                                ctx->workspace_bytes, stream));
+    gemm_run(ctx, D, d_type, A, trans_a, B, trans_b, M, N, K, gemm_bias(bias), accumulate, fast_accum,
+             stream);
+}
+
+// The GEMM with a fused epilogue (GEMM_GELU_BIAS and GEMM_DGELU with a BF16 D, GEMM_BIAS_GRAD with an FP32
+// D): 1 once queued; 0, queuing nothing, where cuBLASLt's heuristic has no algorithm for it (decided once,
+// when the plan is made, and said in one line), so that the caller runs the separate kernels instead.
+static inline int gemm_fused(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
+                             GemmOperand B, int trans_b, int M, int N, int K, GemmEpilogue e, int accumulate,
+                             cudaStream_t stream) {
+    if (!is_fused_epilogue(e.kind))
+        fail("cuBLASLt: gemm_fused with the %s epilogue (a bug)", gemm_epilogue_name(e.kind));
+    return gemm_run(ctx, D, d_type, A, trans_a, B, trans_b, M, N, K, e, accumulate, 0, stream);
 }
 
 #endif // GPU_GEMM_CUH

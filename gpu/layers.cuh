@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "gelu.cuh"
 
 namespace layers_impl {
 
@@ -317,37 +318,14 @@ static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const b
     store_pack<W>(out + i, o);
 }
 
-constexpr float GELU_SQRT_2_OVER_PI = 0.7978845608028654f; // train_gpt.c's GELU_SCALE
-constexpr float GELU_CUBIC = 0.044715f;
-
-// The CPU's u = GELU_SCALE * (x + 0.044715f * x * x * x), same association.
-__device__ __forceinline__ float gelu_inner(float x) {
-    return fmul(GELU_SQRT_2_OVER_PI, fadd(x, fmul(fmul(fmul(GELU_CUBIC, x), x), x)));
-}
-
-__device__ __forceinline__ float gelu(float x) {
-    return fmul(fmul(0.5f, x), fadd(1.0f, tanhf(gelu_inner(x))));
-}
-
 template <int W> static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
     if (i >= n) return;
     const Bf16Pack<W> xp = load_pack<W>(inp + i);
     Bf16Pack<W> o;
 #pragma unroll
-    for (int k = 0; k < W; k++) o.v[k] = f2bf(gelu(bf2f(xp.v[k])));
+    for (int k = 0; k < W; k++) o.v[k] = f2bf(gelu_value(bf2f(xp.v[k])));
     store_pack<W>(out + i, o);
-}
-
-// dout * gelu'(x)
-__device__ __forceinline__ float gelu_backward_value(float dout, float x) {
-    const float th = tanhf(gelu_inner(x));
-    const float sech2 = fsub(1.0f, fmul(th, th));
-    // 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x)
-    const float slope = fadd(1.0f, fmul(fmul(fmul(3.0f, GELU_CUBIC), x), x));
-    const float local =
-        fadd(fmul(0.5f, fadd(1.0f, th)), fmul(fmul(fmul(fmul(0.5f, x), sech2), GELU_SQRT_2_OVER_PI), slope));
-    return fmul(dout, local);
 }
 
 template <int W> static __global__ void gelu_backward_kernel(bf16 *dinout, const bf16 *inp, size_t n) {
@@ -649,7 +627,7 @@ struct GeluValues {
     const bf16 *pre; // the pre-activation
     __device__ float operator()(size_t i, int, int) const {
         using namespace layers_impl;
-        return bf2f(f2bf(gelu(bf2f(pre[i]))));
+        return bf2f(f2bf(gelu_value(bf2f(pre[i]))));
     }
 };
 

@@ -106,7 +106,8 @@ static inline void transpose_bytes(fp8 *out_t, const fp8 *in, int rows, int cols
     launch<transpose_bytes_kernel>({grid, block, 0, stream}, out_t, in, rows, cols);
 }
 
-// dst += src: a reduce-scattered gradient chunk into the gradient shard.
+// dst += src: a reduce-scattered gradient chunk into the gradient shard; a bias gradient cuBLASLt's BGRADB
+// epilogue wrote (it overwrites) into the one the micro-steps accumulate.
 __global__ void add_kernel(float *dst, const float *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __fadd_rn(dst[i], src[i]);

@@ -3,8 +3,9 @@
 //   test_emu             the semantics: warp shuffles and votes, barriers and shared memory, atomics from
 //                        blocks on several host threads, launch limits, copies and their directions,
 //                        stream order and events, CUDA Graph capture and replay, what capture refuses,
-//                        the cuBLASLt reference (values against a double-precision product, and every
-//                        documented constraint it enforces), one-rank NCCL and its in-place rules;
+//                        the cuBLASLt reference (values against a double-precision product, its fused
+//                        epilogues against references computed here, and every documented constraint it
+//                        enforces), one-rank NCCL and its in-place rules;
 //   test_emu FAULT       one planted fault (the names in FAULTS below): each must end the process with a
 //                        "cuda-emu: error:" line (exit 3), or under the sanitizer build an ASan report;
 //   test_emu streams     a producer on one stream and a consumer on another, with the event wait
@@ -499,15 +500,53 @@ struct RawGemm {
     size_t scale_offset = 131072; // of both scale tensors in mem
 };
 
-static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
-    cublasLtHandle_t handle;
-    cublas_check(cublasLtCreate(&handle));
+// A raw matmul's descriptor (CUBLAS_COMPUTE_32F) with its transposes.
+static cublasLtMatmulDesc_t raw_desc(cublasOperation_t trans_a, cublasOperation_t trans_b) {
     cublasLtMatmulDesc_t desc;
     cublas_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublas_check(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &r.trans_a, sizeof(r.trans_a)));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     cublas_check(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &r.trans_b, sizeof(r.trans_b)));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    return desc;
+}
+
+// The rest of a raw matmul: a preference of max_workspace and the minimum alignment of A, B, C and D, the
+// heuristic (C's layout D's), then matmul(algo) (which sets what the matmul's descriptor holds and calls
+// cublasLtMatmul); the heuristic's status if it fails, else the matmul's. Destroys the descriptor and
+// layouts.
+template <typename Matmul>
+static cublasStatus_t raw_run(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                              cublasLtMatrixLayout_t d, uint64_t max_workspace, uint32_t alignment,
+                              Matmul matmul) {
+    cublasLtHandle_t handle;
+    cublas_check(cublasLtCreate(&handle));
+    cublasLtMatmulPreference_t pref;
+    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &max_workspace, sizeof(max_workspace)));
+    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (auto attr : aligns)
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &result, &found);
+    if (status == CUBLAS_STATUS_SUCCESS) status = matmul(handle, &result.algo);
+    cuda_check(cudaDeviceSynchronize());
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(d);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+    return status;
+}
+
+static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
+    cublasLtMatmulDesc_t desc = raw_desc(r.trans_a, r.trans_b);
     if (r.bias_at_heuristic) {
         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
         cublas_check(
@@ -531,34 +570,16 @@ static cublasStatus_t raw_gemm(const RawGemm &r, char *mem) {
     cublas_check(cublasLtMatrixLayoutCreate(&a, r.a_type, a_t ? r.k : 32, a_t ? 32 : r.k, r.ld));
     cublas_check(cublasLtMatrixLayoutCreate(&b, r.b_type, r.k, 32, r.ld));
     cublas_check(cublasLtMatrixLayoutCreate(&d, r.d_type, 32, 32, 32));
-    cublasLtMatmulPreference_t pref;
-    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &r.max_workspace, sizeof(r.max_workspace)));
-    const cublasLtMatmulPreferenceAttributes_t aligns[] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (auto attr : aligns)
-        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &r.alignment, sizeof(r.alignment)));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, d, d, pref, 1, &result, &found);
-    if (status == CUBLAS_STATUS_SUCCESS) {
-        if (r.bias_at_heuristic)
-            cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                        &r.bias_at_matmul, sizeof(void *)));
-        const float alpha = 1.0f, beta = 0.0f;
-        status = cublasLtMatmul(handle, desc, &alpha, mem + r.a_offset, a, mem + 8192, b, &beta, mem + 16384,
-                                d, mem + 16384, d, &result.algo, mem + 65536, r.workspace, 0);
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(d);
-    cublasLtMatmulDescDestroy(desc);
-    cublasLtDestroy(handle);
-    return status;
+    return raw_run(desc, a, b, d, r.max_workspace, r.alignment,
+                   [&](cublasLtHandle_t handle, const cublasLtMatmulAlgo_t *algo) {
+                       if (r.bias_at_heuristic)
+                           cublas_check(cublasLtMatmulDescSetAttribute(
+                               desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &r.bias_at_matmul, sizeof(void *)));
+                       const float alpha = 1.0f, beta = 0.0f;
+                       return cublasLtMatmul(handle, desc, &alpha, mem + r.a_offset, a, mem + 8192, b, &beta,
+                                             mem + 16384, d, mem + 16384, d, algo, mem + 65536, r.workspace,
+                                             0);
+                   });
 }
 
 // Runs fn in a child process: it must exit 1 with a one-line error containing want (gpu/gemm.cuh's
@@ -592,46 +613,70 @@ template <typename F> static void expect_refusal(const char *what, const char *w
            message);
 }
 
-// gpu/gemm.cuh's plan cache: one plan per shape, types, scale modes and bias alignment (the heuristic
-// reads the bias pointer's alignment and may pick a kernel that needs it), reused across calls; and the
-// operand combinations it refuses with their own messages.
-static void test_gemm_plans(void) {
+// A GemmContext with a 1 MiB workspace, and 1 MiB of device memory for the operands.
+struct GemmSetup {
     GemmContext ctx;
     void *workspace = NULL;
     char *mem = NULL;
-    cuda_check(cudaMalloc(&workspace, 1 << 20));
-    cuda_check(cudaMalloc((void **)&mem, 1 << 20));
-    gemm_init(&ctx, workspace, 1 << 20);
+    GemmSetup() {
+        cuda_check(cudaMalloc(&workspace, 1 << 20));
+        cuda_check(cudaMalloc((void **)&mem, 1 << 20));
+        gemm_init(&ctx, workspace, 1 << 20);
+    }
+    ~GemmSetup() {
+        gemm_destroy(&ctx);
+        cuda_check(cudaFree(mem));
+        cuda_check(cudaFree(workspace));
+    }
+};
+
+// gpu/gemm.cuh's plan cache: one plan per shape, types, scale modes, epilogue and bias and aux alignments
+// (the heuristic reads those pointers' alignments and may pick a kernel that needs them), reused across
+// calls; and the operand combinations it refuses with their own messages.
+static void test_gemm_plans(void) {
+    GemmSetup setup;
+    GemmContext &ctx = setup.ctx;
+    char *mem = setup.mem;
     const int M = 32, N = 64, K = 48;
     bf16 *a = (bf16 *)mem, *b = (bf16 *)(mem + 65536), *d = (bf16 *)(mem + 131072);
     const bf16 *bias256 = (const bf16 *)(mem + 196608), *bias64 = (const bf16 *)(mem + 196608 + 64),
                *bias256_again = (const bf16 *)(mem + 196608 + 512);
     GemmOperand A = {a, CUDA_R_16BF, NULL, 0}, B = {b, CUDA_R_16BF, NULL, 0};
-    GemmPlan *first = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, bias256, 0, 0);
-    GemmPlan *again = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, bias256_again, 0, 0);
-    GemmPlan *other = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, bias64, 0, 0);
+    GemmPlan *first = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(bias256), 0, 0);
+    GemmPlan *again = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(bias256_again), 0, 0);
+    GemmPlan *other = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(bias64), 0, 0);
     expect(first == again && ctx.num_plans == 2 && other != first && other->bias_alignment == 64 &&
                first->bias_alignment == 256,
            "GEMM plans: a bias of the same alignment reuses the plan, a 64-byte aligned one gets its own");
-    GemmPlan *no_bias = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, NULL, 0, 0);
-    GemmPlan *accumulate = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, NULL, 1, 0);
+    GemmPlan *no_bias = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(NULL), 0, 0);
+    GemmPlan *accumulate = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(NULL), 1, 0);
     expect(no_bias != first && accumulate != no_bias && ctx.num_plans == 4,
            "GEMM plans: with and without a bias, with and without accumulation, are distinct");
     gemm(&ctx, d, CUDA_R_16BF, A, 0, B, 1, M, N, K, bias64, 0, 0, 0);
     cuda_check(cudaDeviceSynchronize());
     expect(ctx.num_plans == 4, "GEMM plans: a call finds its plan instead of making another");
+    bf16 *aux256 = (bf16 *)(mem + 327680), *aux64 = (bf16 *)(mem + 327680 + 64),
+         *aux256_again = (bf16 *)(mem + 327680 + 4096);
+    GemmPlan *gelu = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_gelu_bias(bias256, aux256), 0, 0);
+    GemmPlan *gelu_again =
+        gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_gelu_bias(bias256, aux256_again), 0, 0);
+    GemmPlan *gelu64 =
+        gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_gelu_bias(bias256, aux64), 0, 0);
+    GemmPlan *dgelu = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_dgelu(aux256), 0, 0);
+    expect(gelu != first && gelu == gelu_again && gelu64 != gelu && gelu64->aux_alignment == 64 &&
+               gelu->aux_alignment == 256 && dgelu != gelu && ctx.num_plans == 7 && gelu->has_algo,
+           "GEMM plans: the epilogue and the aux pointer's alignment (which the heuristic reads) are keys");
     const float *descale = (const float *)(mem + 262144);
     GemmOperand e5m2_a = {a, CUDA_R_8F_E5M2, descale, 0}, e5m2_b = {b, CUDA_R_8F_E5M2, descale, 0},
                 e4m3_b = {b, CUDA_R_8F_E4M3, descale, 0};
-    expect_refusal("E5M2 x E5M2 refused with its own message", "E5M2 x E5M2",
-                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, e5m2_b, CUDA_R_16BF, NULL, 0, 0); });
+    expect_refusal("E5M2 x E5M2 refused with its own message", "E5M2 x E5M2", [&] {
+        gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, e5m2_b, CUDA_R_16BF, gemm_bias(NULL), 0, 0);
+    });
     expect_refusal("FP8 x BF16 refused", "needs both operands in FP8",
-                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, B, CUDA_R_16BF, NULL, 0, 0); });
-    expect_refusal("an FP8 GEMM not in TN form refused", "K-major",
-                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 0, e4m3_b, CUDA_R_16BF, NULL, 0, 0); });
-    gemm_destroy(&ctx);
-    cuda_check(cudaFree(mem));
-    cuda_check(cudaFree(workspace));
+                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, B, CUDA_R_16BF, gemm_bias(NULL), 0, 0); });
+    expect_refusal("an FP8 GEMM not in TN form refused", "K-major", [&] {
+        gemm_plan(&ctx, M, N, K, 0, e5m2_a, 0, e4m3_b, CUDA_R_16BF, gemm_bias(NULL), 0, 0);
+    });
 }
 
 static void test_cublaslt(void) {
@@ -763,6 +808,387 @@ static void test_cublaslt(void) {
     expect(raw_gemm(no_workspace, mem) == CUBLAS_STATUS_SUCCESS,
            "no workspace with a preference of none runs");
     cuda_check(cudaFree(mem));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// cuBLASLt's fused epilogues (GELU_AUX_BIAS, DGELU, BGRADB) against references computed here in double, raw
+// (column-major, an aux whose leading dimension is not D's rows) and through gpu/gemm.cuh in the trainer's
+// three uses (row-major); the emulator's refusals of what cuBLASLt documents as invalid or it does not
+// emulate.
+
+// The tanh GELU and its derivative in double, written from the formula (not gpu/gelu.cuh's code).
+static double gelu_ref(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+static double gelu_grad_ref(double x) {
+    const double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static bf16 to_bf16(double x) {
+    return __float2bfloat16_rn((float)x);
+}
+
+// BF16 values of noise(i, seed) * scale, and their doubles.
+static std::vector<bf16> bf16_noise(size_t n, int seed, double scale, std::vector<double> *values) {
+    std::vector<bf16> h(n);
+    values->resize(n);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = to_bf16(noise((int)i, seed) * scale);
+        (*values)[i] = __bfloat162float(h[i]);
+    }
+    return h;
+}
+
+static void *device_copy(char *at, const void *host, size_t bytes) {
+    cuda_check(cudaMemcpy(at, host, bytes, cudaMemcpyHostToDevice));
+    return at;
+}
+
+template <typename T> static std::vector<T> device_read(const void *d, size_t n) {
+    std::vector<T> h(n);
+    cuda_check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static double as_double(bf16 x) {
+    return __bfloat162float(x);
+}
+
+// One raw matmul with an epilogue: column-major D (m,n) = op(A) op(B) [+ beta D], BF16 operands (A stored
+// m x k, or k x m when transposed; B k x n, or n x k), D of d_type, ld m; the bias, aux and their
+// settings as given; pointers at the matmul may differ from those the heuristic saw. The status of the
+// heuristic if it fails, else of the matmul.
+struct EpilogueCall {
+    cublasLtEpilogue_t epilogue;
+    cublasOperation_t trans_a, trans_b;
+    uint64_t m = 24, n = 20, k = 40;
+    cudaDataType_t ab_type = CUDA_R_16BF, d_type = CUDA_R_16BF;
+    int64_t aux_ld = 32; // not m: rows m..31 of each of the aux's columns are the aux's own padding
+    int32_t aux_type = -1, bias_type = -1;
+    float beta = 0.0f;
+    const void *A = NULL, *B = NULL;
+    void *D = NULL, *bias = NULL, *aux = NULL;
+    void *bias_at_heuristic = NULL, *aux_at_heuristic = NULL; // NULL: the matmul's
+};
+
+static cublasStatus_t epilogue_matmul(const EpilogueCall &c, void *workspace) {
+    cublasLtMatmulDesc_t desc = raw_desc(c.trans_a, c.trans_b);
+    cublas_check(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &c.epilogue, sizeof(c.epilogue)));
+    cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &c.aux_ld,
+                                                sizeof(c.aux_ld)));
+    if (c.aux_type >= 0)
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                                    &c.aux_type, sizeof(c.aux_type)));
+    if (c.bias_type >= 0)
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.bias_type,
+                                                    sizeof(c.bias_type)));
+    auto set_pointers = [&](void *bias, void *aux) {
+        cublas_check(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                    sizeof(aux)));
+    };
+    set_pointers(c.bias_at_heuristic ? c.bias_at_heuristic : c.bias,
+                 c.aux_at_heuristic ? c.aux_at_heuristic : c.aux);
+    const bool a_t = c.trans_a == CUBLAS_OP_T, b_t = c.trans_b == CUBLAS_OP_T;
+    cublasLtMatrixLayout_t a, b, d;
+    cublas_check(
+        cublasLtMatrixLayoutCreate(&a, c.ab_type, a_t ? c.k : c.m, a_t ? c.m : c.k, a_t ? c.k : c.m));
+    cublas_check(
+        cublasLtMatrixLayoutCreate(&b, c.ab_type, b_t ? c.n : c.k, b_t ? c.k : c.n, b_t ? c.n : c.k));
+    cublas_check(cublasLtMatrixLayoutCreate(&d, c.d_type, c.m, c.n, c.m));
+    return raw_run(desc, a, b, d, 1 << 16, 16,
+                   [&](cublasLtHandle_t handle, const cublasLtMatmulAlgo_t *algo) {
+                       set_pointers(c.bias, c.aux);
+                       const float alpha = 1.0f;
+                       return cublasLtMatmul(handle, desc, &alpha, c.A, a, c.B, b, &c.beta, c.D, d, c.D, d,
+                                             algo, workspace, 1 << 16, 0);
+                   });
+}
+
+// The exact product of stored operands (row-major here: element (i, j) of op(A) op(B) for an m x k op(A)
+// read through a(i, kk) and k x n op(B) through b(kk, j)), and the bound of an FP32 sum of its K terms.
+template <typename FA, typename FB>
+static void exact_product(int m, int n, int k, FA a, FB b, std::vector<double> *exact,
+                          std::vector<double> *bound) {
+    exact->assign((size_t)m * n, 0.0);
+    bound->assign((size_t)m * n, 0.0);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double sum = 0.0, magnitude = 0.0;
+            for (int kk = 0; kk < k; kk++) {
+                sum += a(i, kk) * b(kk, j);
+                magnitude += fabs(a(i, kk) * b(kk, j));
+            }
+            (*exact)[(size_t)i * n + j] = sum;
+            (*bound)[(size_t)i * n + j] = 2 * k * 0x1p-24 * magnitude + 1e-30;
+        }
+}
+
+static void test_cublaslt_epilogues(void) {
+    GemmSetup setup; // its memory and workspace: the raw matmuls make their own handles
+    char *mem = setup.mem;
+    void *workspace = setup.workspace;
+    const int m = 24, n = 20, k = 40, ld = 32;
+    char *dA = mem, *dB = mem + 8192, *dD = mem + 16384, *dbias = mem + 32768, *daux = mem + 36864;
+    std::vector<double> a, b, bias;
+    std::vector<bf16> ha = bf16_noise((size_t)m * k, 11, 1.0, &a),
+                      hb = bf16_noise((size_t)k * n, 12, 1.0, &b), hbias = bf16_noise(m, 13, 1.0, &bias);
+    device_copy(dA, ha.data(), ha.size() * 2);
+    device_copy(dB, hb.data(), hb.size() * 2);
+    device_copy(dbias, hbias.data(), hbias.size() * 2);
+    const bf16 sentinel = to_bf16(-77.0);
+
+    // GELU_AUX_BIAS, the forward's form: A transposed (stored k x m), B not
+    std::vector<bf16> aux_init((size_t)ld * n, sentinel);
+    device_copy(daux, aux_init.data(), aux_init.size() * 2);
+    EpilogueCall gelu;
+    gelu.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    gelu.trans_a = CUBLAS_OP_T, gelu.trans_b = CUBLAS_OP_N;
+    gelu.A = dA, gelu.B = dB, gelu.D = dD, gelu.bias = dbias, gelu.aux = daux;
+    std::vector<double> exact, bound;
+    exact_product(
+        m, n, k, [&](int i, int kk) { return a[(size_t)i * k + kk]; },
+        [&](int kk, int j) { return b[(size_t)j * k + kk]; }, &exact, &bound);
+    expect(epilogue_matmul(gelu, workspace) == CUBLAS_STATUS_SUCCESS, "GELU_AUX_BIAS runs");
+    std::vector<bf16> d = device_read<bf16>(dD, (size_t)m * n), aux = device_read<bf16>(daux, (size_t)ld * n);
+    double worst_aux = 0, worst_d = 0;
+    int padding_kept = 1;
+    for (int j = 0; j < n; j++) {
+        for (int i = 0; i < m; i++) {
+            const double v = exact[(size_t)i * n + j] + bias[i], e = bound[(size_t)i * n + j];
+            worst_aux =
+                fmax(worst_aux, fabs(as_double(aux[(size_t)j * ld + i]) - v) / (e + 0x1p-8 * fabs(v)));
+            worst_d = fmax(worst_d, fabs(as_double(d[(size_t)j * m + i]) - gelu_ref(v)) /
+                                        (1.2 * e + 0x1p-8 * fabs(gelu_ref(v)) + 1e-6));
+        }
+        for (int i = m; i < ld; i++) padding_kept &= as_double(aux[(size_t)j * ld + i]) == -77.0;
+    }
+    expect(worst_aux <= 1 && worst_d <= 1 && padding_kept,
+           "GELU_AUX_BIAS: the aux (ld %d, %d rows) holds the pre-activation (%.2f of its bound), D its GELU "
+           "(%.2f), the aux's rows past D's untouched (%d)",
+           ld, m, worst_aux, worst_d, padding_kept);
+
+    // DGELU, the data gradient's form: neither transposed; the aux read at its leading dimension, its
+    // padding NaN (read by mistake, it would show)
+    std::vector<bf16> aux_in((size_t)ld * n, to_bf16(NAN));
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) aux_in[(size_t)j * ld + i] = to_bf16(3.0 * noise(j * m + i, 14));
+    device_copy(daux, aux_in.data(), aux_in.size() * 2);
+    EpilogueCall dgelu = gelu;
+    dgelu.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    dgelu.trans_a = CUBLAS_OP_N;
+    dgelu.bias = NULL;
+    exact_product(
+        m, n, k, [&](int i, int kk) { return a[(size_t)kk * m + i]; },
+        [&](int kk, int j) { return b[(size_t)j * k + kk]; }, &exact, &bound);
+    expect(epilogue_matmul(dgelu, workspace) == CUBLAS_STATUS_SUCCESS, "DGELU runs");
+    d = device_read<bf16>(dD, (size_t)m * n);
+    worst_d = 0;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            const double g = gelu_grad_ref(as_double(aux_in[(size_t)j * ld + i])),
+                         v = exact[(size_t)i * n + j] * g;
+            worst_d = fmax(worst_d, fabs(as_double(d[(size_t)j * m + i]) - v) /
+                                        (1.2 * bound[(size_t)i * n + j] + 0x1p-8 * fabs(v) + 1e-6));
+        }
+    expect(worst_d <= 1, "DGELU: D = (A B) * GELU'(aux) with the aux at ld %d (%.2f of its bound)", ld,
+           worst_d);
+
+    // BGRADB, the weight gradient's form: B transposed (stored n x k), D FP32 accumulated (beta 1), the
+    // bias gradient overwritten: one FP32 value per column of D, the sum over k of op(B)
+    std::vector<double> bt;
+    std::vector<bf16> hbt = bf16_noise((size_t)n * k, 15, 1.0, &bt);
+    device_copy(dB, hbt.data(), hbt.size() * 2);
+    std::vector<float> d0((size_t)m * n), grad_init(n, 1e30f);
+    for (size_t i = 0; i < d0.size(); i++) d0[i] = noise((int)i, 16);
+    device_copy(dD, d0.data(), d0.size() * 4);
+    device_copy(dbias, grad_init.data(), grad_init.size() * 4);
+    EpilogueCall bgrad = dgelu;
+    bgrad.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    bgrad.trans_b = CUBLAS_OP_T;
+    bgrad.d_type = CUDA_R_32F;
+    bgrad.beta = 1.0f;
+    bgrad.bias = dbias;
+    bgrad.aux = NULL;
+    exact_product(
+        m, n, k, [&](int i, int kk) { return a[(size_t)kk * m + i]; },
+        [&](int kk, int j) { return bt[(size_t)kk * n + j]; }, &exact, &bound);
+    expect(epilogue_matmul(bgrad, workspace) == CUBLAS_STATUS_SUCCESS, "BGRADB runs");
+    std::vector<float> df = device_read<float>(dD, (size_t)m * n), grad = device_read<float>(dbias, n);
+    worst_d = 0;
+    double worst_grad = 0;
+    for (int j = 0; j < n; j++) {
+        double sum = 0, magnitude = 0;
+        for (int kk = 0; kk < k; kk++)
+            sum += bt[(size_t)kk * n + j], magnitude += fabs(bt[(size_t)kk * n + j]);
+        worst_grad = fmax(worst_grad, fabs(grad[j] - sum) / (k * 0x1p-24 * magnitude + 1e-30));
+        for (int i = 0; i < m; i++) {
+            const double v = d0[(size_t)j * m + i] + exact[(size_t)i * n + j];
+            worst_d = fmax(worst_d,
+                           fabs(df[(size_t)j * m + i] - v) / (bound[(size_t)i * n + j] + 0x1p-23 * fabs(v)));
+        }
+    }
+    expect(
+        worst_grad <= 1 && worst_d <= 1,
+        "BGRADB: the bias gradient (%d, one per column of D) overwritten with the sums of op(B) over k (%.2f "
+        "of the bound), D accumulated (%.2f)",
+        n, worst_grad, worst_d);
+
+    // refusals
+    EpilogueCall odd_ld = gelu;
+    odd_ld.aux_ld = 28;
+    expect(epilogue_matmul(odd_ld, workspace) == CUBLAS_STATUS_INVALID_VALUE,
+           "an aux leading dimension not divisible by 8 refused");
+    EpilogueCall short_ld = gelu;
+    short_ld.aux_ld = 16;
+    expect(epilogue_matmul(short_ld, workspace) == CUBLAS_STATUS_INVALID_VALUE,
+           "an aux leading dimension below D's rows refused");
+    EpilogueCall moved = gelu;
+    moved.aux_at_heuristic = daux;
+    moved.aux = daux + 32;
+    expect(epilogue_matmul(moved, workspace) == CUBLAS_STATUS_INVALID_VALUE,
+           "an aux pointer less aligned than the one the heuristic saw refused");
+    EpilogueCall past = gelu;
+    past.aux = mem + (1 << 20) - 512;
+    past.aux_at_heuristic = NULL;
+    expect(epilogue_matmul(past, workspace) == CUBLAS_STATUS_INVALID_VALUE,
+           "an aux running past its allocation refused");
+    EpilogueCall aux32 = gelu;
+    aux32.aux_type = CUDA_R_32F;
+    expect(epilogue_matmul(aux32, workspace) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "an FP32 aux with a BF16 D refused");
+    EpilogueCall grad16 = bgrad;
+    grad16.bias_type = CUDA_R_16BF;
+    expect(epilogue_matmul(grad16, workspace) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "a BF16 bias gradient with an FP32 D refused");
+    EpilogueCall dgelu_bgrad = dgelu, bgrada = bgrad;
+    dgelu_bgrad.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    bgrada.epilogue = CUBLASLT_EPILOGUE_BGRADA;
+    expect(epilogue_matmul(dgelu_bgrad, workspace) == CUBLAS_STATUS_NOT_SUPPORTED &&
+               epilogue_matmul(bgrada, workspace) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "DGELU_BGRAD and BGRADA (not emulated) refused");
+    EpilogueCall fp8 = gelu;
+    fp8.ab_type = CUDA_R_8F_E4M3;
+    expect(epilogue_matmul(fp8, workspace) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "GELU_AUX_BIAS with FP8 operands (not emulated) refused");
+    setenv("CUDA_EMU_NO_FUSED_EPILOGUES", "1", 1);
+    expect(epilogue_matmul(gelu, workspace) == CUBLAS_STATUS_NOT_SUPPORTED,
+           "CUDA_EMU_NO_FUSED_EPILOGUES: the heuristic has no algorithm for GELU_AUX_BIAS");
+    unsetenv("CUDA_EMU_NO_FUSED_EPILOGUES");
+}
+
+// gpu/gemm.cuh's gemm_fused in the trainer's three uses, row-major: fc's forward (x (M,K) . W^T (N,K) + bias,
+// the GELU in D and the pre-activation in the aux, one value of the bias per column), fcproj's data gradient
+// (dout (M,K) . W (K,N), times GELU' of the aux), a weight gradient (dout^T (M,K) from dout stored (K,M),
+// times inp (K,N), accumulated, and the bias gradient: dout's column sums, M of them, overwritten); then,
+// where the heuristic has no algorithm (CUDA_EMU_NO_FUSED_EPILOGUES), the calls decline and leave D alone.
+static void test_gemm_fused(void) {
+    GemmSetup setup;
+    GemmContext &ctx = setup.ctx;
+    char *mem = setup.mem;
+    const int M = 40, N = 48, K = 32;
+    char *dA = mem, *dB = mem + 16384, *dD = mem + 32768, *dbias = mem + 49152, *daux = mem + 65536,
+         *dgrad = mem + 81920;
+    std::vector<double> x, w, bias, exact, bound;
+    std::vector<bf16> hx = bf16_noise((size_t)M * K, 21, 1.0, &x),
+                      hw = bf16_noise((size_t)N * K, 22, 1.0, &w), hbias = bf16_noise(N, 23, 1.0, &bias);
+    device_copy(dA, hx.data(), hx.size() * 2);
+    device_copy(dB, hw.data(), hw.size() * 2);
+    device_copy(dbias, hbias.data(), hbias.size() * 2);
+    GemmOperand A = {dA, CUDA_R_16BF, NULL, 0}, B = {dB, CUDA_R_16BF, NULL, 0};
+    int fused = gemm_fused(&ctx, dD, CUDA_R_16BF, A, 0, B, 1, M, N, K,
+                           gemm_gelu_bias((const bf16 *)dbias, (bf16 *)daux), 0, 0);
+    cuda_check(cudaDeviceSynchronize());
+    exact_product(
+        M, N, K, [&](int i, int kk) { return x[(size_t)i * K + kk]; },
+        [&](int kk, int j) { return w[(size_t)j * K + kk]; }, &exact, &bound);
+    std::vector<bf16> d = device_read<bf16>(dD, (size_t)M * N), pre = device_read<bf16>(daux, (size_t)M * N);
+    double worst_pre = 0, worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            const size_t e = (size_t)i * N + j;
+            const double v = exact[e] + bias[j];
+            worst_pre = fmax(worst_pre, fabs(as_double(pre[e]) - v) / (bound[e] + 0x1p-8 * fabs(v)));
+            worst = fmax(worst, fabs(as_double(d[e]) - gelu_ref(v)) /
+                                    (1.2 * bound[e] + 0x1p-8 * fabs(gelu_ref(v)) + 1e-6));
+        }
+    expect(fused && worst_pre <= 1 && worst <= 1,
+           "gemm_fused, GELU and bias: D (M,N) = GELU(x . W^T + bias) (%.2f of its bound), the aux the "
+           "pre-activation (%.2f)",
+           worst, worst_pre);
+
+    // fcproj's data gradient: W stored (K,N) here, the aux the pre-activation just written
+    std::vector<double> g, w2;
+    std::vector<bf16> hg = bf16_noise((size_t)M * K, 24, 1.0, &g),
+                      hw2 = bf16_noise((size_t)K * N, 25, 1.0, &w2);
+    device_copy(dA, hg.data(), hg.size() * 2);
+    device_copy(dB, hw2.data(), hw2.size() * 2);
+    fused = gemm_fused(&ctx, dD, CUDA_R_16BF, A, 0, B, 0, M, N, K, gemm_dgelu((const bf16 *)daux), 0, 0);
+    cuda_check(cudaDeviceSynchronize());
+    exact_product(
+        M, N, K, [&](int i, int kk) { return g[(size_t)i * K + kk]; },
+        [&](int kk, int j) { return w2[(size_t)kk * N + j]; }, &exact, &bound);
+    d = device_read<bf16>(dD, (size_t)M * N);
+    worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            const size_t e = (size_t)i * N + j;
+            const double v = exact[e] * gelu_grad_ref(as_double(pre[e]));
+            worst = fmax(worst, fabs(as_double(d[e]) - v) / (1.2 * bound[e] + 0x1p-8 * fabs(v) + 1e-6));
+        }
+    expect(fused && worst <= 1,
+           "gemm_fused, GELU backward: D (M,N) = (dout . W) * GELU'(aux) (%.2f of its bound)", worst);
+
+    // a weight gradient: A = dout stored (K,M) (K tokens), B = inp (K,N); the bias gradient of the M outputs
+    std::vector<double> dout, inp;
+    std::vector<bf16> hdout = bf16_noise((size_t)K * M, 26, 1.0, &dout),
+                      hinp = bf16_noise((size_t)K * N, 27, 1.0, &inp);
+    device_copy(dA, hdout.data(), hdout.size() * 2);
+    device_copy(dB, hinp.data(), hinp.size() * 2);
+    std::vector<float> d0((size_t)M * N), grad_init(M, 1e30f);
+    for (size_t i = 0; i < d0.size(); i++) d0[i] = noise((int)i, 28);
+    device_copy(dD, d0.data(), d0.size() * 4);
+    device_copy(dgrad, grad_init.data(), grad_init.size() * 4);
+    fused = gemm_fused(&ctx, dD, CUDA_R_32F, A, 1, B, 0, M, N, K, gemm_bias_grad((float *)dgrad), 1, 0);
+    cuda_check(cudaDeviceSynchronize());
+    exact_product(
+        M, N, K, [&](int i, int kk) { return dout[(size_t)kk * M + i]; },
+        [&](int kk, int j) { return inp[(size_t)kk * N + j]; }, &exact, &bound);
+    std::vector<float> df = device_read<float>(dD, (size_t)M * N), grad = device_read<float>(dgrad, M);
+    double worst_grad = 0;
+    worst = 0;
+    for (int i = 0; i < M; i++) {
+        double sum = 0, magnitude = 0;
+        for (int kk = 0; kk < K; kk++)
+            sum += dout[(size_t)kk * M + i], magnitude += fabs(dout[(size_t)kk * M + i]);
+        worst_grad = fmax(worst_grad, fabs(grad[i] - sum) / (K * 0x1p-24 * magnitude + 1e-30));
+        for (int j = 0; j < N; j++) {
+            const size_t e = (size_t)i * N + j;
+            const double v = d0[e] + exact[e];
+            worst = fmax(worst, fabs(df[e] - v) / (bound[e] + 0x1p-23 * fabs(v)));
+        }
+    }
+    expect(fused && worst_grad <= 1 && worst <= 1,
+           "gemm_fused, bias gradient: the %d column sums of dout, overwritten (%.2f of the bound), dW += "
+           "dout^T . inp (%.2f)",
+           M, worst_grad, worst);
+    gemm_destroy(&ctx);
+
+    // no algorithm: the calls decline, every time, queuing nothing
+    setenv("CUDA_EMU_NO_FUSED_EPILOGUES", "1", 1);
+    gemm_init(&ctx, setup.workspace, 1 << 20);
+    device_copy(dD, d0.data(), d0.size() * 4);
+    int declined =
+        !gemm_fused(&ctx, dD, CUDA_R_32F, A, 1, B, 0, M, N, K, gemm_bias_grad((float *)dgrad), 1, 0) &&
+        !gemm_fused(&ctx, dD, CUDA_R_32F, A, 1, B, 0, M, N, K, gemm_bias_grad((float *)dgrad), 1, 0);
+    cuda_check(cudaDeviceSynchronize());
+    expect(declined && ctx.num_plans == 1 && !ctx.plans[0].has_algo && ctx.declined == 1u << GEMM_BIAS_GRAD &&
+               device_read<float>(dD, (size_t)M * N) == d0,
+           "gemm_fused without an algorithm: declines (one plan, asked once), D untouched");
+    unsetenv("CUDA_EMU_NO_FUSED_EPILOGUES");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -922,6 +1348,8 @@ int main(int argc, char **argv) {
     test_graphs();
     test_cublaslt();
     test_gemm_plans();
+    test_cublaslt_epilogues();
+    test_gemm_fused();
     test_nccl();
     return test_summary();
 }

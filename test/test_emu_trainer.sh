@@ -11,7 +11,12 @@
 #      emulator found already implied by others (its vector clocks) is listed, not required to matter;
 #   3. the emulator's report: kernel launches (and graph launches) per optimizer step, and the peak of
 #      device memory allocated, which must equal the trainer's plan and --dry_run's plan_total_bytes
-#      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1);
+#      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1); bfloat16's cuBLASLt epilogues: where the heuristic
+#      has none (CUDA_EMU_NO_FUSED_EPILOGUES) the separate kernels run instead, 6 launches more per layer
+#      and micro-step (the GELU, its backward and four bias gradients of two kernels, less the four adds
+#      of the epilogues' bias gradients) and one more per replayed layer with --recompute 1, and the run
+#      says one note per epilogue and nothing on stderr (what those kernels compute, the previous
+#      commit's bfloat16, train_cpu no longer does: it rounds as the epilogues do);
 #   4. the trainer under AddressSanitizer, UBSan and LeakSanitizer (test/build/train_emu_sanitize): a
 #      bfloat16 run with CUDA Graphs, validation and sampling, and a float8 ZeRO-3 run with recompute, end
 #      with status 0 and no report;
@@ -86,6 +91,20 @@ per_step() { sed -n "s/^range step .* $2 \([0-9.]*\) .*/\1/p" "$1"; }
 echo "     per optimizer step, op by op: $(per_step "$tmp/eager.txt" kernel_launches_per_range) kernel launches, $(per_step "$tmp/eager.txt" matmuls_per_range) cuBLASLt matmuls; with CUDA Graphs (6 steps, 2 captured and replayed from the third): $(per_step "$tmp/graphs.txt" kernel_launches_per_range) kernel and $(per_step "$tmp/graphs.txt" graph_launches_per_range) graph launches"
 awk '/^range step / { ok = $6 > 0 && $12 > 0 } END { exit !ok }' "$tmp/eager.txt"
 result $? "the report counts the launches and executed kernels of every optimizer step"
+
+for recompute in 0 1; do
+    flags=(--dtype bfloat16 --zero_stage 0 --recompute $recompute --cuda_graph 0 --steps 1)
+    CUDA_EMU_REPORT="$tmp/fused_$recompute.txt" run "fused_$recompute" "${flags[@]}"
+    CUDA_EMU_NO_FUSED_EPILOGUES=1 CUDA_EMU_REPORT="$tmp/separate_$recompute.txt" run "separate_$recompute" "${flags[@]}"
+    fused=$(per_step "$tmp/fused_$recompute.txt" kernel_launches_per_range)
+    separate=$(per_step "$tmp/separate_$recompute.txt" kernel_launches_per_range)
+    layers=4 notes=$(grep -c '^note | cuBLASLt has no algorithm fusing' "$tmp/separate_$recompute.out")
+    want=$((6 * layers + recompute * (layers - 1)))
+    [ -n "$fused" ] && [ "${separate%.*}" -eq $((${fused%.*} + want)) ] && [ "$notes" = 3 ] &&
+        ! grep -q '^note | cuBLASLt' "$tmp/fused_$recompute.out" &&
+        ! grep -qiE 'error|warning|cuda-emu' "$tmp/separate_$recompute.out"
+    result $? "bfloat16, recompute $recompute: $fused kernel launches a step with cuBLASLt's epilogues, $separate with the separate kernels where it has none (+$want), $notes notes and no error or warning"
+done
 
 sanitized() { # NAME FLAGS...
     local name=$1 status=0
