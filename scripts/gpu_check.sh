@@ -63,12 +63,15 @@ log "30-step runs"
 python3 scripts/prepare_data.py --input "$data_file" --output_dir "$out/data" --tokenizer byte >/dev/null
 train_data="$out/data/tinyshakespeare_train_*.bin"
 summary="$out/summary.md"
-echo "| model | dtype | attention | B x T | ms/step | tokens/s | MFU | peak GiB | planned / allocated GiB | loss@30 |" >"$summary"
-echo "|---|---|---|---|---|---|---|---|---|---|" >>"$summary"
-summary_row() { # NAME MODEL DTYPE-LABEL B: a row of $summary from $out/NAME.jsonl and the run's output NAME.txt
-    python3 - "$out/$1.jsonl" "$out/$1.txt" "$2" "$3" "$4" >>"$summary" <<'PY'
+echo "| model | dtype | attention | B x T | ms/step | plan ms/step | tokens/s | MFU | peak GiB | planned / allocated GiB | loss@30 |" >"$summary"
+echo "|---|---|---|---|---|---|---|---|---|---|---|" >>"$summary"
+# summary_row NAME MODEL DTYPE-LABEL B [PLAN-MS]: a row of $summary from $out/NAME.jsonl and the run's output
+# NAME.txt, beside the time plan's expected ms/step (dev/perf_model.sh's numbers) where given
+summary_row() {
+    python3 - "$out/$1.jsonl" "$out/$1.txt" "$2" "$3" "$4" "${5:-}" >>"$summary" <<'PY'
 import json, re, statistics, sys
-path, text, model, dtype, B = sys.argv[1:]
+path, text, model, dtype, B, plan = sys.argv[1:]
+plan = plan or "-"
 try:
     steps = [json.loads(l) for l in open(path) if '"step"' in l and '"type":"step"' in l]
 except OSError:
@@ -84,11 +87,11 @@ attention = attention.group(1) if attention else "?"
 mem = re.search(r"memory \| planned ([0-9]+) bytes .* allocated ([0-9]+) bytes", summary)
 memory = f"{int(mem.group(1)) / 2**30:.2f} / {int(mem.group(2)) / 2**30:.2f}" if mem else "?"
 if not steps:
-    print(f"| {model} | {dtype} | {attention} | {B}x1024 | failed | | | | {memory} | |"); sys.exit()
+    print(f"| {model} | {dtype} | {attention} | {B}x1024 | failed | {plan} | | | | {memory} | |"); sys.exit()
 timed = steps[5:] or steps
 ms = statistics.median(s["ms"] for s in timed)
 tps = statistics.median(s["tokens_per_second"] for s in timed)
-print(f"| {model} | {dtype} | {attention} | {B}x1024 | {ms:.1f} | {tps:.0f} | {mfu.group(1) + '%' if mfu else '?'} | "
+print(f"| {model} | {dtype} | {attention} | {B}x1024 | {ms:.1f} | {plan} | {tps:.0f} | {mfu.group(1) + '%' if mfu else '?'} | "
       f"{peak.group(1) if peak else '?'} | {memory} | {steps[-1]['loss']:.4f} |")
 PY
 }
@@ -100,14 +103,19 @@ for run in 124M:bfloat16 124M:float8 124M:float8:::exact 124M:float8::blockwise 
     [ -n "$recipe" ] && extra+=(--fp8_recipe "$recipe")
     [ -n "$attention" ] && extra+=(--attention "$attention")
     if ! t=$(limit 120); then
-        echo "| $model | $dtype | | ${B}x1024 | skipped: the check's budget | | | | | |" >>"$summary"
+        echo "| $model | $dtype | | ${B}x1024 | skipped: the check's budget | | | | | | |" >>"$summary"
         continue
     fi
-    timeout "$t" ./train --model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 \
-        --train_data "$train_data" --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}" \
-        --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
+    flags=(--model_size "$model" --dtype "$dtype" --batch_size $B --seq_len 1024 --steps 30 --train_data "$train_data"
+           --val_data "" --output_dir "" --lr 3e-4 --warmup_steps 5 "${extra[@]}")
+    timeout "$t" ./train "${flags[@]}" --log_file "$out/$name.jsonl" >"$out/$name.txt" 2>&1
     echo "$name: exit $?"; tail -n 3 "$out/$name.txt"
-    summary_row "$name" "$model" "$dtype${zero:+ zero3+recompute}${recipe:+ $recipe}" "$B"
+    # the plan of the attention the run used (auto: fast where cuDNN runs it)
+    used=$(sed -n 's/.*| attention \([a-z]*\).*/\1/p' "$out/$name.txt" | head -n 1)
+    [ -n "$attention" ] && used="" # already in the flags
+    plan_ms=$(./train "${flags[@]}" ${used:+--attention "$used"} --dry_run 1 2>/dev/null |
+        sed -n 's/^plan_step_ms \([0-9.]*\).*/\1/p')
+    summary_row "$name" "$model" "$dtype${zero:+ zero3+recompute}${recipe:+ $recipe}" "$B" "$plan_ms"
 done
 
 log "make test_gpu"
@@ -216,7 +224,7 @@ for run in 124M:bfloat16 124M:float8 1.5B:bfloat16 1.5B:float8; do
     # torch.compile alone takes a minute: a peer run starts only with that much of the budget left
     [ -z "$why" ] && [ $((budget - SECONDS)) -lt 60 ] && why="the check's budget (${SECONDS} of $budget s used)"
     if [ -n "$why" ]; then
-        echo "| $model | PyTorch $dtype | skipped: $why | | | | | | | |" >>"$summary"
+        echo "| $model | PyTorch $dtype | skipped: $why | | | | | | | | |" >>"$summary"
         continue
     fi
     init="$out/init_$model/model_00000001.bin"

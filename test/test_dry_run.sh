@@ -148,4 +148,22 @@ refused "multiple of 16" "float8 with B*T = 15" --model_size 124M --dtype float8
 refused "--nodes" "--nodes above the processes" --model_size 124M --world_size 8 --nodes 9
 refused "--keep_gathered" "--keep_gathered 1 with ZeRO-1" --model_size 124M --world_size 8 --zero_stage 1 --keep_gathered 1
 
+# dev/perf_model.sh: its eight rows (124M and 1.5B x bfloat16 and float8 x exact and fast attention), each
+# step the sum of its parts (one process: no communication; three parts printed to 0.01 ms, so within
+# 3 x 0.005), and the fast attention faster than the exact one in every configuration
+table=$(bash dev/perf_model.sh)
+python3 - <<PY
+import sys
+rows = [l.split("|")[1:-1] for l in """$table""".splitlines() if l.startswith("| 124M") or l.startswith("| 1.5B")]
+plans = [r for r in rows if len(r) == 9]
+ok = len(plans) == 8
+for r in plans:
+    gemm, attention, memory, step = (float(r[i]) for i in (3, 4, 5, 6))
+    ok &= abs(gemm + attention + memory - step) <= 0.015
+steps = {tuple(x.strip() for x in r[:3]): float(r[6]) for r in plans}
+ok &= all(steps[(m, d, "fast")] < steps[(m, d, "exact")] for m in ("124M", "1.5B") for d in ("bfloat16", "float8"))
+sys.exit(0 if ok else 1)
+PY
+result $? "dev/perf_model.sh: 8 plans, each step the sum of its kernel families, the fast attention faster"
+
 finish
