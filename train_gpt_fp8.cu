@@ -1923,13 +1923,13 @@ int main(int argc, char **argv) {
     } else {
         load_master(&model, *opts.init_from ? opts.init_from : NULL, (uint64_t)opts.seed);
     }
+    upload_step_state(&model, &state, &guard); // synchronous copies: before any collective is in flight
     launch<scales_from_history_kernel>({ceil_div(model.scaling.num_tensors, 128), 128, 0, model.stream},
                                        model.scaling, opts.fp8_margin);
     refresh_compute_weights(&model);
     Fp8Stats stats;
     fp8_stats_alloc(&stats, cfg.num_layers, opts.fp8_recipe);
     if (opts.dtype == DTYPE_FLOAT8) reset_fp8_counts(&model); // the start-up weight casts belong to no step
-    upload_step_state(&model, &state, &guard);
     EnergyMeter energy;
     int device;
     cuda_check(cudaGetDevice(&device));
