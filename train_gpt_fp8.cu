@@ -1401,12 +1401,13 @@ static const StepResults *read_results_now(GPT *model) {
 }
 
 // The device's part of the training state, fresh or from a checkpoint: the AdamW update count and the
-// step guard's window; no loss summed yet.
+// step guard's window (its record count is the state's: the host's StepGuard only stages the window for the
+// state file); no loss summed yet.
 static void upload_step_state(GPT *model, const TrainState *state, const StepGuard *guard) {
     StepResults *r = &model->step_results_host[RESULTS_NOW];
     memset(r, 0, sizeof(*r));
     r->updates_applied = state->updates_applied;
-    r->guard_count = guard->count;
+    r->guard_count = state->guard_count;
     copy_to_device(model->step_results, r, sizeof(*r));
     copy_to_device(model->guard_history, guard->history, 2 * (size_t)guard->window * sizeof(float));
 }
@@ -1573,7 +1574,6 @@ static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, Tra
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
     load_training_state(opts->output_dir, step, state, &model->config, blocks);
-    guard->count = state->guard_count;
     copy_to_device(model->m, blocks[STATE_ADAM_M].data, S * sizeof(float));
     copy_to_device(model->v, blocks[STATE_ADAM_V].data, S * sizeof(float));
     copy_to_device(model->scaling.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
@@ -1770,8 +1770,10 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     double now = wall_time_ms(), ms = now - (start_ms > clock->last_read_ms ? start_ms : clock->last_read_ms);
     clock->last_read_ms = now;
     if (step >= clock->first_step + 3) clock->timed_ms += ms, clock->timed_steps++;
-    if (!r->skipped) model->histories_empty = 0; // the step's amaxes entered every history
-    if (r->skipped) state->skipped_steps++;
+    if (r->skipped)
+        state->skipped_steps++;
+    else
+        model->histories_empty = 0; // the step's amaxes entered every history
     state->updates_applied = r->updates_applied;
     state->guard_count = r->guard_count;
     state->step = step + 1;
