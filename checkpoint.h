@@ -1,8 +1,12 @@
 // checkpoint.h: the files a run reads and writes, shared by both trainers.
-//  - Model file (llm.c format, so llm.c loads what we train and the other way round): 256 int32 header
-//    [0]=20240326 [1]=3 (fp32) or 5 (bf16) [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the 16
-//    tensors in llm.c's tensor-major order. We always write version 3: the FP32 master weights, so
-//    that resume is bit-exact.
+//  - Model file (llm.c's formats, so llm.c loads what we train and the other way round), version 3 (fp32)
+//    or 5 (bf16); we always write 3, the FP32 master weights, so that resume is bit-exact.
+//    GPT-2: 256 int32 header [0]=20240326 [1]=version [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the
+//    16 tensors in llm.c's tensor-major order, wte with Vp rows.
+//    Llama (llm.c's Llama 3 file): 256 int32 [0]=20240803 [1]=version [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH
+//    [7]=C [8]=multiple_of [9]=use_scaled_rope [10,11]=Llama version, then 256 float32 [0]=ffn_dim_multiplier
+//    [1]=norm_eps [2]=rope_theta, then wte (V,C) ln1w qkvw attprojw ln2w fcw fcgatew fcprojw lnfw lmhead
+//    (V,C), the vocabulary unpadded. F = multiple_of * ceil(int(multiplier * int(8C/3)) / multiple_of).
 //  - Training state, one file per rank: a 64 x int64 header (magic, version, position, shapes), then
 //    the AdamW moments of this rank's parameters, the FP8 amax histories and the step guard's window
 //    of recent losses and norms (health.h). Scales are not stored:
@@ -29,7 +33,9 @@
 
 #define CHECKPOINT_PATH_LEN 1200 // fits --output_dir (at most 511 characters) and a file name
 #define MODEL_FILE_MAGIC 20240326
+#define LLAMA_MODEL_FILE_MAGIC 20240803
 #define MODEL_FILE_HEADER_INTS 256
+#define LLAMA_NORM_EPS 1e-5f // RMSNorm's epsilon, the only one Llama files here carry
 #define STATE_FILE_MAGIC 20261130
 #define STATE_FILE_VERSION 2 // 2: with the run identity
 #define STATE_FILE_HEADER_INTS 64
@@ -143,21 +149,39 @@ static inline void prepare_output_dir(const char *dir) {
 // ----------------------------------------------------------------------------
 // Model file
 
+// The elements of a tensor (of one layer's slice) in the file: Llama's files hold the vocabulary unpadded,
+// so the padding rows of wte and lmhead are zeros in memory that the file leaves out.
+static inline size_t model_file_tensor_size(const GPTConfig *cfg, int tensor) {
+    if (model_is_llama(cfg) && (tensor == PT_WTE || tensor == PT_LMHEAD))
+        return (size_t)cfg->vocab_size * cfg->channels;
+    return param_tensor_size(cfg, tensor);
+}
+
+static inline size_t model_file_header_bytes(const GPTConfig *cfg) {
+    return (model_is_llama(cfg) ? 2 : 1) * MODEL_FILE_HEADER_INTS * sizeof(int);
+}
+
+static inline size_t model_file_param_count(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++)
+        n += (param_is_per_layer(tensor) ? (size_t)cfg->num_layers : 1) * model_file_tensor_size(cfg, tensor);
+    return n;
+}
+
+// Llama's F from a header's multiple_of and ffn_dim_multiplier, as llm.c computes it (a float product).
+static inline long llama_ffn_dim_from_header(int channels, int multiple_of, float multiplier) {
+    long hidden = (long)(multiplier * (float)(8L * channels / 3));
+    return (long)multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
 // Calls visit(slice, count, ctx) for every tensor slice in llm.c file order.
 typedef void (*SliceVisitor)(float *slice, size_t count, void *ctx);
-
-static inline void visit_llmc_order(float *params, const GPTConfig *cfg, SliceVisitor visit, void *ctx) {
-    for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
-        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
-        for (int l = 0; l < layers; l++)
-            visit(params + param_offset(cfg, tensor, l), param_tensor_size(cfg, tensor), ctx);
-    }
-}
 
 typedef struct {
     FILE *file;
     const char *path;
     int version; // 3: fp32 values, 5: bf16 values
+    int writing; // reading fills the padding the file leaves out with zeros; writing skips it
 } ModelFileIO;
 
 static inline void write_slice(float *slice, size_t count, void *ctx) {
@@ -184,49 +208,82 @@ static inline void read_slice(float *slice, size_t count, void *ctx) {
 static inline size_t llmc_file_offset(const GPTConfig *cfg, int tensor, int layer) {
     size_t offset = 0;
     for (int t = 0; t < tensor; t++)
-        offset += (param_is_per_layer(t) ? (size_t)cfg->num_layers : 1) * param_tensor_size(cfg, t);
-    return offset + (size_t)layer * param_tensor_size(cfg, tensor);
+        offset += (param_is_per_layer(t) ? (size_t)cfg->num_layers : 1) * model_file_tensor_size(cfg, t);
+    return offset + (size_t)layer * model_file_tensor_size(cfg, tensor);
 }
 
 // Calls visit(slice, count, ctx) for the pieces of the memory range [begin, begin + count) (data holds
-// that range), each after seeking the file to where that piece lives. A ZeRO rank reads or writes
-// only its shard of a model this way.
+// that range) that the file holds, each after seeking the file to where that piece lives; padding the file
+// leaves out is zeroed when reading. A ZeRO rank reads or writes only its shard of a model this way.
 static inline void visit_file_range(ModelFileIO *io, const GPTConfig *cfg, size_t begin, size_t count,
                                     float *data, SliceVisitor visit) {
     size_t bytes = io->version == 3 ? 4 : 2;
     for (size_t offset = begin; offset < begin + count;) {
         int tensor, layer;
-        size_t end = param_locate(cfg, offset, &tensor, &layer);
-        size_t within = offset - param_offset(cfg, tensor, layer);
-        size_t n = (end < begin + count ? end : begin + count) - offset;
-        long position = (long)(MODEL_FILE_HEADER_INTS * sizeof(int) +
-                               (llmc_file_offset(cfg, tensor, layer) + within) * bytes);
+        size_t end = param_locate(cfg, offset, &tensor, &layer), start = param_offset(cfg, tensor, layer);
+        size_t file_end = start + model_file_tensor_size(cfg, tensor);
+        if (offset >= file_end) { // padding
+            size_t n = (end < begin + count ? end : begin + count) - offset;
+            if (!io->writing) memset(data + (offset - begin), 0, n * sizeof(float));
+            offset += n;
+            continue;
+        }
+        size_t n = (file_end < begin + count ? file_end : begin + count) - offset;
+        long position = (long)(model_file_header_bytes(cfg) +
+                               (llmc_file_offset(cfg, tensor, layer) + offset - start) * bytes);
         if (fseek(io->file, position, SEEK_SET) != 0) fail("%s: cannot seek: %s", io->path, strerror(errno));
         visit(data + (offset - begin), n, io);
         offset += n;
     }
 }
 
-// A model file being written (version 3) at tmp, to be completed by model_file_commit; ranges of the
-// parameters may be written in any order.
-static inline FILE *model_file_create(const char *path, char *tmp, size_t tmp_len, const GPTConfig *cfg) {
-    FILE *f = atomic_open(path, tmp, tmp_len);
-    int header[MODEL_FILE_HEADER_INTS] = {0};
-    header[0] = MODEL_FILE_MAGIC;
+// The header of a Llama file: llm.c's integer and float sections. F is written as multiple_of = F with a
+// multiplier that gives F back through llm.c's formula.
+static inline void llama_file_header(const GPTConfig *cfg, int header[2 * MODEL_FILE_HEADER_INTS]) {
+    int F = cfg->ffn_dim, hidden = 8 * cfg->channels / 3;
+    float multiplier = hidden <= F ? 1.0f : (float)F / (float)hidden;
+    if (llama_ffn_dim_from_header(cfg->channels, F, multiplier) != F)
+        fail("ffn_dim %d: cannot be written as an llm.c Llama header with %d channels", F, cfg->channels);
+    float floats[3] = {multiplier, LLAMA_NORM_EPS, cfg->rope_theta};
+    header[0] = LLAMA_MODEL_FILE_MAGIC;
     header[1] = 3;
     header[2] = cfg->max_seq_len;
     header[3] = cfg->vocab_size;
     header[4] = cfg->num_layers;
     header[5] = cfg->num_heads;
-    header[6] = cfg->channels;
-    header[7] = cfg->padded_vocab_size;
-    fwrite_check(header, sizeof(int), MODEL_FILE_HEADER_INTS, f, tmp);
+    header[6] = cfg->num_kv_heads;
+    header[7] = cfg->channels;
+    header[8] = F;
+    header[9] = 0;  // use_scaled_rope: Llama 3.1's long-context wavelengths, not used here
+    header[10] = 3; // the Llama version llm.c's writer records
+    header[11] = 1;
+    memcpy(header + MODEL_FILE_HEADER_INTS, floats, sizeof(floats));
+}
+
+// A model file being written (version 3) at tmp, to be completed by model_file_commit; ranges of the
+// parameters may be written in any order.
+static inline FILE *model_file_create(const char *path, char *tmp, size_t tmp_len, const GPTConfig *cfg) {
+    FILE *f = atomic_open(path, tmp, tmp_len);
+    int header[2 * MODEL_FILE_HEADER_INTS] = {0};
+    if (model_is_llama(cfg)) {
+        llama_file_header(cfg, header);
+    } else {
+        header[0] = MODEL_FILE_MAGIC;
+        header[1] = 3;
+        header[2] = cfg->max_seq_len;
+        header[3] = cfg->vocab_size;
+        header[4] = cfg->num_layers;
+        header[5] = cfg->num_heads;
+        header[6] = cfg->channels;
+        header[7] = cfg->padded_vocab_size;
+    }
+    fwrite_check(header, 1, model_file_header_bytes(cfg), f, tmp);
     return f;
 }
 
 static inline void model_file_write_range(FILE *f, const char *tmp, const GPTConfig *cfg, size_t begin,
                                           size_t count, const float *data) {
-    ModelFileIO io = {f, tmp, 3};
+    ModelFileIO io = {f, tmp, 3, 1};
     visit_file_range(&io, cfg, begin, count, (float *)data, write_slice);
 }
 
@@ -238,7 +295,7 @@ static inline void model_file_write_range(FILE *f, const char *tmp, const GPTCon
 static inline void model_file_create_sized(const char *path, char *tmp, size_t tmp_len,
                                            const GPTConfig *cfg) {
     FILE *f = model_file_create(path, tmp, tmp_len, cfg);
-    off_t bytes = (off_t)(MODEL_FILE_HEADER_INTS * sizeof(int) + param_count(cfg) * sizeof(float));
+    off_t bytes = (off_t)(model_file_header_bytes(cfg) + model_file_param_count(cfg) * sizeof(float));
     if (fflush(f) != 0 || ftruncate(fileno(f), bytes) != 0)
         fail("%s: cannot size to %lld bytes: %s; %s is left as it was", tmp, (long long)bytes,
              strerror(errno), path);
@@ -271,6 +328,40 @@ static inline void save_model_file(const char *path, const float *params, const 
     atomic_publish(tmp, path);
 }
 
+// The configuration a Llama file's header describes (the integer section already read); refuses what the
+// trainers do not compute as the file means it.
+static inline GPTConfig read_llama_header(FILE *f, const char *path,
+                                          const int header[MODEL_FILE_HEADER_INTS]) {
+    float floats[MODEL_FILE_HEADER_INTS];
+    fread_check(floats, sizeof(float), MODEL_FILE_HEADER_INTS, f, path);
+    GPTConfig cfg = {
+        header[2],  header[3], pad_vocab(header[3] > 0 && header[3] <= MODEL_MAX_VOCAB ? header[3] : 1),
+        header[4],  header[5], header[7],
+        ARCH_LLAMA, header[6], 0,
+        floats[2]};
+    if (header[9] != 0)
+        fail(
+            "%s: uses Llama 3.1's scaled rotary embeddings (use_scaled_rope %d), which this trainer does not "
+            "compute",
+            path, header[9]);
+    if (floats[1] != LLAMA_NORM_EPS)
+        fail("%s: RMSNorm epsilon %g; this trainer computes with %g", path, floats[1], LLAMA_NORM_EPS);
+    if (!(floats[2] > 0.0f && floats[2] <= 1e9f))
+        fail("%s: rope_theta %g is out of range (0, 1e9]", path, floats[2]);
+    if (cfg.channels > 0 && cfg.channels <= MODEL_MAX_CHANNELS && header[8] > 0 &&
+        header[8] <= 4 * MODEL_MAX_CHANNELS && floats[0] > 0.0f && floats[0] <= 16.0f) {
+        long F = llama_ffn_dim_from_header(cfg.channels, header[8], floats[0]);
+        cfg.ffn_dim = F > 0 && F <= 4 * MODEL_MAX_CHANNELS ? (int)F : 0;
+    }
+    if (cfg.num_kv_heads <= 0 || cfg.num_heads <= 0 || cfg.num_heads % cfg.num_kv_heads != 0 ||
+        cfg.ffn_dim <= 0 || cfg.channels <= 0 || cfg.channels % cfg.num_heads != 0 ||
+        (cfg.channels / cfg.num_heads) % 2 != 0)
+        fail("%s: header describes an invalid Llama model (NH %d KVH %d C %d multiple_of %d "
+             "ffn_dim_multiplier %g)",
+             path, cfg.num_heads, cfg.num_kv_heads, cfg.channels, header[8], floats[0]);
+    return cfg;
+}
+
 // Reads the header of a model file and checks it describes a model, and that the file holds exactly it.
 static inline GPTConfig read_model_header(FILE *f, const char *path, int *version) {
     int64_t size = file_size_check(f, path);
@@ -278,11 +369,17 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, int *versio
     if (size < (int64_t)sizeof(header))
         fail("%s: too short for a model file header (%ld bytes)", path, (long)size);
     fread_check(header, sizeof(int), MODEL_FILE_HEADER_INTS, f, path);
-    if (header[0] != MODEL_FILE_MAGIC)
-        fail("%s: not an llm.c model file (magic %d, expected %d)", path, header[0], MODEL_FILE_MAGIC);
+    if (header[0] != MODEL_FILE_MAGIC && header[0] != LLAMA_MODEL_FILE_MAGIC)
+        fail("%s: not an llm.c model file (magic %d, expected %d for GPT-2 or %d for Llama)", path, header[0],
+             MODEL_FILE_MAGIC, LLAMA_MODEL_FILE_MAGIC);
     if (header[1] != 3 && header[1] != 5)
         fail("%s: unsupported model file version %d (expected 3 fp32 or 5 bf16)", path, header[1]);
-    GPTConfig cfg = {header[2], header[3], header[7], header[4], header[5], header[6]};
+    int llama = header[0] == LLAMA_MODEL_FILE_MAGIC;
+    if (llama && size < 2 * (int64_t)sizeof(header))
+        fail("%s: too short for a Llama model file header (%ld bytes)", path, (long)size);
+    GPTConfig cfg =
+        llama ? read_llama_header(f, path, header)
+              : (GPTConfig){header[2], header[3], header[7], header[4], header[5], header[6], 0, 0, 0, 0.0f};
     // the flags' ranges (cli.h) bound every dimension, so the sizes computed from them cannot overflow
     if (cfg.max_seq_len <= 0 || cfg.max_seq_len > MODEL_MAX_SEQ_LEN || cfg.vocab_size <= 1 ||
         cfg.vocab_size > MODEL_MAX_VOCAB || cfg.num_layers <= 0 || cfg.num_layers > MODEL_MAX_LAYERS ||
@@ -293,7 +390,8 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, int *versio
              cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels,
              cfg.padded_vocab_size);
     *version = header[1];
-    int64_t expected = (int64_t)sizeof(header) + (int64_t)param_count(&cfg) * (header[1] == 3 ? 4 : 2);
+    int64_t expected = (int64_t)model_file_header_bytes(&cfg) +
+                       (int64_t)model_file_param_count(&cfg) * (header[1] == 3 ? 4 : 2);
     if (size != expected)
         fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
              (long)size, (long)expected);
@@ -320,8 +418,8 @@ static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
     int version;
     GPTConfig cfg = read_model_header(f, path, &version);
     float *params = (float *)malloc_check(param_count(&cfg) * sizeof(float), "model parameters");
-    ModelFileIO io = {f, path, version};
-    visit_llmc_order(params, &cfg, read_slice, &io);
+    ModelFileIO io = {f, path, version, 0};
+    visit_file_range(&io, &cfg, 0, param_count(&cfg), params, read_slice);
     fclose(f);
     check_finite_params(path, &cfg, 0, param_count(&cfg), params);
     *cfg_out = cfg;
@@ -330,8 +428,9 @@ static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
 
 static inline void check_model_shape(const char *path, const GPTConfig *cfg, const GPTConfig *expected) {
     if (memcmp(cfg, expected, sizeof(*cfg)) != 0)
-        fail("%s: model shape (L %d C %d NH %d V %d maxT %d) differs from this run's flags", path,
-             cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len);
+        fail("%s: model shape (%s L %d C %d NH %d KVH %d F %d V %d maxT %d) differs from this run's flags",
+             path, model_is_llama(cfg) ? "llama" : "gpt2", cfg->num_layers, cfg->channels, cfg->num_heads,
+             model_kv_heads(cfg), model_ffn_dim(cfg), cfg->vocab_size, cfg->max_seq_len);
 }
 
 // The model file of a checkpoint this run continues: refused if its shape is not this run's.
@@ -349,7 +448,7 @@ static inline void load_model_range(const char *path, const GPTConfig *expected,
     int version;
     GPTConfig cfg = read_model_header(f, path, &version);
     check_model_shape(path, &cfg, expected);
-    ModelFileIO io = {f, path, version};
+    ModelFileIO io = {f, path, version, 0};
     visit_file_range(&io, &cfg, begin, count, out, read_slice);
     fclose(f);
     check_finite_params(path, &cfg, begin, count, out);

@@ -18,6 +18,8 @@ typedef enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1, DTYPE_FLOAT8 = 2 } Dtype;
 typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } LrSchedule;
 // The CUDA trainer's attention (gpu/attention.cuh); the CPU trainer has one, which `exact` matches.
 typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } AttentionChoice;
+// --arch: auto takes the preset's architecture (GPT-2 for the tiny presets, which have both).
+typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
 
 #define OPTION_STRING_LEN 512
 #define GUARD_MAX_WINDOW                                                                                     \
@@ -32,7 +34,9 @@ typedef struct {
     char init_from[OPTION_STRING_LEN];
     char model_size[OPTION_STRING_LEN];
     char debug_state[OPTION_STRING_LEN];
-    int layers, channels, heads, vocab, max_seq_len;
+    int arch; // ArchChoice
+    int layers, channels, heads, kv_heads, ffn_dim, vocab, max_seq_len;
+    float rope_theta;
     int dtype;      // Dtype
     int fp8_recipe; // Fp8Recipe
     int amax_history, fp8_margin, fp8_pow2_scales, fp8_fast_accum;
@@ -90,12 +94,22 @@ static const OptionSpec OPTION_SPECS[] = {
      "preset: d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B"},
     {"debug_state", OPT_STRING, OPT_AT(debug_state), "", 0, 0, NULL,
      "write inputs, logits, loss and gradients of step 1 to this file (GPU test oracle)"},
+    {"arch", OPT_CHOICE, OPT_AT(arch), "auto", 0, 0, "auto|gpt2|llama",
+     "architecture (auto: the preset's; d2, d4 and d6 are GPT-2 unless llama is given)"},
     {"layers", OPT_INT, OPT_AT(layers), "0", 0, MODEL_MAX_LAYERS, NULL,
      "override the preset's layers (0: preset)"},
     {"channels", OPT_INT, OPT_AT(channels), "0", 0, MODEL_MAX_CHANNELS, NULL,
      "override the preset's channels"},
     {"heads", OPT_INT, OPT_AT(heads), "0", 0, MODEL_MAX_HEADS, NULL, "override the preset's heads"},
-    {"vocab", OPT_INT, OPT_AT(vocab), "50257", 2, MODEL_MAX_VOCAB, NULL, "vocabulary size of the data"},
+    {"kv_heads", OPT_INT, OPT_AT(kv_heads), "0", 0, MODEL_MAX_HEADS, NULL,
+     "llama: key/value heads of grouped-query attention, dividing --heads (0: the preset's, or --heads "
+     "when that is given)"},
+    {"ffn_dim", OPT_INT, OPT_AT(ffn_dim), "0", 0, 4 * MODEL_MAX_CHANNELS, NULL,
+     "llama: SwiGLU hidden features (0: the preset's, or with --channels 8C/3 rounded up to 64)"},
+    {"rope_theta", OPT_FLOAT, OPT_AT(rope_theta), "0", 0, 1e9, NULL,
+     "llama: base of the rotary embeddings' wavelengths (0: the preset's)"},
+    {"vocab", OPT_INT, OPT_AT(vocab), "0", 0, MODEL_MAX_VOCAB, NULL,
+     "vocabulary size of the data (0: the preset's tokenizer: 50257 GPT-2, 32000 llama2, 128256 llama3)"},
     {"max_seq_len", OPT_INT, OPT_AT(max_seq_len), "0", 0, MODEL_MAX_SEQ_LEN, NULL,
      "override the preset's maxT"},
     {"dtype", OPT_CHOICE, OPT_AT(dtype), "float8", 0, 0, "float32|bfloat16|float8", "matmul precision"},
@@ -324,17 +338,41 @@ static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
 // explicit overrides. Checks the combinations a single flag's range cannot express.
 static inline GPTConfig config_from_options(const TrainOptions *opts) {
     const ModelPreset *preset = find_model_preset(opts->model_size);
-    if (!preset)
-        fail("--model_size: unknown preset '%s' (d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B)", opts->model_size);
-    GPTConfig cfg;
+    if (!preset) fail("--model_size: unknown preset '%s' (%s)", opts->model_size, MODEL_PRESET_NAMES);
+    int arch = opts->arch == ARCH_CHOICE_AUTO ? (preset->arch == ARCH_LLAMA ? ARCH_LLAMA : ARCH_GPT2)
+                                              : (opts->arch == ARCH_CHOICE_LLAMA ? ARCH_LLAMA : ARCH_GPT2);
+    if (preset->arch != ARCH_EITHER && preset->arch != arch)
+        fail("--arch: %s is a %s preset", preset->name, preset->arch == ARCH_LLAMA ? "llama" : "gpt2");
+    GPTConfig cfg = {0};
+    cfg.arch = arch;
     cfg.num_layers = opts->layers ? opts->layers : preset->num_layers;
     cfg.channels = opts->channels ? opts->channels : preset->channels;
     cfg.num_heads = opts->heads ? opts->heads : preset->num_heads;
     cfg.max_seq_len = opts->max_seq_len ? opts->max_seq_len : preset->max_seq_len;
-    cfg.vocab_size = opts->vocab;
+    cfg.vocab_size = opts->vocab ? opts->vocab : preset->vocab_size;
+    if (cfg.vocab_size < 2)
+        fail("--vocab: %d is too small (at least 2; 0 takes the preset's)", cfg.vocab_size);
     cfg.padded_vocab_size = pad_vocab(cfg.vocab_size);
     if (cfg.channels % cfg.num_heads != 0)
         fail("--channels: %d is not divisible by --heads %d", cfg.channels, cfg.num_heads);
+    if (arch == ARCH_GPT2) {
+        if (opts->kv_heads || opts->ffn_dim || opts->rope_theta)
+            fail("--%s: only for --arch llama (GPT-2 has full heads, a 4C GELU MLP and learned positions)",
+                 opts->kv_heads  ? "kv_heads"
+                 : opts->ffn_dim ? "ffn_dim"
+                                 : "rope_theta");
+        return cfg;
+    }
+    cfg.num_kv_heads = opts->kv_heads ? opts->kv_heads : opts->heads ? cfg.num_heads : preset->num_kv_heads;
+    cfg.ffn_dim = opts->ffn_dim    ? opts->ffn_dim
+                  : opts->channels ? llama_default_ffn_dim(cfg.channels)
+                                   : preset->ffn_dim;
+    cfg.rope_theta = opts->rope_theta ? opts->rope_theta : preset->rope_theta;
+    if (cfg.num_heads % cfg.num_kv_heads != 0)
+        fail("--kv_heads: %d does not divide the %d query heads", cfg.num_kv_heads, cfg.num_heads);
+    if ((cfg.channels / cfg.num_heads) % 2 != 0)
+        fail("--heads: llama's head size C/NH = %d must be even (rotary embeddings rotate pairs)",
+             cfg.channels / cfg.num_heads);
     return cfg;
 }
 
@@ -358,9 +396,9 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--fp8_pow2_scales: only for --fp8_recipe blockwise (mxfp8's scales are powers of two already)");
 }
 
-// A block recipe's blocks must tile every FP8 GEMM operand, as cuBLASLt's block-scaled GEMMs require: the
-// channels (so 3C and 4C) and the tokens of a micro-batch, B*T (the weight gradient reduces over them), are
-// multiples of the block.
+// A block recipe's blocks must tile every FP8 GEMM operand, as cuBLASLt's block-scaled GEMMs require: every
+// block linear's input and output features (GPT-2: C, 3C, 4C) and the tokens of a micro-batch, B*T (the
+// weight gradient reduces over them), are multiples of the block.
 static inline void check_fp8_recipe_shape(const TrainOptions *opts, const GPTConfig *cfg, int B, int T) {
     if (opts->dtype != DTYPE_FLOAT8 || !fp8_recipe_is_block(opts->fp8_recipe)) return;
     int block = fp8_block_size(opts->fp8_recipe);
@@ -368,6 +406,13 @@ static inline void check_fp8_recipe_shape(const TrainOptions *opts, const GPTCon
     if (cfg->channels % block != 0)
         fail("--fp8_recipe %s: the channels (%d) must be a multiple of its %d-element blocks", recipe,
              cfg->channels, block);
+    for (int linear = 0; linear < NUM_BLOCK_LINEARS; linear++)
+        if (linear_out_features(cfg, linear) % block || linear_in_features(cfg, linear) % block)
+            fail("--fp8_recipe %s: the %s linear's features (%d out, %d in) must be multiples of its "
+                 "%d-element "
+                 "blocks (--kv_heads, --ffn_dim)",
+                 recipe, (const char *[]){"qkv", "attproj", "fc", "fcproj"}[linear],
+                 linear_out_features(cfg, linear), linear_in_features(cfg, linear), block);
     if ((long)B * T % block != 0)
         fail("--fp8_recipe %s: batch_size x seq_len (%d x %d) must be a multiple of its %d-element blocks",
              recipe, B, T, block);

@@ -2,6 +2,7 @@
 // with --debug_state PATH, writes the first step's inputs, targets, logits, loss and accumulated
 // gradients, and the loss of every step; test/compare_debug_state reads two (or three) of them.
 //   header: 256 int32 [0]=20261201 [1]=1 [2]=B [3]=T [4]=Vp [5]=steps [6]=dtype [7]=L [8]=C [9]=V [10]=NH
+//   [11]=maxT [12]=arch [13]=KVH [14]=F [15]=rope theta (float bits) (12-15: zero for GPT-2)
 //   then inputs (B*T int32), targets (B*T int32), logits (B*T*Vp float), loss (float),
 //   gradients (param_count float, in the trainers' parameter layout), step losses (steps float)
 #ifndef DEBUG_STATE_H
@@ -60,6 +61,10 @@ static inline void debug_state_write(const char *path, const DebugState *d) {
     header[9] = cfg->vocab_size;
     header[10] = cfg->num_heads;
     header[11] = cfg->max_seq_len;
+    header[12] = cfg->arch;
+    header[13] = cfg->num_kv_heads;
+    header[14] = cfg->ffn_dim;
+    memcpy(&header[15], &cfg->rope_theta, sizeof(float));
     size_t N = (size_t)d->B * d->T;
     fwrite_check(header, sizeof(int), 256, f, tmp);
     fwrite_check(d->inputs, sizeof(int), N, f, tmp);
@@ -79,8 +84,12 @@ static inline void debug_state_read(const char *path, DebugState *d) {
     fread_check(header, sizeof(int), 256, f, path);
     if (header[0] != DEBUG_STATE_MAGIC || header[1] != 1)
         fail("%s: not a debug state file (magic/version)", path);
-    GPTConfig cfg = {header[11], header[9], header[4], header[7], header[10], header[8]};
-    if (cfg.num_layers <= 0 || cfg.channels <= 0 || cfg.num_heads <= 0 ||
+    GPTConfig cfg = {header[11], header[9],  header[4],  header[7],  header[10],
+                     header[8],  header[12], header[13], header[14], 0.0f};
+    memcpy(&cfg.rope_theta, &header[15], sizeof(float));
+    if (cfg.num_layers <= 0 || cfg.channels <= 0 || cfg.num_heads <= 0 || cfg.arch < 0 || cfg.arch > 1 ||
+        (cfg.arch == ARCH_LLAMA &&
+         (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads || cfg.ffn_dim <= 0)) ||
         cfg.padded_vocab_size < cfg.vocab_size || header[2] <= 0 || header[3] <= 0 || header[5] <= 0)
         fail("%s: debug state header is corrupt", path);
     debug_state_alloc(d, &cfg, header[2], header[3], header[6], header[5]);

@@ -1,5 +1,6 @@
-// gpt_model.h: the GPT-2 model shared by both trainers: configuration and presets, the parameter
-// layout in memory, and the seeded initialisation. One definition, included by train_gpt.c and
+// gpt_model.h: the models shared by both trainers: configuration and presets of the two architectures
+// (GPT-2, and Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, untied head), the
+// parameter layout in memory, and the seeded initialisation. One definition, included by train_gpt.c and
 // train_gpt_fp8.cu, so a CPU run and a GPU run of one configuration start from identical weights.
 #ifndef GPT_MODEL_H
 #define GPT_MODEL_H
@@ -19,14 +20,46 @@
 #define GPT_HD
 #endif
 
+typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 } ModelArch;
+
 typedef struct {
-    int max_seq_len;       // maxT: rows of the position embedding
+    int max_seq_len;       // maxT: rows of the position embedding (Llama: the longest sequence)
     int vocab_size;        // V: token ids in the data are < V
     int padded_vocab_size; // Vp: V rounded up to 128, rows of wte (llm.c pads so GEMM shapes stay aligned)
     int num_layers;        // L
     int num_heads;         // NH
     int channels;          // C
+    // Llama only (zero for GPT-2, whose values follow from the above: model_kv_heads, model_ffn_dim)
+    int arch;         // ModelArch
+    int num_kv_heads; // KVH: key/value heads, each shared by NH/KVH query heads (grouped-query attention)
+    int ffn_dim;      // F: hidden features of the SwiGLU MLP
+    float rope_theta; // base of the rotary embeddings' wavelengths
 } GPTConfig;
+
+GPT_HD static inline int model_is_llama(const GPTConfig *cfg) {
+    return cfg->arch == ARCH_LLAMA;
+}
+
+GPT_HD static inline int model_kv_heads(const GPTConfig *cfg) {
+    return model_is_llama(cfg) ? cfg->num_kv_heads : cfg->num_heads;
+}
+
+// The MLP's hidden features: GPT-2's 4C, Llama's F (each of SwiGLU's two input projections).
+GPT_HD static inline int model_ffn_dim(const GPTConfig *cfg) {
+    return model_is_llama(cfg) ? cfg->ffn_dim : 4 * cfg->channels;
+}
+
+// Features of one qkv row: NH query heads, then KVH key heads, then KVH value heads, hs = C/NH each.
+GPT_HD static inline int model_qkv_features(const GPTConfig *cfg) {
+    return (cfg->num_heads + 2 * model_kv_heads(cfg)) * (cfg->channels / cfg->num_heads);
+}
+
+// Llama's default F for C channels when no preset gives it: 2/3 of 4C (SwiGLU's two input projections
+// then cost what GPT-2's one 4C projection does), rounded up to a multiple of 64.
+static inline int llama_default_ffn_dim(int channels) {
+    int hidden = 8 * channels / 3;
+    return (hidden + 63) / 64 * 64;
+}
 
 // The largest dimensions a model may have (the flags' ranges, and what a model file header may claim):
 // the parameter count, computed in size_t, then stays far inside 64 bits.
@@ -36,21 +69,44 @@ typedef struct {
 #define MODEL_MAX_VOCAB (1 << 24)
 #define MODEL_MAX_SEQ_LEN (1 << 20)
 
+#define ARCH_EITHER (-1) // a preset of either architecture (--arch chooses)
+
 typedef struct {
     const char *name;
+    int arch; // ModelArch, or ARCH_EITHER
     int num_layers, channels, num_heads, max_seq_len;
+    int vocab_size; // the tokenizer's vocabulary (--vocab overrides)
+    // as Llama (zero for GPT-2-only presets)
+    int num_kv_heads, ffn_dim;
+    float rope_theta;
 } ModelPreset;
 
-// Tiny sizes for tests and CPU studies; GPT-2 sizes; GPT-architecture models at the widths of the
-// usual large sizes (7B, 13B, 70B).
+#define GPT2_VOCAB_SIZE 50257
+#define LLAMA2_VOCAB_SIZE 32000
+#define LLAMA3_VOCAB_SIZE 128256
+
+// Tiny sizes for tests and CPU studies, in either architecture; GPT-2 sizes; GPT-architecture models at the
+// widths of the usual large sizes (7B, 13B, 70B); Llama 2 and Llama 3 at their published shapes.
 static const ModelPreset MODEL_PRESETS[] = {
-    {"d2", 2, 64, 2, 256},        {"d4", 4, 128, 4, 256},       {"d6", 6, 384, 6, 1024},
-    {"124M", 12, 768, 12, 1024},  {"350M", 24, 1024, 16, 1024}, {"774M", 36, 1280, 20, 1024},
-    {"1.5B", 48, 1600, 25, 1024}, {"7B", 32, 4096, 32, 2048},   {"13B", 40, 5120, 40, 2048},
-    {"70B", 80, 8192, 64, 2048},
+    {"d2", ARCH_EITHER, 2, 64, 2, 256, GPT2_VOCAB_SIZE, 1, 192, 10000.0f},
+    {"d4", ARCH_EITHER, 4, 128, 4, 256, GPT2_VOCAB_SIZE, 2, 384, 10000.0f},
+    {"d6", ARCH_EITHER, 6, 384, 6, 1024, GPT2_VOCAB_SIZE, 3, 1024, 10000.0f},
+    {"124M", ARCH_GPT2, 12, 768, 12, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"350M", ARCH_GPT2, 24, 1024, 16, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"774M", ARCH_GPT2, 36, 1280, 20, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"1.5B", ARCH_GPT2, 48, 1600, 25, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"7B", ARCH_GPT2, 32, 4096, 32, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"13B", ARCH_GPT2, 40, 5120, 40, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"70B", ARCH_GPT2, 80, 8192, 64, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
+    {"llama2-7B", ARCH_LLAMA, 32, 4096, 32, 4096, LLAMA2_VOCAB_SIZE, 32, 11008, 10000.0f},
+    {"llama2-13B", ARCH_LLAMA, 40, 5120, 40, 4096, LLAMA2_VOCAB_SIZE, 40, 13824, 10000.0f},
+    {"llama2-70B", ARCH_LLAMA, 80, 8192, 64, 4096, LLAMA2_VOCAB_SIZE, 8, 28672, 10000.0f},
+    {"llama3-8B", ARCH_LLAMA, 32, 4096, 32, 8192, LLAMA3_VOCAB_SIZE, 8, 14336, 500000.0f},
+    {"llama3-70B", ARCH_LLAMA, 80, 8192, 64, 8192, LLAMA3_VOCAB_SIZE, 8, 28672, 500000.0f},
 };
 #define NUM_MODEL_PRESETS ((int)(sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0])))
-#define GPT2_VOCAB_SIZE 50257
+#define MODEL_PRESET_NAMES                                                                                   \
+    "d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B llama2-7B llama2-13B llama2-70B llama3-8B llama3-70B"
 
 static inline const ModelPreset *find_model_preset(const char *name) {
     for (int i = 0; i < NUM_MODEL_PRESETS; i++)
@@ -63,11 +119,15 @@ static inline int pad_vocab(int vocab_size) {
 }
 
 // ----------------------------------------------------------------------------
-// Parameters. The 16 tensors in llm.c's file order; in memory the tensors of one layer are kept
-// together (per-layer sharding later slices one block per layer), the four global tensors first:
-//   [wte (Vp,C)] [wpe (maxT,C)] [lnfw (C)] [lnfb (C)] then L blocks of
-//   [ln1w (C)] [ln1b (C)] [qkvw (3C,C)] [qkvb (3C)] [attprojw (C,C)] [attprojb (C)]
-//   [ln2w (C)] [ln2b (C)] [fcw (4C,C)] [fcb (4C)] [fcprojw (C,4C)] [fcprojb (C)]
+// Parameters. The tensors in llm.c's file order, each architecture's file order being this order with its
+// absent tensors left out (their size is 0). In memory the tensors of one layer are kept together
+// (per-layer sharding slices one block per layer), the global tensors first:
+//   [wte (Vp,C)] [wpe (maxT,C)] [lnfw (C)] [lnfb (C)] [lmhead (Vp,C)] then L blocks of
+//   [ln1w (C)] [ln1b (C)] [qkvw (QKV,C)] [qkvb (QKV)] [attprojw (C,C)] [attprojb (C)]
+//   [ln2w (C)] [ln2b (C)] [fcw (F,C)] [fcb (F)] [fcgatew (F,C)] [fcprojw (C,F)] [fcprojb (C)]
+// GPT-2: QKV = 3C, F = 4C, no lmhead (tied to wte) and no fcgatew. Llama: QKV = (NH + 2 KVH) hs, no wpe,
+// biases or LayerNorm biases (ln1w, ln2w, lnfw are RMSNorm weights); fcw is SwiGLU's up projection and
+// fcgatew its gate, adjacent so that the block's fc linear is one (2F,C) GEMM, [up; gate].
 // Checkpoint I/O converts to and from llm.c's tensor-major order.
 
 enum {
@@ -83,48 +143,81 @@ enum {
     PT_LN2B,
     PT_FCW,
     PT_FCB,
+    PT_FCGATEW,
     PT_FCPROJW,
     PT_FCPROJB,
     PT_LNFW,
     PT_LNFB,
+    PT_LMHEAD,
     NUM_PARAM_TENSORS
 };
 
 static const char *const PARAM_TENSOR_NAMES[NUM_PARAM_TENSORS] = {
-    "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
+    "wte",  "wpe", "ln1w", "ln1b",    "qkvw",    "qkvb",    "attprojw", "attprojb", "ln2w",
+    "ln2b", "fcw", "fcb",  "fcgatew", "fcprojw", "fcprojb", "lnfw",     "lnfb",     "lmhead"};
 
 GPT_HD static inline int param_is_per_layer(int tensor) {
     return tensor >= PT_LN1W && tensor <= PT_FCPROJB;
 }
 
-// Elements of one tensor (for per-layer tensors: of one layer's slice).
+// Llama has no position embedding, no biases and no LayerNorm biases; GPT-2 no separate head or gate.
+GPT_HD static inline int param_in_arch(const GPTConfig *cfg, int tensor) {
+    if (model_is_llama(cfg))
+        return tensor == PT_WTE || tensor == PT_LN1W || tensor == PT_QKVW || tensor == PT_ATTPROJW ||
+               tensor == PT_LN2W || tensor == PT_FCW || tensor == PT_FCGATEW || tensor == PT_FCPROJW ||
+               tensor == PT_LNFW || tensor == PT_LMHEAD;
+    return tensor != PT_LMHEAD && tensor != PT_FCGATEW;
+}
+
+// Elements of one tensor (for per-layer tensors: of one layer's slice); 0 for a tensor the architecture
+// does not have.
 GPT_HD static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) {
-    size_t C = (size_t)cfg->channels;
+    size_t C = (size_t)cfg->channels, F = (size_t)model_ffn_dim(cfg), QKV = (size_t)model_qkv_features(cfg);
+    if (!param_in_arch(cfg, tensor)) return 0;
     switch (tensor) {
     case PT_WTE:
+    case PT_LMHEAD:
         return (size_t)cfg->padded_vocab_size * C;
     case PT_WPE:
         return (size_t)cfg->max_seq_len * C;
     case PT_QKVW:
-        return 3 * C * C;
+        return QKV * C;
     case PT_QKVB:
-        return 3 * C;
+        return QKV;
     case PT_ATTPROJW:
         return C * C;
     case PT_FCW:
-        return 4 * C * C;
-    case PT_FCB:
-        return 4 * C;
+    case PT_FCGATEW:
     case PT_FCPROJW:
-        return 4 * C * C;
+        return F * C;
+    case PT_FCB:
+        return F;
     default:
         return C; // the LayerNorm weights and biases, attprojb, fcprojb
     }
 }
 
+// The global tensors in memory order: wte, wpe, lnfw, lnfb, lmhead.
+#define NUM_GLOBAL_TENSORS 5
+GPT_HD static inline int global_tensor(int i) {
+    switch (i) {
+    case 0:
+        return PT_WTE;
+    case 1:
+        return PT_WPE;
+    case 2:
+        return PT_LNFW;
+    case 3:
+        return PT_LNFB;
+    default:
+        return PT_LMHEAD;
+    }
+}
+
 GPT_HD static inline size_t param_global_size(const GPTConfig *cfg) {
-    return param_tensor_size(cfg, PT_WTE) + param_tensor_size(cfg, PT_WPE) + 2 * (size_t)cfg->channels;
+    size_t n = 0;
+    for (int i = 0; i < NUM_GLOBAL_TENSORS; i++) n += param_tensor_size(cfg, global_tensor(i));
+    return n;
 }
 
 GPT_HD static inline size_t param_layer_size(const GPTConfig *cfg) {
@@ -140,9 +233,8 @@ static inline size_t param_count(const GPTConfig *cfg) {
 // Offset of tensor `tensor` (of layer `layer` for per-layer tensors; layer ignored otherwise).
 static inline size_t param_offset(const GPTConfig *cfg, int tensor, int layer) {
     if (!param_is_per_layer(tensor)) {
-        static const int global_order[] = {PT_WTE, PT_WPE, PT_LNFW, PT_LNFB};
         size_t offset = 0;
-        for (int i = 0; global_order[i] != tensor; i++) offset += param_tensor_size(cfg, global_order[i]);
+        for (int i = 0; global_tensor(i) != tensor; i++) offset += param_tensor_size(cfg, global_tensor(i));
         return offset;
     }
     size_t offset = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg);
@@ -150,7 +242,7 @@ static inline size_t param_offset(const GPTConfig *cfg, int tensor, int layer) {
     return offset;
 }
 
-// The tensor holding element `offset` of the parameter buffer.
+// The tensor holding element `offset` of the parameter buffer (tensors of size 0 hold none).
 GPT_HD static inline int param_tensor_at(const GPTConfig *cfg, size_t offset) {
     size_t global = param_global_size(cfg);
     if (offset >= global) {
@@ -159,10 +251,10 @@ GPT_HD static inline int param_tensor_at(const GPTConfig *cfg, size_t offset) {
         while (within >= param_tensor_size(cfg, tensor)) within -= param_tensor_size(cfg, tensor++);
         return tensor;
     }
-    size_t wte = param_tensor_size(cfg, PT_WTE), wpe = param_tensor_size(cfg, PT_WPE);
-    if (offset < wte) return PT_WTE;
-    if (offset < wte + wpe) return PT_WPE;
-    return offset < wte + wpe + (size_t)cfg->channels ? PT_LNFW : PT_LNFB;
+    int i = 0;
+    while (offset >= param_tensor_size(cfg, global_tensor(i)))
+        offset -= param_tensor_size(cfg, global_tensor(i++));
+    return global_tensor(i);
 }
 
 // The tensor and layer (0 for the global tensors) holding element `offset`, and where that tensor's slice
@@ -174,10 +266,11 @@ static inline size_t param_locate(const GPTConfig *cfg, size_t offset, int *tens
     return param_offset(cfg, *tensor, *layer) + param_tensor_size(cfg, *tensor);
 }
 
-// Weight decay applies to the 2-D weights only (embeddings and matmul weights), not to LayerNorm or biases.
+// Weight decay applies to the 2-D weights only (embeddings, matmul weights and the head), not to the norms'
+// weights or biases.
 GPT_HD static inline int param_is_decayed(int tensor) {
     return tensor == PT_WTE || tensor == PT_WPE || tensor == PT_QKVW || tensor == PT_ATTPROJW ||
-           tensor == PT_FCW || tensor == PT_FCPROJW;
+           tensor == PT_FCW || tensor == PT_FCGATEW || tensor == PT_FCPROJW || tensor == PT_LMHEAD;
 }
 
 // The end (at most limit) of the run of parameters from `offset` whose tensors all share the weight decay
@@ -195,7 +288,9 @@ static inline size_t param_decay_run(const GPTConfig *cfg, size_t offset, size_t
     return stop < limit ? stop : limit;
 }
 
-// The four linear layers of a block: their weight tensor, bias tensor, and (out, in) features.
+// The four linear layers of a block: their weight tensor, bias tensor (the one after it; Llama's are
+// empty), and (out, in) features. Llama's fc is SwiGLU's up and gate projections in one GEMM: its weight
+// is fcw and fcgatew, adjacent.
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_BLOCK_LINEARS };
 
 GPT_HD static inline int linear_weight_tensor(int linear) {
@@ -213,16 +308,51 @@ GPT_HD static inline int linear_weight_tensor(int linear) {
 
 // The block linears' weights, which float8 reads in FP8 only (every other tensor it reads in BF16).
 GPT_HD static inline int param_is_linear_weight(int tensor) {
-    return tensor == PT_QKVW || tensor == PT_ATTPROJW || tensor == PT_FCW || tensor == PT_FCPROJW;
+    return tensor == PT_QKVW || tensor == PT_ATTPROJW || tensor == PT_FCW || tensor == PT_FCGATEW ||
+           tensor == PT_FCPROJW;
 }
 
 static inline int linear_out_features(const GPTConfig *cfg, int linear) {
-    static const int multiple[NUM_BLOCK_LINEARS] = {3, 1, 4, 1};
-    return multiple[linear] * cfg->channels;
+    switch (linear) {
+    case LIN_QKV:
+        return model_qkv_features(cfg);
+    case LIN_FC:
+        return (model_is_llama(cfg) ? 2 : 1) * model_ffn_dim(cfg);
+    default:
+        return cfg->channels;
+    }
 }
 
 static inline int linear_in_features(const GPTConfig *cfg, int linear) {
-    return linear == LIN_FCPROJ ? 4 * cfg->channels : cfg->channels;
+    return linear == LIN_FCPROJ ? model_ffn_dim(cfg) : cfg->channels;
+}
+
+// Elements of the linear's weight (OC, IC), from linear_weight_tensor's offset on.
+static inline size_t linear_weight_size(const GPTConfig *cfg, int linear) {
+    return (size_t)linear_out_features(cfg, linear) * linear_in_features(cfg, linear);
+}
+
+// The width of the widest activation row of a block (the fc linear's output) and of its MLP's hidden
+// activation (GELU's or SwiGLU's output, fcproj's input).
+static inline int model_widest_features(const GPTConfig *cfg) {
+    int fc = linear_out_features(cfg, LIN_FC), qkv = model_qkv_features(cfg);
+    return fc > qkv ? fc : qkv;
+}
+
+// ----------------------------------------------------------------------------
+// Rotary position embeddings (Llama): the pair (x[2i], x[2i+1]) of every query and key head at position t is
+// rotated by the angle t * theta^(-2i/hs), llm.c's and Meta's interleaved convention. The table of (cos,
+// sin) is computed once, in double then rounded, so both trainers rotate by the same floats.
+
+// table (maxT, hs/2, 2): cos and sin of each position's angle for each pair.
+static inline void rope_table(float *table, const GPTConfig *cfg) {
+    int hs = cfg->channels / cfg->num_heads, pairs = hs / 2;
+    for (int t = 0; t < cfg->max_seq_len; t++)
+        for (int i = 0; i < pairs; i++) {
+            double angle = t * pow((double)cfg->rope_theta, -2.0 * i / hs);
+            table[((size_t)t * pairs + i) * 2] = (float)cos(angle);
+            table[((size_t)t * pairs + i) * 2 + 1] = (float)sin(angle);
+        }
 }
 
 // ----------------------------------------------------------------------------
@@ -271,14 +401,16 @@ static inline float counter_normal(uint64_t seed, uint64_t index) {
 }
 
 // ----------------------------------------------------------------------------
-// Seeded initialisation (GPT-2): matmul weights and embeddings N(0, 0.02), the projections that feed
-// the residual stream N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1; llm.c keeps the padded
-// vocabulary rows of wte at zero (they never receive a gradient).
+// Seeded initialisation (GPT-2's, also for Llama): matmul weights, embeddings and the head N(0, 0.02), the
+// projections that feed the residual stream N(0, 0.02/sqrt(2L)), biases 0, norm weights 1; llm.c keeps the
+// padded vocabulary rows of wte (and here of the head) at zero (they never receive a gradient).
 
 // Element `offset` of the parameter vector.
 static inline float gpt_init_value(const GPTConfig *cfg, uint64_t seed, size_t offset) {
     int tensor = param_tensor_at(cfg, offset);
-    if (tensor == PT_WTE && offset >= (size_t)cfg->vocab_size * cfg->channels) return 0.0f;
+    if ((tensor == PT_WTE || tensor == PT_LMHEAD) &&
+        offset - param_offset(cfg, tensor, 0) >= (size_t)cfg->vocab_size * cfg->channels)
+        return 0.0f;
     if (param_is_decayed(tensor)) {
         float residual_std = 0.02f / sqrtf(2.0f * (float)cfg->num_layers);
         float std = (tensor == PT_ATTPROJW || tensor == PT_FCPROJW) ? residual_std : 0.02f;

@@ -1,5 +1,5 @@
-// train_gpt.c: the CPU reference trainer. GPT-2 in plain C with FP32 arithmetic, which applies, at
-// exactly the places where the CUDA trainer rounds, the same roundings:
+// train_gpt.c: the CPU reference trainer. GPT-2 and Llama (gpt_model.h) in plain C with FP32 arithmetic,
+// which applies, at exactly the places where the CUDA trainer rounds, the same roundings:
 //   --dtype bfloat16: every activation and activation gradient is stored in BF16 (round to nearest
 //     even after each op), the weights the ops read are a BF16 copy of the FP32 master weights;
 //   --dtype float8: as bfloat16, and in addition the four linear layers of every block run their three
@@ -8,8 +8,9 @@
 //     per-block scales (--fp8_recipe blockwise, mxfp8; mxfp8 is E4M3 throughout).
 // GEMMs then run in FP32, which is what an FP8/BF16 GEMM with FP32 accumulation computes up to
 // summation order. Weight gradients, master weights and AdamW moments are FP32 in every dtype.
-// Attention scores and softmax, LayerNorm statistics and the cross-entropy are computed in FP32 and
-// only their outputs are rounded, as a fused GPU kernel does.
+// Attention scores and softmax, LayerNorm and RMSNorm statistics, the rotary embeddings' rotations, GELU and
+// SwiGLU and the cross-entropy are computed in FP32 and only their outputs are rounded, as a fused GPU
+// kernel does.
 // Several processes (mpirun or srun; dist.h) train data-parallel with the CUDA trainer's algorithm: each
 // reads its rows of every batch, gradients are summed over MPI, --zero_stage 1/3 shards the optimizer
 // state (and, on the GPU, the weights and gradients), and the FP8 amaxes are max-reduced so that with the
@@ -324,18 +325,21 @@ static void gemm(float *pack, int trans_a, int trans_b, int M, int N, int K, flo
 
 // Per-layer activations are kept for L layers, or with --recompute for one (slot 0): the backward then
 // recomputes each layer's forward from its input (residual3 of the layer before, kept for every layer).
+// QKV = the qkv row's features (GPT-2 3C), FC = the fc linear's outputs (GPT-2 4C, Llama 2F: up and gate),
+// F = the MLP's hidden features (GPT-2 4C). Llama's norms are RMSNorms (the mean buffers unused) and its
+// qkv holds the queries and keys after the rotary embeddings.
 typedef struct {
     float *encoded;             // (B,T,C)
     float *ln1;                 // (L,B,T,C)
     float *ln1_mean, *ln1_rstd; // (L,B,T)
-    float *qkv;                 // (L,B,T,3C)
+    float *qkv;                 // (L,B,T,QKV)
     float *atty;                // (L,B,T,C)
     float *att;                 // (L,B,NH,T,T) softmax probabilities, FP32
     float *residual2;           // (L,B,T,C)
     float *ln2;                 // (L,B,T,C)
     float *ln2_mean, *ln2_rstd; // (L,B,T)
-    float *fch;                 // (L,B,T,4C)
-    float *fch_gelu;            // (L,B,T,4C)
+    float *fch;                 // (L,B,T,FC)
+    float *fch_gelu;            // (L,B,T,F) GELU's output, or SwiGLU's
     float *residual3;           // (L,B,T,C)
     float *lnf;                 // (B,T,C)
     float *lnf_mean, *lnf_rstd; // (B,T)
@@ -343,6 +347,7 @@ typedef struct {
     float *probs;               // (B,T,Vp), turned into dlogits by the backward
     float *losses;              // (B,T)
     float *proj_out;            // (B,T,C) scratch: attention / MLP projection output before the residual add
+    float *rope;                // (maxT,hs/2,2) Llama: the rotary embeddings' cos and sin (gpt_model.h)
     // float8 only: each linear's quantized input, saved by the forward for the weight-gradient GEMM
     float *input_q[NUM_BLOCK_LINEARS]; // (L,B,T,IC)
 } Activations;
@@ -350,12 +355,15 @@ typedef struct {
 typedef struct {
     float *dresidual; // (B,T,C) gradient of the residual stream
     float *dc;        // (B,T,C) gradient of a LayerNorm output or of the attention output
-    float *dqkv;      // (B,T,3C)
-    float *dfch;      // (B,T,4C) gradient of the GELU output, then (in place) of its input
-    float *dout_q;    // (B,T,4C) float8: the quantized output gradient of the linear being differentiated
-                      // (block recipes: in tiles along its features, and the forward's input tiles too)
-    float *dout_qc;   // (B,T,4C) block recipes: that gradient in tiles along the tokens (weight gradient)
-    float *att_row;   // (B,NH,T) scratch for the attention backward
+    float *dqkv;      // (B,T,QKV)
+    float *dfch;    // (B,T,FC) gradient of the GELU output, then (in place) of its input; Llama: of SwiGLU's
+                    // input
+    float *dhidden; // (B,T,F) Llama: gradient of SwiGLU's output
+    float *dout_q;  // (B,T,W) float8: the quantized output gradient of the linear being differentiated
+                    // (block recipes: in tiles along its features, and the forward's input tiles too);
+                    // W = model_widest_features
+    float *dout_qc; // (B,T,W) block recipes: that gradient in tiles along the tokens (weight gradient)
+    float *att_row; // (B,NH,T) scratch for the attention backward
 } Gradients;
 
 // FP8 scaling state of the activations and gradients: for every layer and linear, one input tensor
@@ -502,7 +510,7 @@ static void refresh_compute_weights(GPT *model) {
     for (int l = 0; l < cfg->num_layers; l++) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
             size_t offset = param_offset(cfg, linear_weight_tensor(lin), l);
-            size_t n = param_tensor_size(cfg, linear_weight_tensor(lin));
+            size_t n = linear_weight_size(cfg, lin);
             int w = l * NUM_BLOCK_LINEARS + lin, tensor = model->fp8.num_tensors + w;
             Fp8Stats *stats = &model->fp8.stats;
             if (fp8_recipe_is_block(model->fp8.recipe)) {
@@ -546,6 +554,8 @@ static void carve_buffers(GPT *model, Arena *arena) {
     const GPTConfig *cfg = &model->config;
     size_t P = model->num_params, L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
     size_t Vp = cfg->padded_vocab_size, B = model->B, T = model->T, BT = B * T;
+    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_FC), F = model_ffn_dim(cfg);
+    size_t W = model_widest_features(cfg);
     int dtype = model->dtype;
     model->params = arena_take(arena, P);
     model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
@@ -553,8 +563,8 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->weights_fp8_t =
         dtype == DTYPE_FLOAT8 && model->fp8.recipe == FP8_RECIPE_MXFP8 ? arena_take(arena, P) : NULL;
     model->grads = arena_take(arena, P);
-    size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= 4C) or Vp
-    model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > 4 * C ? widest : 4 * C));
+    size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= W) or Vp
+    model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > W ? widest : W));
     size_t S = model->shard_count;
     model->master = model->ways == 1 ? model->params : arena_take(arena, S);
     model->grad_shard = model->ways == 1 ? model->grads : arena_take(arena, S);
@@ -567,15 +577,15 @@ static void carve_buffers(GPT *model, Arena *arena) {
     a->ln1 = arena_take(arena, K * BT * C);
     a->ln1_mean = arena_take(arena, K * BT);
     a->ln1_rstd = arena_take(arena, K * BT);
-    a->qkv = arena_take(arena, K * BT * 3 * C);
+    a->qkv = arena_take(arena, K * BT * QKV);
     a->atty = arena_take(arena, K * BT * C);
     a->att = arena_take(arena, K * B * NH * T * T);
     a->residual2 = arena_take(arena, K * BT * C);
     a->ln2 = arena_take(arena, K * BT * C);
     a->ln2_mean = arena_take(arena, K * BT);
     a->ln2_rstd = arena_take(arena, K * BT);
-    a->fch = arena_take(arena, K * BT * 4 * C);
-    a->fch_gelu = arena_take(arena, K * BT * 4 * C);
+    a->fch = arena_take(arena, K * BT * FC);
+    a->fch_gelu = arena_take(arena, K * BT * F);
     a->residual3 = arena_take(arena, L * BT * C);
     a->lnf = arena_take(arena, BT * C);
     a->lnf_mean = arena_take(arena, BT);
@@ -584,18 +594,19 @@ static void carve_buffers(GPT *model, Arena *arena) {
     a->probs = arena_take(arena, BT * Vp);
     a->losses = arena_take(arena, BT);
     a->proj_out = arena_take(arena, BT * C);
+    a->rope = model_is_llama(cfg) ? arena_take(arena, (size_t)cfg->max_seq_len * (C / NH)) : NULL;
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
         a->input_q[lin] =
             dtype == DTYPE_FLOAT8 ? arena_take(arena, K * BT * linear_in_features(cfg, lin)) : NULL;
     Gradients *g = &model->dacts;
     g->dresidual = arena_take(arena, BT * C);
     g->dc = arena_take(arena, BT * C);
-    g->dqkv = arena_take(arena, BT * 3 * C);
-    g->dfch = arena_take(arena, BT * 4 * C);
-    g->dout_q = dtype == DTYPE_FLOAT8 ? arena_take(arena, BT * 4 * C) : NULL;
-    g->dout_qc = dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)
-                     ? arena_take(arena, BT * 4 * C)
-                     : NULL;
+    g->dqkv = arena_take(arena, BT * QKV);
+    g->dfch = arena_take(arena, BT * FC);
+    g->dhidden = model_is_llama(cfg) ? arena_take(arena, BT * F) : NULL;
+    g->dout_q = dtype == DTYPE_FLOAT8 ? arena_take(arena, BT * W) : NULL;
+    g->dout_qc =
+        dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe) ? arena_take(arena, BT * W) : NULL;
     g->att_row = arena_take(arena, B * NH * T);
 }
 
@@ -620,6 +631,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     arena.base = model->memory;
     arena.used = 0;
     carve_buffers(model, &arena);
+    if (model_is_llama(cfg)) rope_table(model->acts.rope, cfg);
 }
 
 static void gpt_free(GPT *model) {
@@ -635,25 +647,25 @@ static void gpt_free(GPT *model) {
 // ----------------------------------------------------------------------------
 // Layers: each forward beside its backward. N = B*T rows.
 
-// out (B,T,C) = wte[token] + wpe[t]
+// out (B,T,C) = wte[token] + wpe[t] (Llama: wpe NULL, no position embedding)
 static void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B, int T,
                             int C, int dtype) {
 #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        const float *te = wte + (size_t)tokens[bt] * C, *pe = wpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) out[(size_t)bt * C + c] = to_storage(te[c] + pe[c], dtype);
+        const float *te = wte + (size_t)tokens[bt] * C, *pe = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        for (int c = 0; c < C; c++) out[(size_t)bt * C + c] = to_storage(pe ? te[c] + pe[c] : te[c], dtype);
     }
 }
 
-// dwte[token] += dout, dwpe[t] += dout. Serial over rows: two rows may share a token.
+// dwte[token] += dout, dwpe[t] += dout (dwpe NULL: none). Serial over rows: two rows may share a token.
 static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
                              int C) {
     for (int bt = 0; bt < B * T; bt++) {
-        float *dte = dwte + (size_t)tokens[bt] * C, *dpe = dwpe + (size_t)(bt % T) * C;
-        for (int c = 0; c < C; c++) {
-            dte[c] += dout[(size_t)bt * C + c];
-            dpe[c] += dout[(size_t)bt * C + c];
-        }
+        float *dte = dwte + (size_t)tokens[bt] * C;
+        for (int c = 0; c < C; c++) dte[c] += dout[(size_t)bt * C + c];
+        if (!dwpe) continue;
+        float *dpe = dwpe + (size_t)(bt % T) * C;
+        for (int c = 0; c < C; c++) dpe[c] += dout[(size_t)bt * C + c];
     }
 }
 
@@ -706,6 +718,41 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     }
 }
 
+// Llama's RMSNorm: (N,C) -> (N,C) in storage, out = x * rstd * weight, saving rstd (N) =
+// 1/sqrt(mean(x^2) + eps) for the backward
+static void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                            int dtype) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float sum_squares = 0.0f;
+        for (int c = 0; c < C; c++) sum_squares += x[c] * x[c];
+        float s = 1.0f / sqrtf(sum_squares / C + LLAMA_NORM_EPS);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = to_storage(x[c] * s * weight[c], dtype);
+        rstd[n] = s;
+    }
+}
+
+// dinp (N,C) += the input gradient, the sum in storage; dweight (C) += its gradient.
+// With y = x * s * w and s = (mean(x^2) + eps)^(-1/2): dx = s * (w * dy - x * s^2 * mean(w * dy * x)).
+static void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C, int dtype) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float s = rstd[n], dot = 0.0f;
+        for (int c = 0; c < C; c++) dot += weight[c] * dy[c] * x[c];
+        float coefficient = s * s * dot / C;
+        for (int c = 0; c < C; c++) {
+            float d = s * (weight[c] * dy[c] - x[c] * coefficient);
+            dinp[(size_t)n * C + c] = to_storage(dinp[(size_t)n * C + c] + d, dtype);
+        }
+    }
+#pragma omp parallel for
+    for (int c = 0; c < C; c++)
+        for (int n = 0; n < N; n++) dweight[c] += dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
+}
+
 // A block recipe's cast of tensor `index`, x (rows, cols) with the reduction of the GEMM that reads it along
 // cols (tiles 1 x b) or, down_rows, along rows (tiles b x 1); in training (record) its amax and telemetry
 // are kept.
@@ -719,16 +766,19 @@ static void cast_blocks(GPT *model, int index, const float *x, int rows, int col
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
 }
 
-// Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias, rounded to
-// storage (with keep_fp32 left in FP32 for the caller). In float8 the input is cast to E4M3 into input_q
-// (kept for the weight gradient) and the GEMM multiplies FP8 values, its FP32 result divided by both scales.
+// Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias (Llama: none),
+// rounded to storage (with keep_fp32 left in FP32 for the caller). In float8 the input is cast to E4M3 into
+// input_q (kept for the weight gradient) and the GEMM multiplies FP8 values, its FP32 result divided by both
+// scales.
 static void linear_forward(GPT *model, int layer, int linear, float *out, const float *inp, float *input_q,
                            int N, int record_amax, int keep_fp32) {
     const GPTConfig *cfg = &model->config;
     int OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
     size_t weight_offset = param_offset(cfg, weight_tensor, layer);
-    const float *bias = model->params_compute + param_offset(cfg, weight_tensor + 1, layer);
+    const float *bias = param_tensor_size(cfg, weight_tensor + 1)
+                            ? model->params_compute + param_offset(cfg, weight_tensor + 1, layer)
+                            : NULL;
     if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)) {
         // tiles along IC for this GEMM into the scratch, along the tokens into input_q for the weight
         // gradient
@@ -752,11 +802,12 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++)
             out[(size_t)n * OC + o] =
-                to_storage(out[(size_t)n * OC + o] + bias[o], keep_fp32 ? DTYPE_FLOAT32 : model->dtype);
+                to_storage(bias ? out[(size_t)n * OC + o] + bias[o] : out[(size_t)n * OC + o],
+                           keep_fp32 ? DTYPE_FLOAT32 : model->dtype);
 }
 
 // dinp (N,IC) = dout . W (rounded to storage, or with keep_fp32 left in FP32 for the caller); dW (OC,IC) +=
-// dout^T . inp; dbias (OC) += column sums of dout.
+// dout^T . inp; dbias (OC) += column sums of dout (Llama: no bias).
 // In float8 dout is cast to E5M2 once and serves both GEMMs; the weight gradient uses the forward's
 // quantized input.
 static void linear_backward(GPT *model, int layer, int linear, float *dinp, const float *dout,
@@ -766,10 +817,12 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
     int weight_tensor = linear_weight_tensor(linear);
     size_t weight_offset = param_offset(cfg, weight_tensor, layer);
     float *dweight = model->grads + weight_offset;
-    float *dbias = model->grads + param_offset(cfg, weight_tensor + 1, layer);
+    if (param_tensor_size(cfg, weight_tensor + 1)) {
+        float *dbias = model->grads + param_offset(cfg, weight_tensor + 1, layer);
 #pragma omp parallel for
-    for (int o = 0; o < OC; o++)
-        for (int n = 0; n < N; n++) dbias[o] += dout[(size_t)n * OC + o];
+        for (int o = 0; o < OC; o++)
+            for (int n = 0; n < N; n++) dbias[o] += dout[(size_t)n * OC + o];
+    }
     if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)) {
         // dout in tiles along OC for the data gradient, along the tokens for the weight gradient
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
@@ -797,20 +850,23 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
     round_to_storage(dinp, (size_t)N * IC, keep_fp32 ? DTYPE_FLOAT32 : model->dtype);
 }
 
-// Causal self-attention: qkv (B,T,3C) -> out (B,T,C) in storage, saving the probabilities att (B,NH,T,T).
-static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
+// Causal self-attention with grouped-query heads: qkv (B,T,QKV) -> out (B,T,C) in storage, saving the
+// probabilities att (B,NH,T,T). A qkv row is NH query heads, KVH key heads, KVH value heads of hs = C/NH;
+// query head h reads key and value head h / (NH/KVH) (GPT-2: KVH = NH, QKV = 3C).
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int KVH,
                               int dtype) {
-    int hs = C / NH;
+    int hs = C / NH, group = NH / KVH, QKV = (NH + 2 * KVH) * hs;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                int key_at = NH * hs + h / group * hs, value_at = (NH + KVH) * hs + h / group * hs;
+                const float *q = qkv + ((size_t)b * T + t) * QKV + h * hs;
                 float *p = att + (((size_t)b * NH + h) * T + t) * T;
                 float maxv = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
+                    const float *k = qkv + ((size_t)b * T + t2) * QKV + key_at;
                     float dot = 0.0f;
                     for (int i = 0; i < hs; i++) dot += q[i] * k[i];
                     p[t2] = dot * scale;
@@ -825,7 +881,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
                 float *o = out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
+                    const float *v = qkv + ((size_t)b * T + t2) * QKV + value_at;
                     for (int i = 0; i < hs; i++) o[i] += p[t2] * v[i];
                 }
                 for (int i = 0; i < hs; i++) o[i] = to_storage(o[i], dtype);
@@ -834,43 +890,67 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
     }
 }
 
-// dqkv (B,T,3C) = gradient of the attention given dout (B,T,C). One thread per (b,h): the key and
-// value gradients of a head accumulate over its query rows.
+// dqkv (B,T,QKV) = gradient of the attention given dout (B,T,C). One thread per (b, key/value head): the
+// key and value gradients of a head accumulate over the query rows of its group's heads, head by head.
 static void attention_backward(float *dqkv, float *att_row, const float *dout, const float *qkv,
-                               const float *att, int B, int T, int C, int NH) {
-    int hs = C / NH;
+                               const float *att, int B, int T, int C, int NH, int KVH) {
+    int hs = C / NH, group = NH / KVH, QKV = (NH + 2 * KVH) * hs;
     float scale = 1.0f / sqrtf((float)hs);
-    memset(dqkv, 0, (size_t)B * T * 3 * C * sizeof(float));
+    memset(dqkv, 0, (size_t)B * T * QKV * sizeof(float));
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float *datt = att_row + ((size_t)b * NH + h) * T;
-            for (int t = 0; t < T; t++) {
-                const float *p = att + (((size_t)b * NH + h) * T + t) * T;
-                const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
-                float dot_p_datt = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * 3 * C + 2 * C + h * hs;
-                    float d = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        d += dy[i] * v[i];
-                        dv[i] += p[t2] * dy[i];
+        for (int kv = 0; kv < KVH; kv++) {
+            int key_at = NH * hs + kv * hs, value_at = (NH + KVH) * hs + kv * hs;
+            for (int h = kv * group; h < (kv + 1) * group; h++) {
+                float *datt = att_row + ((size_t)b * NH + h) * T;
+                for (int t = 0; t < T; t++) {
+                    const float *p = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float *dy = dout + ((size_t)b * T + t) * C + h * hs;
+                    const float *q = qkv + ((size_t)b * T + t) * QKV + h * hs;
+                    float *dq = dqkv + ((size_t)b * T + t) * QKV + h * hs;
+                    float dot_p_datt = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float *v = qkv + ((size_t)b * T + t2) * QKV + value_at;
+                        float *dv = dqkv + ((size_t)b * T + t2) * QKV + value_at;
+                        float d = 0.0f;
+                        for (int i = 0; i < hs; i++) {
+                            d += dy[i] * v[i];
+                            dv[i] += p[t2] * dy[i];
+                        }
+                        datt[t2] = d;
+                        dot_p_datt += p[t2] * d;
                     }
-                    datt[t2] = d;
-                    dot_p_datt += p[t2] * d;
-                }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dscore = p[t2] * (datt[t2] - dot_p_datt) * scale;
-                    const float *k = qkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * 3 * C + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += dscore * k[i];
-                        dk[i] += dscore * q[i];
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float dscore = p[t2] * (datt[t2] - dot_p_datt) * scale;
+                        const float *k = qkv + ((size_t)b * T + t2) * QKV + key_at;
+                        float *dk = dqkv + ((size_t)b * T + t2) * QKV + key_at;
+                        for (int i = 0; i < hs; i++) {
+                            dq[i] += dscore * k[i];
+                            dk[i] += dscore * q[i];
+                        }
                     }
                 }
+            }
+        }
+    }
+}
+
+// Llama's rotary embeddings, in place on the query and key heads of qkv (B,T,QKV) (the NH + KVH heads before
+// the values), in storage: each pair (x0, x1) at position t becomes (x0 cos - x1 sin, x0 sin + x1 cos) with
+// rope's (cos, sin) of t and the pair. inverse: the transposed rotation (the backward of the gradients).
+static void rope_rotate(float *qkv, const float *rope, int B, int T, int C, int NH, int KVH, int inverse,
+                        int dtype) {
+    int hs = C / NH, pairs = hs / 2, QKV = (NH + 2 * KVH) * hs;
+    float sign = inverse ? -1.0f : 1.0f;
+#pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *table = rope + (size_t)(bt % T) * pairs * 2;
+        for (int head = 0; head < NH + KVH; head++) {
+            float *x = qkv + (size_t)bt * QKV + head * hs;
+            for (int i = 0; i < pairs; i++) {
+                float cos_t = table[2 * i], sin_t = sign * table[2 * i + 1], x0 = x[2 * i], x1 = x[2 * i + 1];
+                x[2 * i] = to_storage(x0 * cos_t - x1 * sin_t, dtype);
+                x[2 * i + 1] = to_storage(x0 * sin_t + x1 * cos_t, dtype);
             }
         }
     }
@@ -897,6 +977,34 @@ static void gelu_backward(float *dinout, const float *inp, size_t n, int dtype) 
         float sech2 = 1.0f - th * th;
         float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinout[i] = to_storage(dinout[i] * local, dtype);
+    }
+}
+
+// Llama's SwiGLU: fch (N,2F) holds each row's up projection u, then its gate g; out (N,F) = silu(g) * u in
+// storage, silu(g) = g * sigmoid(g).
+static void swiglu_forward(float *out, const float *fch, int N, int F, int dtype) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *up = fch + (size_t)n * 2 * F, *gate = up + F;
+        for (int i = 0; i < F; i++) {
+            float g = gate[i];
+            out[(size_t)n * F + i] = to_storage(g / (1.0f + expf(-g)) * up[i], dtype);
+        }
+    }
+}
+
+// dfch (N,2F) = the gradients of u and g in storage, given dout (N,F): du = dout * silu(g),
+// dg = dout * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))).
+static void swiglu_backward(float *dfch, const float *dout, const float *fch, int N, int F, int dtype) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const float *up = fch + (size_t)n * 2 * F, *gate = up + F, *dy = dout + (size_t)n * F;
+        float *dup = dfch + (size_t)n * 2 * F, *dgate = dup + F;
+        for (int i = 0; i < F; i++) {
+            float g = gate[i], sigmoid = 1.0f / (1.0f + expf(-g));
+            dup[i] = to_storage(dy[i] * g * sigmoid, dtype);
+            dgate[i] = to_storage(dy[i] * up[i] * sigmoid * (1.0f + g * (1.0f - sigmoid)), dtype);
+        }
     }
 }
 
@@ -1006,20 +1114,21 @@ static LayerActs layer_acts(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
     Activations *a = &model->acts;
     size_t N = (size_t)model->B * model->T, NC = N * cfg->channels, k = model->recompute ? 0 : (size_t)l;
+    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_FC), F = model_ffn_dim(cfg);
     LayerActs la;
     la.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
     la.ln1 = a->ln1 + k * NC;
     la.ln1_mean = a->ln1_mean + k * N;
     la.ln1_rstd = a->ln1_rstd + k * N;
-    la.qkv = a->qkv + k * NC * 3;
+    la.qkv = a->qkv + k * N * QKV;
     la.atty = a->atty + k * NC;
     la.att = a->att + k * (size_t)model->B * cfg->num_heads * model->T * model->T;
     la.residual2 = a->residual2 + k * NC;
     la.ln2 = a->ln2 + k * NC;
     la.ln2_mean = a->ln2_mean + k * N;
     la.ln2_rstd = a->ln2_rstd + k * N;
-    la.fch = a->fch + k * NC * 4;
-    la.fch_gelu = a->fch_gelu + k * NC * 4;
+    la.fch = a->fch + k * N * FC;
+    la.fch_gelu = a->fch_gelu + k * N * F;
     la.residual3 = a->residual3 + l * NC;
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
         la.input_q[lin] =
@@ -1027,28 +1136,59 @@ static LayerActs layer_acts(GPT *model, int l) {
     return la;
 }
 
-// Block l: residual2 = residual + attproj(attention(qkv(ln1(residual)))), residual3 = residual2 +
-// fcproj(gelu(fc(ln2(residual2)))), all (B,T,C). record_amax: as gpt_forward.
+// The block's norms: LayerNorm (GPT-2) or RMSNorm (Llama, no bias and no mean), (N,C) -> (N,C).
+static void norm_forward(const GPT *model, float *out, float *mean, float *rstd, const float *inp, int weight,
+                         int layer) {
+    const GPTConfig *cfg = &model->config;
+    float *w = model->params_compute;
+    int N = model->B * model->T, C = cfg->channels;
+    if (model_is_llama(cfg))
+        rmsnorm_forward(out, rstd, inp, param_ptr(w, cfg, weight, layer), N, C, model->dtype);
+    else
+        layernorm_forward(out, mean, rstd, inp, param_ptr(w, cfg, weight, layer),
+                          param_ptr(w, cfg, weight + 1, layer), N, C, model->dtype);
+}
+
+// dinp += the input gradient of norm `weight` given dout; its weight's (and bias's) gradients accumulate.
+static void norm_backward(GPT *model, float *dinp, const float *dout, const float *inp, const float *mean,
+                          const float *rstd, int weight, int layer) {
+    const GPTConfig *cfg = &model->config;
+    float *w = model->params_compute, *dw = model->grads;
+    int N = model->B * model->T, C = cfg->channels;
+    if (model_is_llama(cfg))
+        rmsnorm_backward(dinp, param_ptr(dw, cfg, weight, layer), dout, inp, param_ptr(w, cfg, weight, layer),
+                         rstd, N, C, model->dtype);
+    else
+        layernorm_backward(dinp, param_ptr(dw, cfg, weight, layer), param_ptr(dw, cfg, weight + 1, layer),
+                           dout, inp, param_ptr(w, cfg, weight, layer), mean, rstd, N, C, model->dtype);
+}
+
+// Block l: residual2 = residual + attproj(attention(qkv(norm1(residual)))), residual3 = residual2 +
+// fcproj(act(fc(norm2(residual2)))), all (B,T,C); GPT-2: LayerNorms and GELU, Llama: RMSNorms, rotary
+// embeddings on the queries and keys, and SwiGLU. record_amax: as gpt_forward.
 static void block_forward(GPT *model, int l, int record_amax) {
     const GPTConfig *cfg = &model->config;
-    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T, dtype = model->dtype;
-    size_t NC = (size_t)N * C;
-    float *w = model->params_compute, *proj_out = model->acts.proj_out;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, KVH = model_kv_heads(cfg);
+    int N = B * T, dtype = model->dtype, llama = model_is_llama(cfg);
+    size_t NC = (size_t)N * C, NF = (size_t)N * model_ffn_dim(cfg);
+    float *proj_out = model->acts.proj_out;
     LayerActs la = layer_acts(model, l);
-    layernorm_forward(la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, param_ptr(w, cfg, PT_LN1W, l),
-                      param_ptr(w, cfg, PT_LN1B, l), N, C, dtype);
+    norm_forward(model, la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, PT_LN1W, l);
     linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax, 0);
-    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, dtype);
+    if (llama) rope_rotate(la.qkv, model->acts.rope, B, T, C, NH, KVH, 0, dtype);
+    attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, KVH, dtype);
     linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax, 0);
     residual_forward(la.residual2, la.residual, proj_out, NC, dtype);
-    layernorm_forward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, param_ptr(w, cfg, PT_LN2W, l),
-                      param_ptr(w, cfg, PT_LN2B, l), N, C, dtype);
+    norm_forward(model, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, PT_LN2W, l);
     // bfloat16 takes the GELU of fc's FP32 output and rounds that output after, as the GPU's GEMM does in
     // cuBLASLt's epilogue (GELU_AUX_BIAS); float8 of the rounded output, as the GPU's FP8 path does
-    int gelu_of_fp32 = dtype == DTYPE_BFLOAT16;
+    int gelu_of_fp32 = dtype == DTYPE_BFLOAT16 && !llama;
     linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax, gelu_of_fp32);
-    gelu_forward(la.fch_gelu, la.fch, NC * 4, dtype);
-    if (gelu_of_fp32) round_to_storage(la.fch, NC * 4, dtype);
+    if (llama)
+        swiglu_forward(la.fch_gelu, la.fch, N, model_ffn_dim(cfg), dtype);
+    else
+        gelu_forward(la.fch_gelu, la.fch, NF, dtype);
+    if (gelu_of_fp32) round_to_storage(la.fch, NF, dtype);
     linear_forward(model, l, LIN_FCPROJ, proj_out, la.fch_gelu, la.input_q[LIN_FCPROJ], N, record_amax, 0);
     residual_forward(la.residual3, la.residual2, proj_out, NC, dtype);
 }
@@ -1062,13 +1202,14 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
     size_t NC = (size_t)N * C;
     Activations *a = &model->acts;
     float *w = model->params_compute;
-    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0), param_ptr(w, cfg, PT_WPE, 0), B, T, C,
-                    dtype);
+    int head = model_is_llama(cfg) ? PT_LMHEAD : PT_WTE;
+    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0),
+                    model_is_llama(cfg) ? NULL : param_ptr(w, cfg, PT_WPE, 0), B, T, C, dtype);
     for (int l = 0; l < L; l++) block_forward(model, l, record_amax);
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC,
-                      param_ptr(w, cfg, PT_LNFW, 0), param_ptr(w, cfg, PT_LNFB, 0), N, C, dtype);
-    // LM head, tied to wte: (B,T,C) -> (B,T,Vp), BF16 compute (the black list keeps it out of FP8)
-    gemm(model->gemm_pack, 0, 1, N, Vp, C, 1.0f, a->lnf, param_ptr(w, cfg, PT_WTE, 0), 0.0f, a->logits);
+    norm_forward(model, a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC, PT_LNFW, 0);
+    // LM head, GPT-2's tied to wte, Llama's its own: (B,T,C) -> (B,T,Vp), BF16 compute (the black list keeps
+    // it out of FP8)
+    gemm(model->gemm_pack, 0, 1, N, Vp, C, 1.0f, a->lnf, param_ptr(w, cfg, head, 0), 0.0f, a->logits);
     round_to_storage(a->logits, (size_t)N * Vp, dtype);
     softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
     if (!targets) return;
@@ -1082,26 +1223,31 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
 // so it reproduces the saved activations exactly.
 static void block_backward(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
-    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T, dtype = model->dtype;
-    size_t NC = (size_t)N * C;
+    int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, KVH = model_kv_heads(cfg);
+    int N = B * T, dtype = model->dtype, llama = model_is_llama(cfg);
+    size_t NF = (size_t)N * model_ffn_dim(cfg);
     Gradients *g = &model->dacts;
-    float *w = model->params_compute, *dw = model->grads;
     if (model->recompute) block_forward(model, l, 0);
     LayerActs la = layer_acts(model, l);
-    // bfloat16 rounds fcproj's input gradient once, after the GELU's backward, as the GPU's GEMM does in
-    // cuBLASLt's epilogue (DGELU); float8 also before it, as the GPU's FP8 path does
-    linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N,
-                    dtype == DTYPE_BFLOAT16);
-    gelu_backward(g->dfch, la.fch, NC * 4, dtype);
+    if (llama) {
+        linear_backward(model, l, LIN_FCPROJ, g->dhidden, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ],
+                        N, 0);
+        swiglu_backward(g->dfch, g->dhidden, la.fch, N, model_ffn_dim(cfg), dtype);
+    } else {
+        // bfloat16 rounds fcproj's input gradient once, after the GELU's backward, as the GPU's GEMM does in
+        // cuBLASLt's epilogue (DGELU); float8 also before it, as the GPU's FP8 path does
+        linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N,
+                        dtype == DTYPE_BFLOAT16);
+        gelu_backward(g->dfch, la.fch, NF, dtype);
+    }
     linear_backward(model, l, LIN_FC, g->dc, g->dfch, la.ln2, la.input_q[LIN_FC], N, 0);
-    layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN2W, l), param_ptr(dw, cfg, PT_LN2B, l), g->dc,
-                       la.residual2, param_ptr(w, cfg, PT_LN2W, l), la.ln2_mean, la.ln2_rstd, N, C, dtype);
+    norm_backward(model, g->dresidual, g->dc, la.residual2, la.ln2_mean, la.ln2_rstd, PT_LN2W, l);
     linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N, 0);
-    attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH);
-    round_to_storage(g->dqkv, NC * 3, dtype);
+    attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH, KVH);
+    round_to_storage(g->dqkv, (size_t)N * model_qkv_features(cfg), dtype);
+    if (llama) rope_rotate(g->dqkv, model->acts.rope, B, T, C, NH, KVH, 1, dtype);
     linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N, 0);
-    layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LN1W, l), param_ptr(dw, cfg, PT_LN1B, l), g->dc,
-                       la.residual, param_ptr(w, cfg, PT_LN1W, l), la.ln1_mean, la.ln1_rstd, N, C, dtype);
+    norm_backward(model, g->dresidual, g->dc, la.residual, la.ln1_mean, la.ln1_rstd, PT_LN1W, l);
 }
 
 // Backward of the last forward; gradients accumulate into model->grads, the loss gradient scaled by
@@ -1114,20 +1260,21 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
     Activations *a = &model->acts;
     Gradients *g = &model->dacts;
     float *w = model->params_compute, *dw = model->grads;
+    int head = model_is_llama(cfg) ? PT_LMHEAD : PT_WTE;
     softmax_crossentropy_backward(a->probs, targets, dloss, N, Vp, dtype);
     float *dlogits = a->probs;
-    gemm(model->gemm_pack, 0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, PT_WTE, 0), 0.0f, g->dc);
+    gemm(model->gemm_pack, 0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, head, 0), 0.0f, g->dc);
     round_to_storage(g->dc, NC, dtype);
-    gemm(model->gemm_pack, 1, 0, Vp, C, N, 1.0f, dlogits, a->lnf, 1.0f, param_ptr(dw, cfg, PT_WTE, 0));
+    gemm(model->gemm_pack, 1, 0, Vp, C, N, 1.0f, dlogits, a->lnf, 1.0f, param_ptr(dw, cfg, head, 0));
     memset(g->dresidual, 0, NC * sizeof(float));
-    layernorm_backward(g->dresidual, param_ptr(dw, cfg, PT_LNFW, 0), param_ptr(dw, cfg, PT_LNFB, 0), g->dc,
-                       a->residual3 + (L - 1) * NC, param_ptr(w, cfg, PT_LNFW, 0), a->lnf_mean, a->lnf_rstd,
-                       N, C, dtype);
+    norm_backward(model, g->dresidual, g->dc, a->residual3 + (L - 1) * NC, a->lnf_mean, a->lnf_rstd, PT_LNFW,
+                  0);
     for (int l = L - 1; l >= 0; l--) {
         block_backward(model, l);
         unit_gradients_done(model, 1 + l);
     }
-    encoder_backward(param_ptr(dw, cfg, PT_WTE, 0), param_ptr(dw, cfg, PT_WPE, 0), g->dresidual, inputs, B, T,
+    encoder_backward(param_ptr(dw, cfg, PT_WTE, 0),
+                     model_is_llama(cfg) ? NULL : param_ptr(dw, cfg, PT_WPE, 0), g->dresidual, inputs, B, T,
                      C);
     unit_gradients_done(model, 0);
 }
@@ -1380,10 +1527,14 @@ int main(int argc, char **argv) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
+    char arch[96] = "";
+    if (model_is_llama(&cfg))
+        snprintf(arch, sizeof(arch), "llama KVH=%d F=%d theta=%g ", cfg.num_kv_heads, cfg.ffn_dim,
+                 cfg.rope_theta);
     printf(
-        "train_cpu | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
+        "train_cpu | model %sL=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
         "%d threads, GEMM %s | %d processes, ZeRO-%d%s\n",
-        cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
+        arch, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
         dtype_name(opts.dtype), B, T, accum_steps, threads, gemm_name(), world, opts.zero_stage,
         shard_groups_label(&dist));
     gemm_check_kernels();

@@ -1845,6 +1845,9 @@ int main(int argc, char **argv) {
         dist_finalize(&dist);
         return status;
     }
+    if (model_is_llama(&cfg))
+        fail("--arch llama: the CUDA trainer does not run Llama models yet (train_cpu does; --dry_run plans "
+             "them)");
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;

@@ -265,7 +265,7 @@ static void test_learning_rate(void) {
 // parameter layout
 
 static GPTConfig make_config(int L, int C, int NH, int V, int maxT) {
-    GPTConfig c;
+    GPTConfig c = {0};
     c.num_layers = L;
     c.channels = C;
     c.num_heads = NH;

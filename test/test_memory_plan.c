@@ -17,7 +17,16 @@
 
 static GPTConfig preset_config(const char *name, int vocab) {
     const ModelPreset *p = find_model_preset(name);
-    GPTConfig cfg = {p->max_seq_len, vocab, pad_vocab(vocab), p->num_layers, p->num_heads, p->channels};
+    GPTConfig cfg = {p->max_seq_len,
+                     vocab,
+                     pad_vocab(vocab),
+                     p->num_layers,
+                     p->num_heads,
+                     p->channels,
+                     ARCH_GPT2,
+                     0,
+                     0,
+                     0.0f};
     return cfg;
 }
 
