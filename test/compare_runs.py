@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares a data-parallel run with the one-process run it must equal: N processes with micro-batch B
 against one process with batch N*B. Reads each run's JSON-lines log (per-step loss and gradient norm) and
-final model file (llm.c format, version 3: 256 int32 header, then float32 values) and exits 1 when a
+final model file (llm.c format, version 3: a GPT-2 file's 256 int32 header or a Llama file's 256 int32 and
+256 float32 header, then float32 values) and exits 1 when a
 difference exceeds the bound below.
 
 Why the bounds. Both runs compute the same per-row values; what differs is the order of float32 sums
@@ -54,9 +55,10 @@ def steps_of(log_path):
 def weights_of(model_path):
     values = np.fromfile(model_path, dtype=np.float32)
     header = values[:256].view(np.int32)
-    if header[0] != 20240326 or header[1] != 3:
+    header_floats = {20240326: 256, 20240803: 512}.get(int(header[0]))  # GPT-2, Llama
+    if header_floats is None or header[1] != 3:
         sys.exit(f"error: {model_path}: not a version 3 llm.c model file")
-    return values[256:].astype(np.float64)
+    return values[header_floats:].astype(np.float64)
 
 
 def check_weights(ref_w, run_w, rms_bound, max_bound, failures):

@@ -42,6 +42,8 @@ for bin in "${BINARIES[@]}"; do
 done
 mapfile -d '' args < <(merge_flags "${BASE[@]}" -- --steps 2 --output_dir "$DIR/ckpt")
 ./train_cpu "${args[@]}" >/dev/null
+mapfile -d '' args < <(merge_flags "${BASE[@]}" -- --arch llama --output_dir "$DIR/llama")
+./train_cpu "${args[@]}" >/dev/null # a Llama model file (llm.c's Llama 3 format) to corrupt
 
 # ---------------------------------------------------------------------------------------------------
 # bad files
@@ -127,6 +129,14 @@ model_file("model_huge.bin", struct.pack("<256i", *huge) + model[1024:])
 qkvw = 1024 + 4 * (Vp * C + maxT * C + 2 * L * C)  # first value of layer 0's qkv weight
 model_file("model_nan.bin", model[:qkvw] + struct.pack("<f", float("nan")) + model[qkvw + 4:])
 model_file("model_inf.bin", model[:1024] + struct.pack("<f", float("inf")) + model[1028:])
+llama = open(os.path.join(d, "llama", "model_00000001.bin"), "rb").read()
+def llama_edit(name, offset, fmt, value):  # one value of the Llama header (ints 0-255, floats 256-511)
+    model_file(name, llama[:4 * offset] + struct.pack(fmt, value) + llama[4 * offset + 4:])
+model_file("llama_truncated.bin", llama[:-100])
+model_file("llama_short_header.bin", llama[:1500])
+llama_edit("llama_scaled_rope.bin", 9, "<i", 1)
+llama_edit("llama_bad_kv_heads.bin", 6, "<i", 3)  # NH = 2
+llama_edit("llama_bad_eps.bin", 256 + 1, "<f", 1e-6)
 os.mkfifo(os.path.join(d, "fifo.bin"))
 os.mkdir(os.path.join(d, "empty_dir"))
 open(os.path.join(d, "a_file"), "w").write("not a directory\n")

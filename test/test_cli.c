@@ -125,7 +125,8 @@ static void test_parse_options(void) {
     expect(strcmp(o.output_dir, "out") == 0 && o.log_file[0] == '\0' && o.init_from[0] == '\0',
            "default output_dir/log_file/init_from");
     expect(strcmp(o.model_size, "124M") == 0, "default model_size '%s'", o.model_size);
-    expect(o.layers == 0 && o.channels == 0 && o.heads == 0 && o.max_seq_len == 0 && o.vocab == 50257,
+    expect(o.layers == 0 && o.channels == 0 && o.heads == 0 && o.max_seq_len == 0 && o.vocab == 0 &&
+               o.arch == ARCH_CHOICE_AUTO && o.kv_heads == 0 && o.ffn_dim == 0 && o.rope_theta == 0.0f,
            "default model overrides");
     expect(o.dtype == DTYPE_FLOAT8 && o.fp8_recipe == FP8_RECIPE_DELAYED && o.amax_history == 16 &&
                o.fp8_margin == 0,
@@ -285,39 +286,66 @@ static int compare_slices(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-// llm.c's shape of tensor t for one layer (rows x cols), written out independently of gpt_model.h.
+// llm.c's shape of tensor t for one layer (rows x cols), written out independently of gpt_model.h's sizes:
+// GPT-2's 16 tensors, Llama's 10 (llm.c's Llama 3 file; in memory wte and lmhead have Vp rows), 0 for the
+// tensors an architecture does not have.
 static size_t llmc_tensor_elems(const GPTConfig *c, int t) {
-    size_t C = (size_t)c->channels;
-    switch (t) {
-    case 0:
-        return (size_t)c->padded_vocab_size * C; // wte (Vp, C)
-    case 1:
-        return (size_t)c->max_seq_len * C; // wpe (maxT, C)
-    case 2:
-    case 3:
-        return C; // ln1w, ln1b (C)
-    case 4:
-        return 3 * C * C; // qkvw (3C, C)
-    case 5:
-        return 3 * C; // qkvb (3C)
-    case 6:
-        return C * C; // attprojw (C, C)
-    case 7:
-        return C; // attprojb
-    case 8:
-    case 9:
-        return C; // ln2w, ln2b
-    case 10:
-        return 4 * C * C; // fcw (4C, C)
-    case 11:
-        return 4 * C; // fcb
-    case 12:
-        return 4 * C * C; // fcprojw (C, 4C)
-    case 13:
-        return C; // fcprojb
-    default:
-        return C; // lnfw, lnfb
+    size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size;
+    if (c->arch == ARCH_LLAMA) {
+        size_t hs = C / (size_t)c->num_heads, F = (size_t)c->ffn_dim;
+        switch (t) {
+        case PT_WTE:
+        case PT_LMHEAD:
+            return Vp * C;
+        case PT_LN1W:
+        case PT_LN2W:
+        case PT_LNFW:
+            return C;
+        case PT_QKVW:
+            return ((size_t)c->num_heads + 2 * (size_t)c->num_kv_heads) * hs * C; // q, k, v heads (QKV, C)
+        case PT_ATTPROJW:
+            return C * C;
+        case PT_FCW:
+        case PT_FCGATEW:
+            return F * C; // up, gate (F, C)
+        case PT_FCPROJW:
+            return C * F; // down (C, F)
+        default:
+            return 0; // no wpe, no biases
+        }
     }
+    switch (t) {
+    case PT_WTE:
+        return Vp * C; // wte (Vp, C)
+    case PT_WPE:
+        return (size_t)c->max_seq_len * C; // wpe (maxT, C)
+    case PT_QKVW:
+        return 3 * C * C; // qkvw (3C, C)
+    case PT_QKVB:
+        return 3 * C; // qkvb (3C)
+    case PT_ATTPROJW:
+        return C * C; // attprojw (C, C)
+    case PT_FCW:
+        return 4 * C * C; // fcw (4C, C)
+    case PT_FCB:
+        return 4 * C; // fcb
+    case PT_FCPROJW:
+        return 4 * C * C; // fcprojw (C, 4C)
+    case PT_FCGATEW:
+    case PT_LMHEAD:
+        return 0; // Llama's
+    default:
+        return C; // the LayerNorm weights and biases, attprojb, fcprojb
+    }
+}
+
+static GPTConfig make_llama_config(int L, int C, int NH, int KVH, int F, int V, int maxT) {
+    GPTConfig c = make_config(L, C, NH, V, maxT);
+    c.arch = ARCH_LLAMA;
+    c.num_kv_heads = KVH;
+    c.ffn_dim = F;
+    c.rope_theta = 10000.0f;
+    return c;
 }
 
 static void test_layout(void) {
@@ -333,21 +361,25 @@ static void test_layout(void) {
     expect(pad_vocab(256) == 256 && pad_vocab(257) == 384 && pad_vocab(2) == 128 && pad_vocab(128) == 128,
            "pad_vocab rounds up to 128");
 
-    GPTConfig configs[] = {gpt2, make_config(2, 64, 4, 256, 256), make_config(3, 48, 3, 1000, 24),
-                           make_config(1, 8, 1, 2, 5)};
+    GPTConfig configs[] = {gpt2,
+                           make_config(2, 64, 4, 256, 256),
+                           make_config(3, 48, 3, 1000, 24),
+                           make_config(1, 8, 1, 2, 5),
+                           make_llama_config(2, 64, 4, 2, 176, 256, 256),
+                           make_llama_config(3, 48, 6, 1, 128, 1000, 24)};
     for (size_t ci = 0; ci < sizeof(configs) / sizeof(configs[0]); ci++) {
         GPTConfig *c = &configs[ci];
-        Slice slices[4 + 12 * 16];
+        Slice slices[NUM_PARAM_TENSORS * 12];
         int n = 0;
         size_t sum_llmc = 0;
         int sizes_ok = 1;
         for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
             int layers = param_is_per_layer(t) ? c->num_layers : 1;
             for (int l = 0; l < layers; l++) {
-                slices[n] = (Slice){param_offset(c, t, l), param_tensor_size(c, t), t, l};
                 sizes_ok &= param_tensor_size(c, t) == llmc_tensor_elems(c, t);
                 sum_llmc += llmc_tensor_elems(c, t);
-                n++;
+                if (!llmc_tensor_elems(c, t)) continue; // not in this architecture
+                slices[n++] = (Slice){param_offset(c, t, l), param_tensor_size(c, t), t, l};
             }
         }
         expect(sizes_ok, "config %zu: a tensor size differs from llm.c's shape", ci);
@@ -404,6 +436,15 @@ static void accum_fn(void *p) {
     resolve_grad_accum_steps(&a->opts, a->T, a->world);
 }
 
+// config_from_options of o is a Llama model with these L, C, NH, KVH and F.
+static void expect_llama_config(const TrainOptions *o, int L, int C, int NH, int KVH, int F) {
+    GPTConfig c = config_from_options(o);
+    expect(model_is_llama(&c) && c.num_layers == L && c.channels == C && c.num_heads == NH &&
+               c.num_kv_heads == KVH && c.ffn_dim == F && c.rope_theta == 10000.0f,
+           "llama config: L %d C %d NH %d KVH %d F %d theta %g (expected L %d C %d NH %d KVH %d F %d)",
+           c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.rope_theta, L, C, NH, KVH, F);
+}
+
 static void test_config(void) {
     // GPT-2 sizes (Radford et al. 2019: layers, width, heads; context 1024) and the large widths of DESIGN.md
     struct {
@@ -433,7 +474,47 @@ static void test_config(void) {
                "preset %s: L %d C %d NH %d maxT %d", tiny[i], c.num_layers, c.channels, c.num_heads,
                c.max_seq_len);
     }
+    // Llama 2 (Touvron et al. 2023) and Llama 3 (Dubey et al. 2024) shapes: layers, width, heads, key/value
+    // heads, FFN, vocabulary, context, rope theta; and the parameter counts their model cards give for 7B
+    // and 8B (6,738,415,616 and 8,030,261,248), which the untied head, RMSNorm and GQA all enter.
+    struct {
+        const char *name;
+        int L, C, NH, KVH, F, V, maxT;
+        float theta;
+        size_t params;
+    } llama[] = {{"llama2-7B", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0f, 6738415616u},
+                 {"llama2-13B", 40, 5120, 40, 40, 13824, 32000, 4096, 10000.0f, 0},
+                 {"llama2-70B", 80, 8192, 64, 8, 28672, 32000, 4096, 10000.0f, 0},
+                 {"llama3-8B", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 8030261248u},
+                 {"llama3-70B", 80, 8192, 64, 8, 28672, 128256, 8192, 500000.0f, 0}};
+    for (size_t i = 0; i < sizeof(llama) / sizeof(llama[0]); i++) {
+        TrainOptions o;
+        parse(&o, 2, "--model_size", llama[i].name);
+        GPTConfig c = config_from_options(&o);
+        expect(model_is_llama(&c) && c.num_layers == llama[i].L && c.channels == llama[i].C &&
+                   c.num_heads == llama[i].NH && c.num_kv_heads == llama[i].KVH && c.ffn_dim == llama[i].F &&
+                   c.vocab_size == llama[i].V && c.padded_vocab_size == llama[i].V &&
+                   c.max_seq_len == llama[i].maxT && c.rope_theta == llama[i].theta &&
+                   (!llama[i].params || param_count(&c) == llama[i].params),
+               "preset %s: L %d C %d NH %d KVH %d F %d V %d maxT %d theta %g, %zu parameters", llama[i].name,
+               c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.vocab_size, c.max_seq_len,
+               c.rope_theta, param_count(&c));
+    }
     TrainOptions o;
+    // the tiny presets in Llama's shape: --arch llama; --heads alone gives full heads, --channels the 8C/3
+    // rule
+    parse(&o, 6, "--model_size", "d4", "--arch", "llama", "--vocab", "256");
+    expect_llama_config(&o, 4, 128, 4, 2, 384);
+    parse(&o, 8, "--model_size", "d4", "--arch", "llama", "--heads", "8", "--channels", "96");
+    expect_llama_config(&o, 4, 96, 8, 8, 256);
+    parse(&o, 4, "--model_size", "llama2-7B", "--arch", "gpt2");
+    expect_error(config_fn, &o, "--arch", "a llama preset with --arch gpt2");
+    parse(&o, 4, "--model_size", "124M", "--arch", "llama");
+    expect_error(config_fn, &o, "--arch", "a GPT-2 preset with --arch llama");
+    parse(&o, 4, "--model_size", "d2", "--ffn_dim", "100");
+    expect_error(config_fn, &o, "--ffn_dim", "--ffn_dim with GPT-2");
+    parse(&o, 6, "--model_size", "d4", "--arch", "llama", "--kv_heads", "3");
+    expect_error(config_fn, &o, "--kv_heads", "key/value heads that do not divide the heads");
     parse(&o, 12, "--model_size", "d6", "--layers", "3", "--channels", "48", "--heads", "3", "--max_seq_len",
           "40", "--vocab", "1000");
     GPTConfig c = config_from_options(&o);
@@ -509,8 +590,8 @@ static void test_model_files(void) {
     // llm.c order: tensor k of the file is the concatenation over layers of our slices of tensor k
     size_t at = 0;
     int order_ok = 1;
-    for (int t = 0; t < 16; t++) {
-        int layers = (t >= 2 && t <= 13) ? c.num_layers : 1;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        int layers = param_is_per_layer(t) ? c.num_layers : 1;
         for (int l = 0; l < layers; l++) {
             size_t n = llmc_tensor_elems(&c, t);
             if (memcmp(file + at, params + param_offset(&c, t, l), n * sizeof(float)) != 0) {
@@ -563,8 +644,8 @@ static void test_model_files(void) {
     uint16_t *bf = (uint16_t *)malloc(P * sizeof(uint16_t));
     float *expected = (float *)malloc(P * sizeof(float));
     at = 0;
-    for (int t = 0; t < 16; t++) {
-        int layers = (t >= 2 && t <= 13) ? c.num_layers : 1;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        int layers = param_is_per_layer(t) ? c.num_layers : 1;
         for (int l = 0; l < layers; l++) {
             size_t n = llmc_tensor_elems(&c, t);
             for (size_t i = 0; i < n; i++) {
@@ -855,6 +936,84 @@ static void test_reshard(void) {
     }
 }
 
+// llm.c's Llama 3 model file: the header's int and float sections, the tensors in its order with the
+// vocabulary unpadded (the padding rows are not in the file and read back as zeros), F through llm.c's
+// multiple_of / ffn_dim_multiplier formula.
+static void test_llama_model_file(void) {
+    // the published shapes through llm.c's formula: Llama 3 8B (1024, 1.3), 70B (4096, 1.3), Llama 2 7B (256)
+    expect(llama_ffn_dim_from_header(4096, 1024, 1.3f) == 14336 &&
+               llama_ffn_dim_from_header(8192, 4096, 1.3f) == 28672 &&
+               llama_ffn_dim_from_header(4096, 256, 1.0f) == 11008,
+           "llm.c's FFN formula: 8B %ld, 70B %ld, Llama 2 7B %ld",
+           llama_ffn_dim_from_header(4096, 1024, 1.3f), llama_ffn_dim_from_header(8192, 4096, 1.3f),
+           llama_ffn_dim_from_header(4096, 256, 1.0f));
+    const int L = 2, C = 32, NH = 4, KVH = 2, F = 96, V = 100, Vp = 128, maxT = 24;
+    GPTConfig c = make_llama_config(L, C, NH, KVH, F, V, maxT);
+    size_t P = param_count(&c), padding = (size_t)(Vp - V) * C;
+    float *params = (float *)malloc(P * sizeof(float));
+    for (size_t i = 0; i < P; i++) params[i] = counter_normal(6, i);
+    for (int t = PT_WTE; t <= PT_LMHEAD; t += PT_LMHEAD - PT_WTE) // the rows the file leaves out are zeros
+        memset(params + param_offset(&c, t, 0) + (size_t)V * C, 0, padding * sizeof(float));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/llama.bin", tmpdir);
+    save_model_file(path, params, &c);
+    size_t file_floats = P - 2 * padding;
+    FILE *f = fopen(path, "rb");
+    int header[256];
+    float floats[256];
+    float *file = (float *)malloc((file_floats + 1) * sizeof(float));
+    expect(fread(header, sizeof(int), 256, f) == 256 && fread(floats, sizeof(float), 256, f) == 256 &&
+               fread(file, sizeof(float), file_floats + 1, f) == file_floats,
+           "Llama model file: 2048 header bytes and %zu floats", file_floats);
+    fclose(f);
+    int header_ok = header[0] == 20240803 && header[1] == 3 && header[2] == maxT && header[3] == V &&
+                    header[4] == L && header[5] == NH && header[6] == KVH && header[7] == C &&
+                    header[9] == 0 && llama_ffn_dim_from_header(C, header[8], floats[0]) == F &&
+                    floats[1] == 1e-5f && floats[2] == 10000.0f;
+    expect(header_ok,
+           "Llama header: magic %d version %d maxT %d V %d L %d NH %d KVH %d C %d multiple_of %d "
+           "multiplier %g eps %g theta %g",
+           header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7], header[8],
+           floats[0], floats[1], floats[2]);
+    // llm.c's order, written out: wte (V,C), per layer ln1w, qkvw, attprojw, ln2w, fcw, fcgatew, fcprojw,
+    // then lnfw and lmhead (V,C)
+    const int order[] = {PT_WTE, PT_LN1W,    PT_QKVW,    PT_ATTPROJW, PT_LN2W,
+                         PT_FCW, PT_FCGATEW, PT_FCPROJW, PT_LNFW,     PT_LMHEAD};
+    const size_t hs = (size_t)C / NH, elems[] = {(size_t)V * C,
+                                                 C,
+                                                 (NH + 2 * KVH) * hs * C,
+                                                 (size_t)C * C,
+                                                 C,
+                                                 (size_t)F * C,
+                                                 (size_t)F * C,
+                                                 (size_t)C * F,
+                                                 C,
+                                                 (size_t)V * C};
+    size_t at = 0;
+    int order_ok = 1;
+    for (int k = 0; k < 10; k++) {
+        int layers = param_is_per_layer(order[k]) ? L : 1;
+        for (int l = 0; l < layers; l++) {
+            order_ok &=
+                memcmp(file + at, params + param_offset(&c, order[k], l), elems[k] * sizeof(float)) == 0;
+            at += elems[k];
+        }
+    }
+    expect(order_ok && at == file_floats, "Llama model file is not in llm.c's Llama 3 order");
+    GPTConfig loaded;
+    float *back = load_model_file(path, &loaded);
+    expect(memcmp(&loaded, &c, sizeof(c)) == 0, "loaded Llama config differs");
+    expect(memcmp(back, params, P * sizeof(float)) == 0, "Llama model round trip is not bit-exact");
+    float *range = (float *)malloc(P * sizeof(float));
+    for (size_t i = 0; i < P; i++) range[i] = 1.0f; // the padding must come back as zeros, not as left here
+    load_model_range(path, &c, 0, P, range);
+    expect(memcmp(range, params, P * sizeof(float)) == 0, "load_model_range of a Llama file differs");
+    free(range);
+    free(back);
+    free(file);
+    free(params);
+}
+
 int main(void) {
     atexit(report_unfinished);
     snprintf(tmpdir, sizeof(tmpdir), "%s", "/tmp/test_cli_XXXXXX");
@@ -867,6 +1026,7 @@ int main(void) {
     test_layout();
     test_config();
     test_model_files();
+    test_llama_model_file();
     test_state_files();
     test_reshard();
     char cmd[600];

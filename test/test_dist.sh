@@ -4,7 +4,7 @@
 # A d2 model (byte vocabulary), T=64, 6 steps, lr 1e-3; each case is N processes with micro-batch B
 # against one process with batch N*B, compared by test/compare_runs.py (its header argues the bounds from
 # float32 summation order):
-#   2 processes, ZeRO 0, 1 and 3, in float32 and float8;
+#   2 processes, ZeRO 0, 1 and 3, in float32 and float8; a Llama d2 in float8, ZeRO 1 and 3;
 #   4 processes (float32 ZeRO-1, float8 ZeRO-3) and 3 processes (float8 ZeRO-3: 3 does not divide the
 #   units, so the shards are padded);
 #   gradient accumulation: 2 processes x 2 micro-steps of B=1 (float32 ZeRO-3, which reduce-scatters
@@ -89,6 +89,13 @@ for dtype in float32 float8; do
     cmp -s "$(model "two_${dtype}_z0")" "$(model "two_${dtype}_z1")" &&
         cmp -s "$(model "two_${dtype}_z0")" "$(model "two_${dtype}_z3")" || status=1
     result $status "2 processes: ZeRO 0, 1 and 3 bit-identical ($dtype)"
+done
+
+# Llama (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, untied head): the same equality
+run one_llama_b4 1 --batch_size 4 --dtype float8 --arch llama
+for zero in 1 3; do
+    run "two_llama_z$zero" 2 --batch_size 2 --dtype float8 --arch llama --zero_stage "$zero"
+    same "two_llama_z$zero" one_llama_b4 float8 256 "2 processes x B=2 = 1 x B=4 (Llama, float8, ZeRO-$zero)"
 done
 
 run two_float8_z3_recompute 2 --batch_size 2 --dtype float8 --zero_stage 3 --recompute 1

@@ -1,17 +1,19 @@
 // test_gradcheck.c: the analytic gradients of the CPU reference trainer (float32) against central finite
-// differences of its own loss, for every parameter tensor of every layer.
+// differences of its own loss, for every parameter tensor of every layer, in each architecture
+// (`test_gradcheck gpt2`, `test_gradcheck llama`).
 //
-// A tiny model (L=2, C=16, NH=2, V=64 -> Vp=128, maxT=16) on one random batch (B=2, T=8). The weights
-// are the seeded GPT-2 init scaled up (x6), and LayerNorm weights/biases and the linear biases are moved
-// off 1/0 by small random values: at the plain init every LayerNorm gradient is tiny and many terms of
-// the backward (those multiplied by a bias or by weight-1) are invisible, so a wrong formula could hide.
+// A tiny model (L=2, C=16, V=64 -> Vp=128, maxT=16; GPT-2 NH=2, Llama NH=4 with KVH=2, so that two query
+// heads share each key/value head, and F=24) on one random batch (B=2, T=8). The weights are the seeded
+// init scaled up (x6), and the norm weights, LayerNorm biases and the linear biases are moved off 1/0 by
+// small random values: at the plain init every norm gradient is tiny and many terms of the backward
+// (those multiplied by a bias or by weight-1) are invisible, so a wrong formula could hide.
 //
 // For each (tensor, layer) slice:
 //   (a) directional derivative along the normalized gradient of the slice, and along a random unit
 //       direction in the slice;
 //   (b) the partial derivatives of the 3 largest-magnitude gradient elements of the slice.
-// Plus exact properties: the padded vocabulary rows of wte and the position rows t >= T of wpe get a
-// gradient of exactly zero (the loss does not depend on them).
+// Plus exact properties: the padded vocabulary rows of wte (and Llama's lmhead) and the position rows t >= T
+// of wpe get a gradient of exactly zero (the loss does not depend on them).
 //
 // Tolerance. The loss L is computed in float32. Its rounding error is modelled as
 //     |fl(L) - L| <= eps_L = K * FLT_EPSILON * |L|,   K = 64.
@@ -20,6 +22,8 @@
 //   softmax sum T = 8, weighted sum T = 8), attproj (C = 16), residual (1), LN2 (32), fc (C = 16),
 //   GELU (~5), fcproj (4C = 64), residual (1): ~206; x 2 blocks = 412;
 //   then lnf (32), logits dot (C = 16), softmax sum over V = 64, exp/log (~3): n ~ 530 roundings.
+//   Llama's chain is shorter: per block RMSNorm (C = 16), qkv (16), rotation (2), attention (24), attproj
+//   (16), residual, RMSNorm (16), fc (16), SwiGLU (~6), fcproj (F = 24), residual: ~138; x 2 + 118 = 394.
 // Each rounding is a relative error <= u = FLT_EPSILON/2 on a quantity whose size, measured where it
 // reaches the loss, is at most about |L| (the loss is logsumexp(z) - z_target; LayerNorm renormalises
 // the stream between blocks). The worst case n*u ~ 265 FLT_EPSILON is not attained by independent
@@ -224,13 +228,19 @@ typedef struct {
     int checks, flagged, insensitive;
 } Totals;
 
+// The layers of tensor `tensor` in the model: 0 for a tensor its architecture does not have.
+static int tensor_layers(const GPTConfig *cfg, int tensor) {
+    if (!param_tensor_size(cfg, tensor)) return 0;
+    return param_is_per_layer(tensor) ? cfg->num_layers : 1;
+}
+
 static Totals check_all(const float *grads, int verbose, int print_table) {
     Totals t = {0, 0, 0};
     const GPTConfig *cfg = &model.config;
     if (print_table)
         printf("%-9s %5s %7s %14s %14s\n", "tensor", "layer", "|g|", "max rel err", "max bound/|g|");
     for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
-        int layers = param_is_per_layer(tensor) ? cfg->num_layers : 1;
+        int layers = tensor_layers(cfg, tensor);
         for (int l = 0; l < layers; l++) {
             SliceReport r = check_slice(grads, tensor, l, 1000 + (uint64_t)(tensor * 16 + l), verbose);
             t.checks += r.checks;
@@ -257,34 +267,46 @@ static void report_unfinished(void) {
     fflush(stdout);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     atexit(report_unfinished);
-    char *argv[] = {"test_gradcheck",
-                    "--model_size",
-                    "d2",
-                    "--layers",
-                    "2",
-                    "--channels",
-                    "16",
-                    "--heads",
-                    "2",
-                    "--vocab",
-                    "64",
-                    "--max_seq_len",
-                    "16",
-                    "--dtype",
-                    "float32",
-                    "--batch_size",
-                    "2",
-                    "--seq_len",
-                    "8"};
+    int llama = argc > 1 && strcmp(argv[1], "llama") == 0;
+    if (argc != 2 || (!llama && strcmp(argv[1], "gpt2") != 0)) {
+        fprintf(stderr, "usage: test_gradcheck gpt2|llama\n");
+        return 2;
+    }
+    char *common[] = {"test_gradcheck",
+                      "--model_size",
+                      "d2",
+                      "--layers",
+                      "2",
+                      "--channels",
+                      "16",
+                      "--vocab",
+                      "64",
+                      "--dtype",
+                      "float32",
+                      "--seq_len",
+                      "8",
+                      "--max_seq_len",
+                      "16",
+                      "--batch_size",
+                      "2"};
+    char *gpt2[] = {"--heads", "2"};
+    char *llama_shape[] = {"--arch", "llama", "--heads", "4", "--kv_heads", "2", "--ffn_dim", "24"};
+    int num_common = (int)(sizeof(common) / sizeof(common[0])), num_arch = llama ? 8 : 2;
+    char *flags[32];
+    memcpy(flags, common, sizeof(common));
+    memcpy(flags + num_common, llama ? llama_shape : gpt2, (size_t)num_arch * sizeof(char *));
     TrainOptions opts;
-    parse_options(&opts, (int)(sizeof(argv) / sizeof(argv[0])), argv);
+    parse_options(&opts, num_common + num_arch, flags);
     GPTConfig cfg = config_from_options(&opts);
     expect(cfg.num_layers == GC_L && cfg.channels == GC_C && cfg.vocab_size == GC_V &&
-               cfg.padded_vocab_size == 128 && cfg.max_seq_len == GC_MAXT && cfg.num_heads == 2,
-           "config from options: L %d C %d NH %d V %d Vp %d maxT %d", cfg.num_layers, cfg.channels,
-           cfg.num_heads, cfg.vocab_size, cfg.padded_vocab_size, cfg.max_seq_len);
+               cfg.padded_vocab_size == 128 && cfg.max_seq_len == GC_MAXT && model_is_llama(&cfg) == llama &&
+               cfg.num_heads == (llama ? 4 : 2) && model_kv_heads(&cfg) == 2 &&
+               model_ffn_dim(&cfg) == (llama ? 24 : 4 * GC_C),
+           "config from options: L %d C %d NH %d KVH %d F %d V %d Vp %d maxT %d", cfg.num_layers,
+           cfg.channels, cfg.num_heads, model_kv_heads(&cfg), model_ffn_dim(&cfg), cfg.vocab_size,
+           cfg.padded_vocab_size, cfg.max_seq_len);
     Dist one_process = dist_single();
     gpt_alloc(&model, &cfg, DTYPE_FLOAT32, GC_B, GC_T, &opts, &one_process);
     gpt_init_params(model.params, &cfg, 7);
@@ -292,7 +314,7 @@ int main(void) {
     Rng rng;
     rng_seed(&rng, 99);
     for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
-        int layers = param_is_per_layer(tensor) ? cfg.num_layers : 1;
+        int layers = tensor_layers(&cfg, tensor);
         for (int l = 0; l < layers; l++) {
             float *p = model.params + param_offset(&cfg, tensor, l);
             size_t n = param_tensor_size(&cfg, tensor);
@@ -308,7 +330,7 @@ int main(void) {
             }
         }
     }
-    // the padded rows of wte stay zero, as the init leaves them (scaling kept them zero)
+    // the padded rows of wte and lmhead stay zero, as the init leaves them (scaling kept them zero)
     for (int i = 0; i < GC_N; i++) {
         inputs[i] = (int)(rng_next(&rng) % GC_V);
         targets[i] = (int)(rng_next(&rng) % GC_V);
@@ -326,14 +348,17 @@ int main(void) {
     // the loss must not depend on the batch: a second forward gives the same bits
     expect(loss_now() == L0, "forward is not deterministic");
 
-    // exact zeros: padded vocabulary rows of wte, position rows t >= T of wpe
+    // exact zeros: padded vocabulary rows of wte and lmhead, position rows t >= T of wpe
     size_t C = (size_t)cfg.channels;
     int nonzero = 0;
-    for (size_t i = (size_t)cfg.vocab_size * C; i < (size_t)cfg.padded_vocab_size * C; i++)
-        nonzero += grads[param_offset(&cfg, PT_WTE, 0) + i] != 0.0f;
-    expect(nonzero == 0, "%d gradient elements of the padded wte rows are nonzero", nonzero);
+    for (int tensor = PT_WTE; tensor <= PT_LMHEAD; tensor += PT_LMHEAD - PT_WTE) {
+        if (!param_tensor_size(&cfg, tensor)) continue;
+        for (size_t i = (size_t)cfg.vocab_size * C; i < (size_t)cfg.padded_vocab_size * C; i++)
+            nonzero += grads[param_offset(&cfg, tensor, 0) + i] != 0.0f;
+    }
+    expect(nonzero == 0, "%d gradient elements of the padded vocabulary rows are nonzero", nonzero);
     nonzero = 0;
-    for (size_t i = (size_t)GC_T * C; i < (size_t)GC_MAXT * C; i++)
+    for (size_t i = (size_t)GC_T * C; i < (size_t)param_tensor_size(&cfg, PT_WPE); i++)
         nonzero += grads[param_offset(&cfg, PT_WPE, 0) + i] != 0.0f;
     expect(nonzero == 0, "%d gradient elements of the wpe rows t >= T are nonzero", nonzero);
 
@@ -355,7 +380,7 @@ int main(void) {
     float *bad = (float *)malloc_check(model.num_params * sizeof(float), "gradients");
     int slices = 0, caught_scale = 0, caught_element = 0;
     for (int tensor = 0; tensor < NUM_PARAM_TENSORS; tensor++) {
-        int layers = param_is_per_layer(tensor) ? cfg.num_layers : 1;
+        int layers = tensor_layers(&cfg, tensor);
         for (int l = 0; l < layers; l++) {
             size_t off = param_offset(&cfg, tensor, l), n = param_tensor_size(&cfg, tensor);
             slices++;
@@ -380,6 +405,7 @@ int main(void) {
     for (int tensor = PT_LN1W; tensor <= PT_FCPROJB; tensor++) {
         size_t o0 = param_offset(&cfg, tensor, 0), o1 = param_offset(&cfg, tensor, 1),
                n = param_tensor_size(&cfg, tensor);
+        if (!n) continue;
         memcpy(bad, grads, model.num_params * sizeof(float));
         memcpy(bad + o0, grads + o1, n * sizeof(float));
         memcpy(bad + o1, grads + o0, n * sizeof(float));

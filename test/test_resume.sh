@@ -2,7 +2,8 @@
 # test_resume.sh: a run that is stopped and resumed is bit-identical to a run that never stopped.
 #
 # For each dtype (float32, bfloat16, float8 delayed, current, blockwise with power-of-two scales (C=128, its
-# tiles' multiple), mxfp8), a d2 model, B=4, T=32, N=20 steps:
+# tiles' multiple), mxfp8), and a Llama d2 model (--arch llama: RMSNorm, rotary embeddings, KVH=1 shared by
+# NH=2, SwiGLU, untied head) in float32 and float8 delayed, a d2 model, B=4, T=32, N=20 steps:
 #  1. N/2 + resume: N steps straight (--ckpt_every 0) against N/2 steps (--steps 10) then a second
 #     invocation with --resume 1 and the same flags for N steps total. The schedule is constant after a
 #     4-step warmup, so that the learning rate does not depend on --steps.
@@ -56,8 +57,10 @@ declare -A EXTRA=(
     [fp8_current]="--dtype float8 --fp8_recipe current --train_data $TRAIN"
     [fp8_blockwise]="--dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1 --channels 128 --heads 4 --train_data $TRAIN"
     [fp8_mxfp8]="--dtype float8 --fp8_recipe mxfp8 --train_data $TRAIN"
+    [llama_float32]="--arch llama --dtype float32 --shuffle 1 --train_data $SMALL"
+    [llama_fp8_delayed]="--arch llama --dtype float8 --fp8_recipe delayed --amax_history 4 --total_batch_size 256 --train_data $TRAIN"
 )
-DTYPES=(float32 bfloat16 fp8_delayed fp8_current fp8_blockwise fp8_mxfp8)
+DTYPES=(float32 bfloat16 fp8_delayed fp8_current fp8_blockwise fp8_mxfp8 llama_float32 llama_fp8_delayed)
 
 train() { # LOGNAME ARGS...: runs train_cpu, output to $TMP/LOGNAME.out; fails the check on a non-zero exit
     local out=$TMP/$1.out
@@ -241,6 +244,12 @@ expect_refusal "resume with --dtype bfloat16 (names the field)" "dtype" "${R[@]}
 expect_refusal "resume with --batch_size 8" "$STATE" "${R[@]}" "${F32[@]}" -- --batch_size 8 --seq_len 16
 expect_refusal "resume with --batch_size 8 (names the field)" "batch_size" "${R[@]}" "${F32[@]}" -- --batch_size 8
 expect_refusal "resume with --layers 3" "$TMP/float32.H.copy/model_00000010.bin" "${R[@]}" "${F32[@]}" -- --layers 3
+expect_refusal "resume a GPT-2 checkpoint with --arch llama" "$TMP/float32.H.copy/model_00000010.bin" "${R[@]}" \
+    "${F32[@]}" -- --arch llama
+read -r -a XL <<<"${EXTRA[llama_float32]}"
+expect_refusal "resume a Llama checkpoint with --kv_heads 2" "$TMP/llama_float32.H.copy/model_00000010.bin" \
+    --lr_schedule constant "${COMMON[@]}" --steps "$N" --resume 1 --output_dir "$TMP/llama_float32.H.copy" "${XL[@]}" \
+    -- --kv_heads 2
 read -r -a X8 <<<"${EXTRA[fp8_delayed]}"
 R8=(--lr_schedule constant "${COMMON[@]}" --steps "$N" --resume 1 --output_dir "$TMP/fp8_delayed.H.copy" "${X8[@]}")
 expect_refusal "resume float8 delayed with --fp8_recipe current" "$TMP/fp8_delayed.H.copy/state_00000010_00000.bin" \

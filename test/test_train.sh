@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# test_train.sh: the CPU trainer learns, and its reduced-precision modes train as well as float32.
+# test_train.sh: the CPU trainer learns, and its reduced-precision modes train as well as float32, in the
+# architecture ARCH (gpt2, the default, or llama: make test_train runs both).
 #
-# Byte-level tinyshakespeare (vocab 256). A d2 model (L=2, C=64), B=16, T=64, 300 steps, lr 3e-3 with 30
+# Byte-level tinyshakespeare (vocab 256). A d2 model (L=2, C=64; Llama: NH=2 sharing KVH=1, F=192, the
+# same checks and arguments), B=16, T=64, 300 steps, lr 3e-3 with 30
 # warmup steps and cosine decay to 0.1x, shuffled batches. Runs: float32 with seeds 1, 2, 3; with seed 1
 # bfloat16, float8 --fp8_recipe delayed, float8 --fp8_recipe current. Final validation loss of each from
 # its --log_file (JSON lines, type "val"), on the same 20 validation batches for every run.
@@ -13,11 +15,12 @@
 #   - each reduced-precision final val loss is within max(3 * seed_spread, FLOOR) of the seed-1 float32
 #     value, seed_spread the sample standard deviation of the three float32 finals: reduced precision may
 #     perturb training as much as changing the seed does, no more.
-# Writes test/build/dtype_table.md and prints it. Needs ./train_cpu (make train_cpu).
+# Writes test/build/dtype_table.md (llama: dtype_table_llama.md) and prints it. Needs ./train_cpu.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
-test_tmpdir TMP test_train
+ARCH=${ARCH:-gpt2}
+test_tmpdir TMP "test_train_$ARCH"
 
 [ -x ./train_cpu ] || make train_cpu >/dev/null
 
@@ -70,7 +73,7 @@ echo "training split: unigram entropy $H1 nats, bigram conditional entropy $H2 n
 # ---------------------------------------------------------------------------------------------------
 # runs
 STEPS=300
-COMMON=(--model_size d2 --vocab 256 --seq_len 64 --batch_size 16 --steps "$STEPS" --warmup_steps 30 --lr 3e-3
+COMMON=(--arch "$ARCH" --model_size d2 --vocab 256 --seq_len 64 --batch_size 16 --steps "$STEPS" --warmup_steps 30 --lr 3e-3
         --lr_schedule cosine --final_lr_frac 0.1 --shuffle 1 --val_every 0 --val_batches 20 --ckpt_every 0
         --output_dir "" --train_data "$TRAIN" --val_data "$VAL")
 RUNS=("f32_s1:--dtype float32 --seed 1" "f32_s2:--dtype float32 --seed 2" "f32_s3:--dtype float32 --seed 3"
@@ -122,8 +125,8 @@ EOF
     if [ "$nsteps" -eq "$STEPS" ] && [ "$nonfinite" -eq 0 ] && [ "$skipped" -eq 0 ]; then ok; else
         bad "$name: $nsteps step records, $nonfinite non-finite losses, $skipped skipped steps"
     fi
-    # A near-uniform start: logits z = lnf . wte with wte ~ N(0, 0.02^2) and unit-variance lnf rows over
-    # C=64 have std s = 0.02*8 = 0.16, so the loss is ln(256) + s^2/2 (= 0.013) - mean(z_target). Positions
+    # A near-uniform start: logits z = lnf . wte (Llama: . lmhead) with wte ~ N(0, 0.02^2) and unit-variance
+    # (Llama: unit-RMS) lnf rows over C=64 have std s = 0.02*8 = 0.16, so the loss is ln(256) + s^2/2 (= 0.013) - mean(z_target). Positions
     # with the same byte share their z, so mean(z_target) has std s*sqrt(sum f_b^2) over byte frequencies f_b
     # (sum f^2 ~ 0.065 for English text): ~0.04. 0.25 is more than 5 of those; an init scale 3x too large
     # would add s^2/2 ~ 0.12 more and a broken init far more.
@@ -169,6 +172,7 @@ for name in bf16_s1 fp8d_s1 fp8c_s1; do
 done
 
 mkdir -p test/build
+table=test/build/dtype_table$([ "$ARCH" = gpt2 ] || echo "_$ARCH").md
 {
     echo "| dtype | final val loss (nats) | minus float32 seed 1 |"
     echo "|---|---|---|"
@@ -181,8 +185,8 @@ mkdir -p test/build
     printf 'float32 seeds 1, 2, 3: %.4f, %.4f, %.4f; sample std (seed spread) %.4f nats; tolerance %.4f.\n' \
         "${FINAL[f32_s1]}" "${FINAL[f32_s2]}" "${FINAL[f32_s3]}" "$SPREAD" "$TOL"
     printf 'Unigram entropy of the training split %.4f nats (bigram conditional %.4f).\n' "$H1" "$H2"
-    echo "Model d2 (L=2, C=64), byte vocab, B=16, T=64, $STEPS steps, lr 3e-3 cosine, val on 20 batches of 16x64."
-} >test/build/dtype_table.md
-cat test/build/dtype_table.md
+    echo "Model $ARCH d2 (L=2, C=64), byte vocab, B=16, T=64, $STEPS steps, lr 3e-3 cosine, val on 20 batches of 16x64."
+} >"$table"
+cat "$table"
 
 finish

@@ -1,10 +1,12 @@
 # train_test.mk: tests of the CPU reference trainer (train_gpt.c) and its host-side headers.
 # Included by the main Makefile, which defines CC, BASE_CFLAGS, LDLIBS, HEADERS, DATA and the targets
 # train_cpu and test/build/train_cpu_asan.
-#   make test_gradcheck    analytic gradients against finite differences (float32, every tensor and layer)
+#   make test_gradcheck    analytic gradients against finite differences (float32, every tensor and layer,
+#                          GPT-2 and Llama)
 #   make test_recipe_grads bfloat16 and every FP8 recipe's gradients against float32's (the precision ratio bound)
 #   make test_cli          schedule, parameter layout, flags, presets, model and state files (no training)
-#   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread
+#   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread (GPT-2
+#                          and Llama)
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
 #   make test_recompute    --recompute 1 is bit-identical to --recompute 0 in every dtype
 #   make test_bad_inputs   every bad input of test/bad_inputs.tsv gives one clean error line (also under ASan)
@@ -25,7 +27,8 @@ test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 
 .PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_trainer
 test_gradcheck: test/build/test_gradcheck
-	./test/build/test_gradcheck
+	./test/build/test_gradcheck gpt2
+	./test/build/test_gradcheck llama
 
 test_recipe_grads: test/build/test_recipe_grads
 	./test/build/test_recipe_grads
@@ -34,7 +37,8 @@ test_cli: test/build/test_cli
 	./test/build/test_cli
 
 test_train: train_cpu test/test_train.sh
-	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_train.sh
+	ARCH=gpt2 DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_train.sh
+	ARCH=llama DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_train.sh
 
 test_resume: train_cpu test/test_resume.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_resume.sh
