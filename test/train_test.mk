@@ -31,7 +31,8 @@ test_gradcheck: test/build/test_gradcheck
 	./test/build/test_gradcheck llama
 
 test_recipe_grads: test/build/test_recipe_grads
-	./test/build/test_recipe_grads
+	./test/build/test_recipe_grads gpt2
+	./test/build/test_recipe_grads llama
 
 test_cli: test/build/test_cli
 	./test/build/test_cli
