@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Exports an llm.c model file (what train_cpu / train write) as a Hugging Face GPT-2 directory.
+"""Exports an llm.c model file (what train_cpu / train write) as a Hugging Face directory: a GPT-2 file
+as GPT2LMHeadModel, a Llama file as LlamaForCausalLM.
 
     python3 scripts/export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M]
 
-Input: an llm.c model file, version 3 (fp32) or 5 (bf16): a 256 x int32 header [0]=20240326 [1]=3|5
-[2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the 16 tensors in llm.c order (wte (Vp,C), wpe (maxT,C),
-ln1w, ln1b, qkvw (L,3C,C), qkvb, attprojw (L,C,C), attprojb, ln2w, ln2b, fcw (L,4C,C), fcb,
-fcprojw (L,C,4C), fcprojb, lnfw, lnfb). A bad header or a size that does not match it ends the script
-with one line "error: MODEL.bin: ..." on stderr and exit status 1, writing nothing.
+Input: an llm.c model file, version 3 (fp32) or 5 (bf16), of either architecture; the magic says which.
+A bad header or a size that does not match it ends the script with one line "error: MODEL.bin: ..." on
+stderr and exit status 1, writing nothing.
 
-Output, OUT_DIR/config.json and OUT_DIR/model.safetensors, laid out for transformers' GPT2LMHeadModel:
+GPT-2 (magic 20240326): a 256 x int32 header [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the 16
+tensors in llm.c order (wte (Vp,C), wpe (maxT,C), ln1w, ln1b, qkvw (L,3C,C), qkvb, attprojw (L,C,C),
+attprojb, ln2w, ln2b, fcw (L,4C,C), fcb, fcprojw (L,C,4C), fcprojb, lnfw, lnfb). Output for
+transformers' GPT2LMHeadModel:
   transformer.wte.weight          (V, C)      the first V rows of wte (llm.c's padding rows dropped)
   transformer.wpe.weight          (maxT, C)
   transformer.h.{i}.ln_1.weight / .bias        (C)
@@ -23,25 +25,54 @@ Output, OUT_DIR/config.json and OUT_DIR/model.safetensors, laid out for transfor
   transformer.h.{i}.mlp.c_proj.weight   (4C, C)  transpose of fcprojw (C, 4C)
   transformer.h.{i}.mlp.c_proj.bias     (C)
   transformer.ln_f.weight / .bias              (C)
-The LM head is tied to wte (tie_word_embeddings), so there is no lm_head.weight. Every tensor is BF16,
-rounded to nearest even from the fp32 values (a NaN becomes 0x7FFF), bit for bit as fp8_scaling.h's
-bf16_from_float.
+The LM head is tied to wte (tie_word_embeddings), so there is no lm_head.weight.
 
---fp8: the four matmul weights of each block (c_attn, attn.c_proj, c_fc, mlp.c_proj) are stored as
-F8_E4M3 with one float32 scale per tensor, by the trainer's weight rule (fp8_scaling.h, train_gpt.c's
-refresh_compute_weights): amax = max |w| over the fp32 weight (NaNs ignored), s = (448 / amax) * 2^-M in
-float32 (fp8_compute_scale: 1 if amax is 0 or not finite, clamped to [FLT_MIN, FLT_MAX]), and the code of
-each element is e4m3(w * s), the product rounded to float32 then to E4M3 by round-to-nearest-even,
-saturating at +-448, NaN -> 0x7F, a float32-subnormal w -> a zero of its sign. Beside each such tensor
-NAME (e.g. transformer.h.0.attn.c_attn.weight) is NAME + "_scale_inv", an F32 scalar (shape []) holding
-float32(1 / s):
+Llama (magic 20240803, llm.c's Llama 3 file): 256 x int32 [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH [7]=C
+[8]=multiple_of [9]=use_scaled_rope (must be 0) [10,11]=Llama version, then 256 x float32
+[0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta, then wte (V,C), ln1w (L,C), qkvw (L,(NH+2KVH)hs,C),
+attprojw (L,C,C), ln2w (L,C), fcw (L,F,C) (SwiGLU's up projection), fcgatew (L,F,C) (its gate),
+fcprojw (L,C,F), lnfw (C), lmhead (V,C); hs = C/NH, F = multiple_of * ceil(int(ffn_dim_multiplier *
+int(8C/3)) / multiple_of) with a float32 product, as llm.c computes it. Output for LlamaForCausalLM
+(nn.Linear weights are (out, in), the trainer's layout, so nothing is transposed):
+  model.embed_tokens.weight                        (V, C)
+  model.layers.{i}.input_layernorm.weight          (C)      ln1w
+  model.layers.{i}.self_attn.q_proj.weight         (NH hs, C)   qkvw's first NH hs rows, permuted (below)
+  model.layers.{i}.self_attn.k_proj.weight         (KVH hs, C)  its next KVH hs rows, permuted
+  model.layers.{i}.self_attn.v_proj.weight         (KVH hs, C)  its last KVH hs rows
+  model.layers.{i}.self_attn.o_proj.weight         (C, C)   attprojw
+  model.layers.{i}.post_attention_layernorm.weight (C)      ln2w
+  model.layers.{i}.mlp.up_proj.weight              (F, C)   fcw
+  model.layers.{i}.mlp.gate_proj.weight            (F, C)   fcgatew
+  model.layers.{i}.mlp.down_proj.weight            (C, F)   fcprojw
+  model.norm.weight                                (C)      lnfw
+  lm_head.weight                                   (V, C)   lmhead (untied)
+The trainer rotates the interleaved pairs (x[2i], x[2i+1]) of each query and key head (Meta's and llm.c's
+convention); transformers' Llama rotates (x[i], x[i + hs/2]) (rotate_half), both by the angle
+t * theta^(-2i/hs). So within each q and k head the rows are reordered, even rows first, then odd rows:
+HF row i < hs/2 is our row 2i and HF row hs/2 + i our row 2i + 1. A query and its key are permuted alike,
+so their dot products, and everything after them, are unchanged. v_proj is not rotated and keeps its order.
+
+Every tensor is BF16, rounded to nearest even from the fp32 values (a NaN becomes 0x7FFF), bit for bit as
+fp8_scaling.h's bf16_from_float.
+
+--fp8: the block matmul weights (GPT-2: c_attn, attn.c_proj, c_fc, mlp.c_proj; Llama: q/k/v/o_proj,
+gate/up/down_proj) are stored as F8_E4M3 with one float32 scale per tensor, by the trainer's weight rule
+(fp8_scaling.h, train_gpt.c's refresh_compute_weights): amax = max |w| over the trainer's fp32 weight
+(NaNs ignored), s = (448 / amax) * 2^-M in float32 (fp8_compute_scale: 1 if amax is 0 or not finite,
+clamped to [FLT_MIN, FLT_MAX]), and the code of each element is e4m3(w * s), the product rounded to
+float32 then to E4M3 by round-to-nearest-even, saturating at +-448, NaN -> 0x7F, a float32-subnormal w ->
+a zero of its sign. Beside each such tensor NAME (e.g. transformer.h.0.attn.c_attn.weight) is NAME +
+"_scale_inv", an F32 scalar (shape []) holding float32(1 / s):
 
     weight ~= float32(e4m3 value) * NAME_scale_inv
 
-Quantization is per tensor of the trainer's (out, in) weight; the transpose to Conv1D layout moves
-elements without changing any, so the scale is the same. Everything else stays BF16. config.json's
-quantization_config records this convention. Stock transformers has no quantizer for this layout: the
-FP8 directory is a storage format, dequantized by its reader (test/gpt2_reference.py does it).
+The scale is the trainer's, of the weight of one of its GEMMs, so the codes are exactly the FP8 weights
+the trainer computes with: Llama's q_proj, k_proj and v_proj are parts of the one qkv weight and share its
+scale, and up_proj and gate_proj are the two halves of the one (2F, C) fc weight and share its scale.
+Transposing, splitting and permuting rows move elements without changing any. Everything else stays BF16.
+config.json's quantization_config records this convention. Stock transformers has no quantizer for this
+layout: the FP8 directory is a storage format, dequantized by its reader (test/gpt2_reference.py and
+test/llama_reference.py do it).
 
 The safetensors file is written here, without the safetensors package: an 8-byte little-endian header
 length, a JSON header (dtype, shape, data_offsets per tensor; __metadata__ {"format": "pt", ...}) padded
@@ -69,6 +100,7 @@ except ImportError:
     sys.exit(1)
 
 MODEL_MAGIC = 20240326
+LLAMA_MAGIC = 20240803
 HEADER_INTS = 256
 E4M3_MAX = 448.0
 CHUNK = 1 << 22  # elements converted at a time
@@ -153,11 +185,14 @@ def fp8_weight_scale(amax, margin):
     return s
 
 
-def fp8_quantize_weight(w, margin):
-    """(E4M3 codes of w * s, s) with the trainer's exact-amax weight scale."""
+def fp8_amax(w):
+    """max |w| as the trainer's abs_max takes it (fmaxf: NaNs skipped)."""
+    return np.float32(np.fmax.reduce(np.abs(w), axis=None, initial=np.float32(0.0)))
+
+
+def fp8_codes(w, s):
+    """E4M3 codes of w * s, as fp8_quantize computes them."""
     w = np.ascontiguousarray(w, dtype=np.float32)
-    amax = np.float32(np.fmax.reduce(np.abs(w), axis=None, initial=np.float32(0.0)))  # fmaxf: NaNs skipped
-    s = fp8_weight_scale(amax, margin)
     codes = np.empty(w.shape, dtype=np.uint8)
     flat_w, flat_c = w.reshape(-1), codes.reshape(-1)
     for i in range(0, flat_w.size, CHUNK):  # in pieces: the conversion's temporaries are 8 bytes an element
@@ -166,7 +201,13 @@ def fp8_quantize_weight(w, margin):
     u = f32_bits(w)
     subnormal = (u & 0x7F800000) == 0  # a zero or a float32 subnormal: a zero of its sign
     codes[subnormal] = ((u[subnormal] >> 24) & 0x80).astype(np.uint8)
-    return codes, s
+    return codes
+
+
+def fp8_quantize_weight(w, margin):
+    """(E4M3 codes of w * s, s) with the trainer's exact-amax weight scale."""
+    s = fp8_weight_scale(fp8_amax(w), margin)
+    return fp8_codes(w, s), s
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -174,7 +215,8 @@ def fp8_quantize_weight(w, margin):
 
 
 def read_model(path):
-    """(config dict, dict of float32 arrays in llm.c shapes) of a version 3 or 5 model file."""
+    """(config dict, dict of float32 arrays in llm.c shapes) of a version 3 or 5 model file of either
+    architecture; config["arch"] is "gpt2" or "llama"."""
     try:
         size = os.path.getsize(path)
         f = open(path, "rb")
@@ -184,11 +226,37 @@ def read_model(path):
         if size < 4 * HEADER_INTS:
             raise ExportError(f"{path}: too short for a model file header ({size} bytes)")
         h = np.frombuffer(f.read(4 * HEADER_INTS), dtype="<i4")
-    if h[0] != MODEL_MAGIC:
-        raise ExportError(f"{path}: not an llm.c model file (magic {h[0]}, expected {MODEL_MAGIC})")
-    version = int(h[1])
-    if version not in (3, 5):
-        raise ExportError(f"{path}: unsupported model file version {version} (expected 3 fp32 or 5 bf16)")
+        if h[0] not in (MODEL_MAGIC, LLAMA_MAGIC):
+            raise ExportError(f"{path}: not an llm.c model file (magic {h[0]}, expected {MODEL_MAGIC} for GPT-2 "
+                              f"or {LLAMA_MAGIC} for Llama)")
+        version = int(h[1])
+        if version not in (3, 5):
+            raise ExportError(f"{path}: unsupported model file version {version} (expected 3 fp32 or 5 bf16)")
+        if h[0] == MODEL_MAGIC:
+            cfg, shapes = gpt2_header(path, h)
+        else:
+            if size < 8 * HEADER_INTS:
+                raise ExportError(f"{path}: too short for a Llama model file header ({size} bytes)")
+            cfg, shapes = llama_header(path, h, np.frombuffer(f.read(4 * HEADER_INTS), dtype="<f4"))
+    header_bytes = 4 * HEADER_INTS * (2 if cfg["arch"] == "llama" else 1)
+    count = sum(math.prod(s) for _, s in shapes)
+    expected = header_bytes + count * (4 if version == 3 else 2)
+    if size != expected:
+        raise ExportError(f"{path}: size {size} does not match its header (expected {expected} bytes): "
+                          "truncated or corrupt")
+    raw = np.memmap(path, dtype="<f4" if version == 3 else "<u2", mode="r", offset=header_bytes, shape=(count,))
+    params, offset = {}, 0
+    for name, shape in shapes:
+        n = math.prod(shape)
+        chunk = raw[offset:offset + n]
+        params[name] = (np.asarray(chunk, dtype=np.float32) if version == 3 else bf16_to_f32(chunk)).reshape(shape)
+        offset += n
+    cfg["version"] = version
+    return cfg, params
+
+
+def gpt2_header(path, h):
+    """(config, tensor shapes in file order) of a GPT-2 file's header h."""
     maxT, V, L, NH, C, Vp = (int(v) for v in (h[2], h[3], h[4], h[5], h[6], h[7]))
     if maxT <= 0 or V <= 1 or L <= 0 or NH <= 0 or C <= 0 or C % NH != 0 or Vp < V:
         raise ExportError(
@@ -197,22 +265,36 @@ def read_model(path):
               ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)), ("attprojb", (L, C)),
               ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)),
               ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)), ("lnfw", (C,)), ("lnfb", (C,))]
-    count = sum(math.prod(s) for _, s in shapes)
-    elem = 4 if version == 3 else 2
-    expected = 4 * HEADER_INTS + count * elem
-    if size != expected:
-        raise ExportError(f"{path}: size {size} does not match its header (expected {expected} bytes): "
-                          "truncated or corrupt")
-    raw = np.memmap(path, dtype="<f4" if version == 3 else "<u2", mode="r", offset=4 * HEADER_INTS,
-                    shape=(count,))
-    params, offset = {}, 0
-    for name, shape in shapes:
-        n = math.prod(shape)
-        chunk = raw[offset:offset + n]
-        params[name] = (np.asarray(chunk, dtype=np.float32) if version == 3 else bf16_to_f32(chunk)).reshape(shape)
-        offset += n
-    config = {"version": version, "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "Vp": Vp}
-    return config, params
+    return {"arch": "gpt2", "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "Vp": Vp}, shapes
+
+
+def llama_ffn_dim(C, multiple_of, multiplier):
+    """llm.c's F: the product in float32 (as the C reader computes it), truncated, rounded up to multiple_of."""
+    hidden = int(np.float32(multiplier) * np.float32(8 * C // 3))
+    return multiple_of * -(-hidden // multiple_of)
+
+
+def llama_header(path, h, floats):
+    """(config, tensor shapes in file order) of a Llama file's integer header h and float header floats."""
+    maxT, V, L, NH, KVH, C, multiple_of, scaled_rope = (int(v) for v in h[2:10])
+    multiplier, eps, theta = (np.float32(v) for v in floats[:3])
+    if scaled_rope != 0:
+        raise ExportError(f"{path}: uses Llama 3.1's scaled rotary embeddings (use_scaled_rope {scaled_rope}), "
+                          "which the trainers do not compute")
+    ok = (maxT > 0 and V > 1 and L > 0 and NH > 0 and KVH > 0 and NH % KVH == 0 and C > 0 and C % NH == 0 and
+          (C // NH) % 2 == 0 and multiple_of > 0 and 0 < multiplier <= 16 and 0 < eps < 1 and 0 < theta <= 1e9)
+    F = llama_ffn_dim(C, multiple_of, multiplier) if ok else 0
+    if F <= 0:
+        raise ExportError(f"{path}: header describes an invalid Llama model (maxT {maxT} V {V} L {L} NH {NH} "
+                          f"KVH {KVH} C {C} multiple_of {multiple_of} ffn_dim_multiplier {multiplier!s} "
+                          f"norm_eps {eps!s} rope_theta {theta!s})")
+    QKV = (NH + 2 * KVH) * (C // NH)
+    shapes = [("wte", (V, C)), ("ln1w", (L, C)), ("qkvw", (L, QKV, C)), ("attprojw", (L, C, C)), ("ln2w", (L, C)),
+              ("fcw", (L, F, C)), ("fcgatew", (L, F, C)), ("fcprojw", (L, C, F)), ("lnfw", (C,)),
+              ("lmhead", (V, C))]
+    cfg = {"arch": "llama", "maxT": maxT, "V": V, "L": L, "NH": NH, "KVH": KVH, "C": C, "F": F,
+           "norm_eps": eps, "rope_theta": theta}
+    return cfg, shapes
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,7 +312,11 @@ BLOCK_TENSORS = [
 FP8_MODULES = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
 
 
-def hf_tensors(cfg, params, fp8, margin):
+def scale_inv_array(s):
+    return np.array(np.float32(1.0) / s, dtype=np.float32)
+
+
+def gpt2_tensors(cfg, params, fp8, margin):
     """Yields (name, safetensors dtype, array to write: float32 for BF16/F32, uint8 codes for F8_E4M3)."""
     V = cfg["V"]
     yield "transformer.wte.weight", "BF16", params["wte"][:V]
@@ -244,11 +330,57 @@ def hf_tensors(cfg, params, fp8, margin):
                 if fp8:
                     codes, s = fp8_quantize_weight(w, margin)
                     yield name, "F8_E4M3", codes
-                    yield name + "_scale_inv", "F32", np.array(np.float32(1.0) / s, dtype=np.float32)
+                    yield name + "_scale_inv", "F32", scale_inv_array(s)
                     continue
             yield name, "BF16", w
     yield "transformer.ln_f.weight", "BF16", params["lnfw"]
     yield "transformer.ln_f.bias", "BF16", params["lnfb"]
+
+
+LLAMA_FP8_MODULES = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+
+
+def rotate_half_rows(w, heads, hs):
+    """The rows of `heads` rotated heads of hs rows each, reordered from interleaved pairs (2i, 2i+1) to
+    rotate_half's (i, i + hs/2): per head the even rows, then the odd rows."""
+    return w.reshape(heads, hs // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hs, -1)
+
+
+def llama_gemms(cfg, params, layer):
+    """The trainer's four GEMM weights of a block, each as the HF modules it is cut into: one list of
+    (module, weight (out, in)) per GEMM, which has one FP8 scale."""
+    NH, KVH = cfg["NH"], cfg["KVH"]
+    hs = cfg["C"] // NH
+    qkv = params["qkvw"][layer]
+    return [[("self_attn.q_proj", rotate_half_rows(qkv[:NH * hs], NH, hs)),
+             ("self_attn.k_proj", rotate_half_rows(qkv[NH * hs:(NH + KVH) * hs], KVH, hs)),
+             ("self_attn.v_proj", qkv[(NH + KVH) * hs:])],
+            [("self_attn.o_proj", params["attprojw"][layer])],
+            # the trainer's fc GEMM reads fcw and fcgatew, adjacent in its memory, as one (2F, C) weight
+            [("mlp.up_proj", params["fcw"][layer]), ("mlp.gate_proj", params["fcgatew"][layer])],
+            [("mlp.down_proj", params["fcprojw"][layer])]]
+
+
+def llama_tensors(cfg, params, fp8, margin):
+    """As gpt2_tensors, for a Llama model."""
+    yield "model.embed_tokens.weight", "BF16", params["wte"]
+    for layer in range(cfg["L"]):
+        prefix = f"model.layers.{layer}."
+        yield prefix + "input_layernorm.weight", "BF16", params["ln1w"][layer]
+        yield prefix + "post_attention_layernorm.weight", "BF16", params["ln2w"][layer]
+        for gemm in llama_gemms(cfg, params, layer):
+            if fp8:
+                s = fp8_weight_scale(max(fp8_amax(w) for _, w in gemm), margin)  # shared by the GEMM's parts
+            for module, w in gemm:
+                name = prefix + module + ".weight"
+                if fp8:
+                    yield name, "F8_E4M3", fp8_codes(w, s)
+                    yield name + "_scale_inv", "F32", scale_inv_array(s)
+                else:
+                    yield name, "BF16", w
+    yield "model.norm.weight", "BF16", params["lnfw"]
+    yield "lm_head.weight", "BF16", params["lmhead"]
 
 
 SAFETENSORS_ITEMSIZE = {"F32": 4, "BF16": 2, "F8_E4M3": 1}
@@ -285,7 +417,26 @@ def write_safetensors(f, tensors, metadata):
         write_tensor(f, dtype, value)
 
 
-def hf_config(cfg, fp8, margin):
+def fp8_quantization_config(margin, quantized, not_converted):
+    """config.json's record of the --fp8 convention (the same for both architectures)."""
+    return {
+        "quant_method": "fp8gpt_per_tensor",
+        "fmt": "e4m3",
+        "weight_dtype": "float8_e4m3fn",
+        "weight_granularity": "per_tensor",
+        "activation_scheme": "none",
+        "quantized_modules": quantized,
+        "scale_suffix": "_scale_inv",
+        "scale_dtype": "float32",
+        "dequantization": "weight = float32(e4m3 value) * <weight name>_scale_inv",
+        "scale_rule": "s = float32(448 / amax(|w|)) * 2^-fp8_margin; stored <name>_scale_inv = float32(1 / s); "
+                      "code = e4m3(float32(w * s)), round to nearest even, saturating at 448",
+        "fp8_margin": int(margin),
+        "modules_not_to_convert": not_converted,
+    }
+
+
+def gpt2_config(cfg, fp8, margin):
     V, C = cfg["V"], cfg["C"]
     eot = 50256 if V == 50257 else None  # GPT-2's <|endoftext|>; a byte vocabulary has none
     config = {
@@ -314,22 +465,57 @@ def hf_config(cfg, fp8, margin):
         "torch_dtype": "bfloat16",
     }
     if fp8:
-        config["quantization_config"] = {
-            "quant_method": "fp8gpt_per_tensor",
-            "fmt": "e4m3",
-            "weight_dtype": "float8_e4m3fn",
-            "weight_granularity": "per_tensor",
-            "activation_scheme": "none",
-            "quantized_modules": [f"transformer.h.*.{m}" for m in FP8_MODULES],
-            "scale_suffix": "_scale_inv",
-            "scale_dtype": "float32",
-            "dequantization": "weight = float32(e4m3 value) * <weight name>_scale_inv",
-            "scale_rule": "s = float32(448 / amax(|w|)) * 2^-fp8_margin; stored <name>_scale_inv = float32(1 / s); "
-                          "code = e4m3(float32(w * s)), round to nearest even, saturating at 448",
-            "fp8_margin": int(margin),
-            "modules_not_to_convert": ["transformer.wte", "transformer.wpe", "transformer.h.*.ln_1",
-                                       "transformer.h.*.ln_2", "transformer.ln_f", "lm_head"],
-        }
+        config["quantization_config"] = fp8_quantization_config(
+            margin, [f"transformer.h.*.{m}" for m in FP8_MODULES],
+            ["transformer.wte", "transformer.wpe", "transformer.h.*.ln_1", "transformer.h.*.ln_2", "transformer.ln_f",
+             "lm_head"])
+    return config
+
+
+# the special tokens of the Llama tokenizers the presets name, by vocabulary size: (bos, eos)
+LLAMA_SPECIAL_TOKENS = {32000: (1, 2), 128256: (128000, 128001)}
+
+
+def float32_json(x):
+    """The shortest decimal that reads back as the float32 x (1e-05, not 9.999999747378752e-06)."""
+    return float(str(np.float32(x)))
+
+
+def llama_config(cfg, fp8, margin):
+    bos, eos = LLAMA_SPECIAL_TOKENS.get(cfg["V"], (None, None))  # a byte vocabulary has none
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": cfg["V"],
+        "max_position_embeddings": cfg["maxT"],
+        "hidden_size": cfg["C"],
+        "intermediate_size": cfg["F"],
+        "num_hidden_layers": cfg["L"],
+        "num_attention_heads": cfg["NH"],
+        "num_key_value_heads": cfg["KVH"],
+        "head_dim": cfg["C"] // cfg["NH"],
+        "hidden_act": "silu",
+        "rms_norm_eps": float32_json(cfg["norm_eps"]),
+        "rope_theta": float32_json(cfg["rope_theta"]),
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    if fp8:
+        q = fp8_quantization_config(
+            margin, [f"model.layers.*.{m}" for m in LLAMA_FP8_MODULES],
+            ["model.embed_tokens", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm",
+             "model.norm", "lm_head"])
+        q["shared_scales"] = [["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+                              ["mlp.up_proj", "mlp.gate_proj"]]  # the trainer's qkv and fc GEMMs each have one
+        config["quantization_config"] = q
     return config
 
 
@@ -359,12 +545,14 @@ def fsync_dir(path):
 
 def export(model_path, out_dir, fp8=False, margin=0):
     cfg, params = read_model(model_path)
-    tensors = list(hf_tensors(cfg, params, fp8, margin))
+    llama = cfg["arch"] == "llama"
+    tensors = list((llama_tensors if llama else gpt2_tensors)(cfg, params, fp8, margin))
     metadata = {"format": "pt", "source": "llm.c model file (fp8gpt scripts/export_hf.py)",
                 "llmc_version": str(cfg["version"]), "quantization": "fp8_e4m3_per_tensor" if fp8 else "none"}
     if fp8:
         metadata["fp8_margin"] = str(int(margin))
-    config_text = (json.dumps(hf_config(cfg, fp8, margin), indent=2) + "\n").encode("utf-8")
+    config = (llama_config if llama else gpt2_config)(cfg, fp8, margin)
+    config_text = (json.dumps(config, indent=2) + "\n").encode("utf-8")
 
     out_dir = os.path.normpath(out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -400,7 +588,7 @@ def export(model_path, out_dir, fp8=False, margin=0):
 
 
 def main(argv=None):
-    p = OneLineParser(description="Export an llm.c model file as a Hugging Face GPT-2 directory.")
+    p = OneLineParser(description="Export an llm.c model file as a Hugging Face GPT-2 or Llama directory.")
     p.add_argument("model", help="llm.c model file (version 3 fp32 or 5 bf16)")
     p.add_argument("out_dir", help="output directory (created; config.json and model.safetensors)")
     p.add_argument("--fp8", action="store_true", help="block matmul weights as per-tensor-scaled F8_E4M3")
@@ -413,8 +601,10 @@ def main(argv=None):
     except ExportError as e:
         die(str(e))
     kind = f"fp8 e4m3 block weights (margin {args.fp8_margin}) + bf16" if args.fp8 else "bf16"
-    print(f"exported {args.model} (L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']} maxT={cfg['maxT']}, "
-          f"{len(tensors)} tensors, {kind}) to {args.out_dir}")
+    shape = f"llama L={cfg['L']} C={cfg['C']} NH={cfg['NH']} KVH={cfg['KVH']} F={cfg['F']}" \
+        if cfg["arch"] == "llama" else f"gpt2 L={cfg['L']} C={cfg['C']} NH={cfg['NH']}"
+    print(f"exported {args.model} ({shape} V={cfg['V']} maxT={cfg['maxT']}, {len(tensors)} tensors, {kind}) "
+          f"to {args.out_dir}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-# export_test.mk: the test of scripts/export_hf.py (llm.c model file -> Hugging Face GPT-2 directory, BF16 or
-# per-tensor-scaled FP8 E4M3) and of test/gpt2_reference.py (the numpy GPT-2 it is checked with).
+# export_test.mk: the test of scripts/export_hf.py (llm.c model file -> Hugging Face GPT-2 or Llama directory, BF16
+# or per-tensor-scaled FP8 E4M3) and of test/gpt2_reference.py and test/llama_reference.py (the numpy models it is
+# checked with).
 # Included by the main Makefile, which defines DATA and the target train_cpu.
-#   make test_export    trains a tiny model for 5 steps, exports it, compares logits with train_cpu's float32 ones
-#                       and E4M3/BF16 bytes with fp8_scaling.h (about 10 s; needs numpy for $(PYTHON):
-#                       python3 -m pip install numpy, or apt-get install python3-numpy; and $(CC) for a small
-#                       program compiled against fp8_scaling.h)
+#   make test_export    trains a tiny GPT-2 for 5 steps and a tiny Llama for 40, exports them, compares logits
+#                       with train_cpu's float32 ones and E4M3/BF16 bytes with fp8_scaling.h (about 15 s; needs
+#                       numpy for $(PYTHON): python3 -m pip install numpy, or apt-get install python3-numpy; and
+#                       $(CC) for a small program compiled against fp8_scaling.h)
 # This fragment leaves the including Makefile's default goal as it was.
 _export_test_saved_goal := $(.DEFAULT_GOAL)
 
@@ -12,7 +13,8 @@ PYTHON ?= python3
 CC ?= gcc
 
 .PHONY: test_export
-test_export: train_cpu python_deps test/test_export.sh scripts/export_hf.py test/gpt2_reference.py fp8_scaling.h
+test_export: train_cpu python_deps test/test_export.sh scripts/export_hf.py test/gpt2_reference.py \
+             test/llama_reference.py fp8_scaling.h
 	DATA="$(DATA)" PYTHON=$(PYTHON) CC="$(CC)" bash test/test_export.sh
 
 .DEFAULT_GOAL := $(_export_test_saved_goal)

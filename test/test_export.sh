@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# test_export.sh: scripts/export_hf.py (llm.c model file -> Hugging Face GPT-2 directory), checked against the
-# CPU trainer's own float32 logits and against fp8_scaling.h's conversions. About 5 s; needs python3 with numpy
-# and a C compiler ($CC, default gcc) besides train_cpu.
+# test_export.sh: scripts/export_hf.py (llm.c model file -> Hugging Face GPT-2 or Llama directory), checked against
+# the CPU trainer's own float32 logits and against fp8_scaling.h's conversions. About 15 s; needs python3 with
+# numpy and a C compiler ($CC, default gcc) besides train_cpu.
 #   1. test/gpt2_reference.py (numpy GPT-2) on the trained fp32 model file reproduces train_cpu's float32 logits
 #      (from --debug_state) to float32 accuracy;
 #   2. the BF16 export: names, shapes, dtypes, config.json; its bytes are the round-to-nearest-even BF16 of the
@@ -11,7 +11,14 @@
 #      fp8_scaling.h's own fp8_compute_scale / fp8_quantize; logits within a bound derived from E4M3's 3
 #      mantissa bits; --fp8_margin; a padded vocabulary (V < Vp) and a version 5 (bf16) input file;
 #   4. bad inputs (truncated file, wrong magic, short header, bad version, missing file, OUT_DIR a file): one
-#      line "error: FILE: ..." on stderr, exit status 1, nothing written.
+#      line "error: FILE: ..." on stderr, exit status 1, nothing written;
+#   5. Llama (LlamaForCausalLM, test/llama_reference.py: rotate_half rotary embeddings, repeat_kv, RMSNorm,
+#      SwiGLU, untied head): the reference on the trainer's file reproduces its float32 logits; the BF16 export
+#      of a model whose weights are BF16 already reproduces them to float32 accuracy (so the q/k row reordering
+#      from the trainer's interleaved rotary pairs to rotate_half's halves is exact: without it the logits move
+#      > 10 x that tolerance, checked); the BF16 and FP8 exports' bytes equal the reference's own conversion
+#      (FP8: one scale per trainer GEMM, shared by q/k/v and by up/gate) and fp8_scaling.h's; logits within
+#      the bounds of (2) and (3); bad Llama headers (truncated, short, scaled RoPE, KVH not dividing NH).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -27,6 +34,33 @@ data=(--train_data "$tmp/data/text_train_*.bin" --val_data "" --seq_len 32 --bat
 model="$tmp/run/model_00000005.bin"
 ./train_cpu --init_from "$model" --dtype float32 --steps 1 "${data[@]}" --output_dir "" --debug_state "$tmp/dbg.bin" \
     >"$tmp/debug.txt" 2>&1 || { cat "$tmp/debug.txt"; bad "train_cpu: the --debug_state run failed"; finish; }
+
+# --- a trained tiny Llama and the trainer's float32 logits --------------------------------------------------------
+# 4 query heads on 2 key/value heads, so that which key/value head a query head reads matters. 40 steps at lr
+# 1e-2, so that attention depends on position: in a trial, after 5 steps at 3e-3 a missing q/k row reordering
+# moved the logits less than rounding the weights to BF16 did (7e-4 against 1.1e-3), after 40 steps at 1e-2
+# tens of times more (the check prints both).
+./train_cpu --arch llama --model_size d2 --heads 4 --kv_heads 2 --vocab 256 --steps 40 --lr 1e-2 --dtype float8 \
+    "${data[@]}" --output_dir "$tmp/lrun" >"$tmp/ltrain.txt" 2>&1 ||
+    { cat "$tmp/ltrain.txt"; bad "train_cpu: the 40-step Llama run failed"; finish; }
+lmodel="$tmp/lrun/model_00000040.bin"
+# the same model rounded to BF16, as a version 5 file: its BF16 export loses nothing
+"$PY" - "$lmodel" "$tmp/lv5.bin" <<'EOF2'
+import sys
+import numpy as np
+sys.path.insert(0, "test")
+import gpt2_reference as ref
+data = open(sys.argv[1], "rb").read()
+h = np.frombuffer(data[:2048], dtype="<i4").copy()  # the integer and float headers
+h[1] = 5
+codes = ref.bf16_round_codes(np.frombuffer(data[2048:], "<f4")).astype("<u2")
+open(sys.argv[2], "wb").write(h.tobytes() + codes.tobytes())
+EOF2
+for m in "$lmodel" "$tmp/lv5.bin"; do
+    ./train_cpu --init_from "$m" --dtype float32 --steps 1 "${data[@]}" --output_dir "" \
+        --debug_state "$tmp/dbg_$(basename "$m")" >"$tmp/debug.txt" 2>&1 ||
+        { cat "$tmp/debug.txt"; bad "train_cpu: the --debug_state run of $m failed"; finish; }
+done
 
 # --- fp8_scaling.h itself, as the oracle of the conversions ---------------------------------------------------
 # conv bf16|e4m3 IN OUT: codes of the float32s in IN. conv quant MARGIN IN OUT: the trainer's weight cast of the
@@ -91,6 +125,9 @@ open(sys.argv[3], "wb").write(h.tobytes() + ref.bf16_round_codes(np.frombuffer(d
 EOF
 export_ok "export a padded vocabulary (V=200, Vp=256)" "$tmp/v200.bin" "$tmp/hf_v200" --fp8
 export_ok "export a version 5 (bf16) model file" "$tmp/v5.bin" "$tmp/hf_v5"
+export_ok "llama: export bf16" "$lmodel" "$tmp/hf_llama"
+export_ok "llama: export fp8" "$lmodel" "$tmp/hf_llama_fp8" --fp8
+export_ok "llama: export a version 5 (bf16) model file" "$tmp/lv5.bin" "$tmp/hf_llama_v5"
 
 # --- the numerical checks: one line per check, "PASS<tab>what" or "FAIL<tab>what", and "info<tab>..." ---------
 checks_rc=0
@@ -139,12 +176,17 @@ def oracle(mode, x, margin=None):
     return out
 
 
-# the trainer's first batch and its float32 logits (debug_state.h layout)
-d = open(os.path.join(tmp, "dbg.bin"), "rb").read()
-h = np.frombuffer(d[:1024], dtype="<i4")
-B, T, Vp, V = int(h[2]), int(h[3]), int(h[4]), int(h[9])
-tokens = np.frombuffer(d, "<i4", B * T, 1024).reshape(B, T)
-trainer = np.frombuffer(d, "<f4", B * T * Vp, 1024 + 8 * B * T).reshape(B, T, Vp)[..., :V]
+def debug_state(name):
+    """The trainer's first batch (B,T) and its float32 logits (B,T,V) (debug_state.h layout)."""
+    d = open(os.path.join(tmp, name), "rb").read()
+    h = np.frombuffer(d[:1024], dtype="<i4")
+    B, T, Vp, V = int(h[2]), int(h[3]), int(h[4]), int(h[9])
+    tokens = np.frombuffer(d, "<i4", B * T, 1024).reshape(B, T)
+    return tokens, np.frombuffer(d, "<f4", B * T * Vp, 1024 + 8 * B * T).reshape(B, T, Vp)[..., :V]
+
+
+tokens, trainer = debug_state("dbg.bin")
+B, T, V = trainer.shape
 
 cfg, w32 = ref.load_llmc(model)
 tensors = [k for k in w32 if k.startswith("transformer.")]
@@ -344,6 +386,155 @@ check("conversions: export_hf bf16 equals fp8_scaling.h bf16_from_float",
 check("conversions: the reference's by-value E4M3 and BF16 roundings equal fp8_scaling.h",
       lambda: np.array_equal(ref.e4m3_round_codes(xs), oracle("e4m3", xs)) and
       np.array_equal(ref.bf16_round_codes(xs), oracle("bf16", xs)))
+# ---------------------------------------------------------------------------------------------------------
+# (5) Llama, exported as LlamaForCausalLM and run by test/llama_reference.py with transformers' semantics
+import llama_reference as lref
+
+lmodel = os.path.join(tmp, "lrun", "model_00000040.bin")
+ltokens, ltrainer = debug_state("dbg_model_00000040.bin")
+lcfg, lw32 = lref.load_llmc(lmodel)
+lC, lL, lNH, lKVH, lF = (lcfg[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                           "num_key_value_heads", "intermediate_size"))
+lhs = lC // lNH
+LLAMA_MATMULS = ["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]
+lmatmuls = [f"model.layers.{l}.{m}" for l in range(lL) for m in LLAMA_MATMULS]
+lothers = [k for k in lw32 if k not in lmatmuls]
+lshapes = {"model.embed_tokens.weight": (V, lC), "model.norm.weight": (lC,), "lm_head.weight": (V, lC)}
+for l in range(lL):
+    a = f"model.layers.{l}."
+    lshapes.update({a + "input_layernorm.weight": (lC,), a + "post_attention_layernorm.weight": (lC,),
+                    a + "self_attn.q_proj.weight": (lNH * lhs, lC), a + "self_attn.k_proj.weight": (lKVH * lhs, lC),
+                    a + "self_attn.v_proj.weight": (lKVH * lhs, lC), a + "self_attn.o_proj.weight": (lC, lC),
+                    a + "mlp.gate_proj.weight": (lF, lC), a + "mlp.up_proj.weight": (lF, lC),
+                    a + "mlp.down_proj.weight": (lC, lF)})
+lref64 = lref.forward(lcfg, lw32, ltokens, np.float64)
+
+
+def llogits_with(changed):
+    return lref.forward(lcfg, {**lw32, **changed}, ltokens, np.float64)
+
+
+# (5) float32: the argument of (1) holds as it is (dot products of length <= max(C, F) = 192, 2L+2 matmul stages,
+# RMSNorm in place of LayerNorm, the rotary rotation exact to a few u): TOL32.
+le32, le64 = rel(lref.forward(lcfg, lw32, ltokens), ltrainer), rel(lref64, ltrainer)
+print(f"info\tllama float32: reference (float32) vs trainer {le32:.2e}, (float64) {le64:.2e}, "
+      f"max |logit| {np.abs(ltrainer).max():.3f}")
+check("(5) llama: numpy reference (float32) reproduces the trainer's float32 logits",
+      lambda: (le32 < TOL32, f"{le32:.2e} < {TOL32}"))
+check("(5) llama: numpy reference (float64) reproduces the trainer's float32 logits",
+      lambda: (le64 < TOL32, f"{le64:.2e} < {TOL32}"))
+# The negative control: q_proj and k_proj left in the trainer's interleaved row order (rotate_half then pairs
+# the wrong features) must miss the float32 tolerance by far, or the exact check below could not see it.
+lcfg_n, lw_n = lref.load_llmc(lmodel, permute=False)
+le_noperm = rel(lref.forward(lcfg_n, lw_n, ltokens, np.float64), ltrainer)
+lE_bf16_all = rel(llogits_with({k: ref.bf16_round(lw32[k]) for k in lw32}), lref64)
+lE_bf16_mm = rel(llogits_with({k: ref.bf16_round(lw32[k]) for k in lmatmuls}), lref64)
+lE_bf16_other = rel(llogits_with({k: ref.bf16_round(lw32[k]) for k in lothers}), lref64)
+print(f"info\tllama: without the q/k row reordering the logits move by {le_noperm:.2e}; BF16 rounding of all weights "
+      f"by {lE_bf16_all:.2e} (matmul weights only {lE_bf16_mm:.2e}, the rest only {lE_bf16_other:.2e})")
+check("(5) llama: a missing q/k row reordering misses the float32 tolerance by more than 10x",
+      lambda: (le_noperm > 10 * TOL32, f"{le_noperm:.2e} > 10 x {TOL32}"))
+check("(5) llama: the float32 tolerance separates float32 from BF16 weights",
+      lambda: (lE_bf16_all > 10 * TOL32, f"BF16 effect {lE_bf16_all:.2e} > 10 x {TOL32}"))
+
+
+def check_llama_config(directory, fp8):
+    c = json.load(open(os.path.join(directory, "config.json")))
+    want = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": V, "hidden_size": lC,
+            "intermediate_size": lF, "num_hidden_layers": lL, "num_attention_heads": lNH,
+            "num_key_value_heads": lKVH, "head_dim": lhs, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+            "rope_theta": 10000.0, "rope_scaling": None, "max_position_embeddings": lcfg["max_position_embeddings"],
+            "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16"}
+    bad = [k for k, v in want.items() if c.get(k) != v]
+    q = c.get("quantization_config")
+    if fp8:
+        if not q or q.get("fmt") != "e4m3" or q.get("scale_suffix") != "_scale_inv" or q.get("fp8_margin") != 0 \
+                or len(q.get("quantized_modules", [])) != 7:
+            bad.append("quantization_config")
+    elif q is not None:
+        bad.append("quantization_config (should be absent)")
+    return not bad, "wrong: " + ", ".join(bad) if bad else "ok"
+
+
+# (5) BF16 export. Exactness first: the version 5 file's weights are BF16 values, which the BF16 export holds
+# unchanged, and the trainer's logits of that file are float32; so the export's logits must match them to
+# TOL32, like (1), and a wrong reordering, head split or name moves them by le_noperm-sized amounts.
+lv_tokens, lv_trainer = debug_state("dbg_lv5.bin")
+lcfg_v, lw_v = lref.load_export(os.path.join(tmp, "hf_llama_v5"))
+le_v = rel(lref.forward(lcfg_v, lw_v, lv_tokens), lv_trainer)
+print(f"info\tllama: bf16 export of BF16 weights vs the trainer's float32 logits of them {le_v:.2e}")
+check("(5) llama: the BF16 export of a BF16 model reproduces the trainer's float32 logits to float32 accuracy",
+      lambda: (le_v < TOL32, f"{le_v:.2e} < {TOL32}"))
+lst, lmeta = ref.read_safetensors(os.path.join(tmp, "hf_llama", "model.safetensors"))
+check("(5) llama bf16: config.json", lambda: check_llama_config(os.path.join(tmp, "hf_llama"), False))
+check("(5) llama bf16: directory holds config.json and model.safetensors only",
+      lambda: only_our_files(os.path.join(tmp, "hf_llama")))
+check("(5) llama bf16: tensor names, shapes, every dtype BF16",
+      lambda: (sorted(lst) == sorted(lshapes) and all(lst[k][1] == lshapes[k] and lst[k][0] == "BF16" for k in lst),
+               f"{len(lst)} tensors"))
+check("(5) llama bf16: bytes are the nearest-even BF16 of the reference's own conversion (reordered q/k rows)",
+      lambda: all(np.array_equal(lst[k][2], ref.bf16_round_codes(lw32[k])) for k in lw32))
+check("(5) llama bf16: bytes equal fp8_scaling.h's bf16_from_float",
+      lambda: all(np.array_equal(lst[k][2], oracle("bf16", lw32[k]).reshape(lw32[k].shape)) for k in lw32))
+lst_v, _ = ref.read_safetensors(os.path.join(tmp, "hf_llama_v5", "model.safetensors"))
+check("(5) llama: version 5 input exports to the same tensors as the fp32 file",
+      lambda: sorted(lst_v) == sorted(lst) and all(np.array_equal(lst_v[k][2], lst[k][2]) for k in lst))
+lcfg_b, lw_b = lref.load_export(os.path.join(tmp, "hf_llama"))
+le_b = rel(lref.forward(lcfg_b, lw_b, ltokens), ltrainer)
+lbound_b = 2 * lE_bf16_all + TOL32  # as (2)
+print(f"info\tllama bf16 export vs trainer {le_b:.2e}, bound {lbound_b:.2e}")
+check("(5) llama bf16: logits agree with the trainer's within twice the effect of BF16 weight rounding",
+      lambda: (le_b <= lbound_b, f"{le_b:.2e} <= {lbound_b:.2e}"))
+
+
+# (5) FP8 export. The trainer quantizes each GEMM's weight with one scale: qkv (q, k and v rows together) and
+# fc (up then gate rows, one (2F, C) weight); the reference quantizes those concatenations of its own HF tensors
+# (the row reordering moves codes, not values) and cuts them apart.
+def llama_gemm_groups(l):
+    a = f"model.layers.{l}."
+    return [[a + "self_attn.q_proj.weight", a + "self_attn.k_proj.weight", a + "self_attn.v_proj.weight"],
+            [a + "self_attn.o_proj.weight"], [a + "mlp.up_proj.weight", a + "mlp.gate_proj.weight"],
+            [a + "mlp.down_proj.weight"]]
+
+
+lgroups = [g for l in range(lL) for g in llama_gemm_groups(l)]
+lst8, _ = ref.read_safetensors(os.path.join(tmp, "hf_llama_fp8", "model.safetensors"))
+
+
+def llama_fp8_codes(quantize):
+    """For each group, quantize(concatenated float32 weights) -> (codes, s), compared with the export."""
+    for group in lgroups:
+        codes, s = quantize(np.concatenate([lw32[k] for k in group]))
+        at = 0
+        for k in group:
+            n = lw32[k].shape[0]
+            if not np.array_equal(lst8[k][2], codes[at:at + n]):
+                return False, f"{k}: {int(np.sum(lst8[k][2] != codes[at:at + n]))} codes differ"
+            if lst8[k + "_scale_inv"][2][()].view("<u4") != np.float32(np.float32(1.0) / s).view("<u4"):
+                return False, f"{k}_scale_inv {lst8[k + '_scale_inv'][2][()]!r} is not 1/{s!r}"
+            at += n
+    return True
+
+
+check("(5) llama fp8: config.json", lambda: check_llama_config(os.path.join(tmp, "hf_llama_fp8"), True))
+check("(5) llama fp8: tensor names",
+      lambda: sorted(lst8) == sorted(list(lshapes) + [k + "_scale_inv" for k in lmatmuls]))
+check("(5) llama fp8: dtypes and shapes (block matmul weights F8_E4M3, scales F32 scalars, the rest BF16)",
+      lambda: all((v[0], v[1]) == (("F32", ()) if k.endswith("_scale_inv") else
+                                   ("F8_E4M3" if k in lmatmuls else "BF16", lshapes[k])) for k, v in lst8.items()))
+check("(5) llama fp8: E4M3 bytes and 1/s equal an independent numpy quantization, one scale per trainer GEMM",
+      lambda: llama_fp8_codes(lambda w: ref.e4m3_weight_quantize(w, 0)))
+check("(5) llama fp8: E4M3 bytes and scales equal fp8_scaling.h (fp8_compute_scale, fp8_quantize)",
+      lambda: llama_fp8_codes(lambda w: (lambda c, s: (c.reshape(w.shape), s))(*oracle("quant", w, 0))))
+check("(5) llama fp8: non-matmul tensors identical to the bf16 export",
+      lambda: all(np.array_equal(lst8[k][2], lst[k][2]) for k in lothers))
+lcfg_8, lw_8 = lref.load_export(os.path.join(tmp, "hf_llama_fp8"))
+le_8 = rel(lref.forward(lcfg_8, lw_8, ltokens), ltrainer)
+lbound_8 = 2 * (16 * lE_bf16_mm + lE_bf16_other) + TOL32  # as (3)
+print(f"info\tllama fp8 export vs trainer {le_8:.2e}, bound {lbound_8:.2e}")
+check("(5) llama fp8: logits agree with the trainer's within the bound from E4M3's 3 mantissa bits",
+      lambda: (le_8 <= lbound_8, f"{le_8:.2e} <= {lbound_8:.2e}"))
 print("done\t")
 EOF
 while IFS=$'\t' read -r status what; do
@@ -386,4 +577,24 @@ refused "shorter than a header" "$tmp/short.bin" "$tmp/out_bad" "short.bin: too 
 refused "unsupported version" "$tmp/version.bin" "$tmp/out_bad" "version.bin: unsupported model file version 4"
 refused "missing file" "$tmp/missing.bin" "$tmp/out_bad" "missing.bin: cannot open"
 refused "OUT_DIR is a file" "$model" "$tmp/a_file" "a_file: exists and is not a directory"
+# Llama headers: the two-part header cut short, use_scaled_rope set (Llama 3.1's wavelengths, not computed here),
+# KVH = 3 not dividing NH = 4
+lsize=$(wc -c <"$lmodel")
+head -c $((lsize - 100)) "$lmodel" >"$tmp/ltruncated.bin"
+head -c 1500 "$lmodel" >"$tmp/lshort.bin"
+patch_int() { # FILE OUT INDEX VALUE: OUT = FILE with header int INDEX set to VALUE
+    "$PY" - "$@" <<'EOF2'
+import sys
+d = bytearray(open(sys.argv[1], "rb").read())
+i = 4 * int(sys.argv[3])
+d[i:i + 4] = int(sys.argv[4]).to_bytes(4, "little")
+open(sys.argv[2], "wb").write(d)
+EOF2
+}
+patch_int "$lmodel" "$tmp/lrope.bin" 9 1
+patch_int "$lmodel" "$tmp/lkvh.bin" 6 3
+refused "llama: truncated model file" "$tmp/ltruncated.bin" "$tmp/out_bad" "ltruncated.bin: size .* does not match"
+refused "llama: shorter than its two headers" "$tmp/lshort.bin" "$tmp/out_bad" "lshort.bin: too short for a Llama"
+refused "llama: scaled rotary embeddings" "$tmp/lrope.bin" "$tmp/out_bad" "lrope.bin: uses Llama 3.1's scaled rotary"
+refused "llama: KVH not dividing NH" "$tmp/lkvh.bin" "$tmp/out_bad" "lkvh.bin: header describes an invalid Llama model"
 finish
