@@ -53,10 +53,12 @@ static inline size_t dry_run_aligned_bytes(const MemoryPlan *plan, int i) {
 
 // A generous over-estimate of the plan (every buffer bounded from above), in double so that it cannot
 // wrap: memory_plan_compute counts in size_t and only absurd overrides of --layers, --channels,
-// --batch_size and --seq_len come near 2^64 bytes.
+// --batch_size and --seq_len come near 2^64 bytes. Per token and layer a plan keeps at most some 20 rows
+// of the widest activation W (C, QKV, fc's output and F are each at most W, and fewer than 20 of them are
+// kept or scratch a layer): 20 W bytes, with GPT-2's W = 4C the former 64 C and more.
 static inline double dry_run_plan_bound(const GPTConfig *cfg, int B, int T, int world_size, int history) {
-    double N = (double)B * T, L = cfg->num_layers, C = cfg->channels;
-    double per_token = (L + 2) * (64.0 * C + 4.0 * cfg->num_heads + 64.0) + 2.0 * cfg->padded_vocab_size;
+    double N = (double)B * T, L = cfg->num_layers, W = model_widest_features(cfg);
+    double per_token = (L + 2) * (20.0 * W + 4.0 * cfg->num_heads + 64.0) + 2.0 * cfg->padded_vocab_size;
     double weights = 24.0 * (double)param_count(cfg) + 64.0 * world_size * (L + 1);
     return weights + N * per_token + 64.0 * L * NUM_BLOCK_LINEARS * (history + 16) + 1e9;
 }
@@ -85,9 +87,10 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
 // ----------------------------------------------------------------------------
 // The plan, group by group and buffer by buffer.
 
-// What a buffer holds, where the name alone does not say it; some depend on the ZeRO stage.
-static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
-    int z = s->zero_stage, keep = s->keep_gathered;
+// What a buffer holds, where the name alone does not say it; some depend on the ZeRO stage and the
+// architecture.
+static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, const PlanSettings *s) {
+    int z = s->zero_stage, keep = s->keep_gathered, llama = model_is_llama(cfg);
     switch (id) {
     case BUF_PARAMS:
         return z ? "FP32 master weights, this rank's shard" : "FP32 master weights, all parameters";
@@ -112,7 +115,7 @@ static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
     case BUF_WEIGHTS_FP8_T:
         return "E4M3 W^T for the data-gradient GEMMs";
     case BUF_ENCODED:
-        return "token + position embedding";
+        return llama ? "token embedding" : "token + position embedding";
     case BUF_RESIDUAL2:
         return "residual stream after attention";
     case BUF_RESIDUAL3:
@@ -120,22 +123,22 @@ static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
     case BUF_LN1_STATS:
     case BUF_LN2_STATS:
     case BUF_LNF_STATS:
-        return "LayerNorm mean and 1/std per token";
+        return llama ? "RMSNorm 1/rms per token" : "LayerNorm mean and 1/std per token";
     case BUF_LN1:
     case BUF_LN2:
     case BUF_ATTY:
     case BUF_FCH_GELU:
         return s->dtype == DTYPE_FLOAT8 ? "BF16 GEMM input, one layer of scratch" : "BF16 GEMM input";
     case BUF_QKV:
-        return "attention q, k, v";
+        return llama ? "attention q, k (rotated), v: grouped-query heads" : "attention q, k, v";
     case BUF_ATT_LSE:
         return "attention log-sum-exp per head";
     case BUF_FCH:
-        return "MLP before GELU";
+        return llama ? "MLP before SwiGLU: up and gate projections" : "MLP before GELU";
     case BUF_INPUT_FP8_T:
         return "every linear's input, transposed, E4M3";
     case BUF_LNF:
-        return "final LayerNorm output";
+        return llama ? "final RMSNorm output" : "final LayerNorm output";
     case BUF_LOGITS:
         return "B*T x padded vocabulary, bf16";
     case BUF_LOSSES:
@@ -144,13 +147,15 @@ static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
         return "gradient of the residual stream";
     case BUF_DC:
     case BUF_DQKV:
-    case BUF_DFCH:
         return "gradients of one layer's activations";
+    case BUF_DFCH:
+        return llama ? "gradient of up and gate; SwiGLU's output gradient first, in place"
+                     : "gradients of one layer's activations";
     case BUF_ATT_DELTA:
         return "attention backward row sums";
     case BUF_CAST_FP8:
     case BUF_CAST_FP8_T:
-        return "FP8 cast of a gradient for the backward GEMMs";
+        return "FP8 cast of a linear's input or gradient, up to the widest";
     case BUF_REDUCE_SCRATCH:
         return "partial sums of the deterministic reductions";
     case BUF_FP8_STATE:
@@ -159,6 +164,8 @@ static inline const char *dry_run_buffer_note(int id, const PlanSettings *s) {
         return "step parameters and results";
     case BUF_TOKENS:
         return "inputs, targets, embedding-gradient buckets, and the next batch's";
+    case BUF_ROPE_TABLE:
+        return "rotary embeddings' cos and sin per position and pair";
     case BUF_GEMM_WORKSPACE:
         return "cuBLASLt";
     default:
@@ -173,14 +180,14 @@ static inline size_t dry_run_group_bytes(const MemoryPlan *plan, int group) {
     return sum;
 }
 
-static inline void dry_run_print_groups(const MemoryPlan *plan) {
+static inline void dry_run_print_groups(const GPTConfig *cfg, const MemoryPlan *plan) {
     printf("per-process device memory (GiB = 2^30 bytes), one allocation of %zu buffers:\n",
            (size_t)NUM_BUFFERS);
     for (int g = 0; g < NUM_PLAN_GROUPS; g++) {
         printf("  %-28s %10.3f GiB\n", PLAN_GROUP_NAMES[g], dry_run_gib(dry_run_group_bytes(plan, g)));
         for (int i = 0; i < NUM_BUFFERS; i++) {
             if ((int)buffer_group((BufferId)i) != g || !plan->bytes[i]) continue;
-            const char *note = dry_run_buffer_note(i, &plan->settings);
+            const char *note = dry_run_buffer_note(i, cfg, &plan->settings);
             printf("      %-24s %10.3f GiB%s%s\n", BUFFER_NAMES[i], dry_run_gib(plan->bytes[i]),
                    *note ? "  " : "", note);
         }
@@ -204,8 +211,8 @@ static inline void dry_run_print_recompute(const GPTConfig *cfg, const MemoryPla
 
 // ZeRO's collectives work in place, in buffers of the plan: name them. What NCCL allocates for itself
 // is in the runtime reserve.
-static inline void dry_run_print_communication(const PlanSettings *s) {
-    int fp8 = s->dtype == DTYPE_FLOAT8;
+static inline void dry_run_print_communication(const GPTConfig *cfg, const PlanSettings *s) {
+    int fp8 = s->dtype == DTYPE_FLOAT8, llama = model_is_llama(cfg);
     printf("communication (in place, no extra buffers in the plan):\n");
     if (s->world_size == 1) {
         printf("  one process: no collectives\n");
@@ -218,17 +225,19 @@ static inline void dry_run_print_communication(const PlanSettings *s) {
                      "    BF16 (all but the block linears' weights), broadcast by their owners"
                    : "params_bf16");
     } else {
+        const char *fp8_weights =
+            llama ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (RMSNorms)"
+                  : "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)";
         printf("  weights: each layer gathered into its slot of the %s, the next layer ahead on a\n"
                "    second stream: %s\n",
                s->keep_gathered ? "layer slots (one a layer, --keep_gathered: gathered once a step, in the "
                                   "first micro-step's forward)"
                                 : "2 layer slots",
-               fp8 ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)"
-                   : "params_bf16");
+               fp8 ? fp8_weights : "params_bf16");
         printf("  gradients: each layer reduce-scattered from the 2 layer slots of grads_fp32 into "
                "grad_shard\n");
-        printf(
-            "  wte, wpe, lnf: gathered and reduced through their own part of params_bf16 and grads_fp32\n");
+        printf("  %s: gathered and reduced through their own part of params_bf16 and grads_fp32\n",
+               llama ? "wte, lmhead, lnf" : "wte, wpe, lnf");
     }
     if (s->zero_stage != 0 && plan_shard_ranks(s) < s->world_size)
         printf(
@@ -436,8 +445,10 @@ static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSetting
     TimePlan t = time_plan(cfg, &best, best_accum, r);
     char extra[64] = "";
     int len = 0;
-    if (best.shard_group) len = snprintf(extra, sizeof(extra), " --shard_group_size %d", best.shard_group);
-    if (best.keep_gathered) snprintf(extra + len, sizeof(extra) - len, " --keep_gathered 1");
+    if (best.shard_group != s->shard_group) // 0: sharded over every rank
+        len = snprintf(extra, sizeof(extra), " --shard_group_size %d", best.shard_group);
+    if (best.keep_gathered != s->keep_gathered)
+        snprintf(extra + len, sizeof(extra) - len, " --keep_gathered %d", best.keep_gathered);
     printf(
         "fastest that fits (%s): --batch_size %d --recompute %d --zero_stage %d%s (%d micro-step(s)): %.2f "
         "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step\n",
@@ -456,13 +467,16 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     memory_plan_compute(&plan, cfg, &s);
     double gpu_bytes = (double)opts->gpu_memory_gb * 1e9;
     size_t needed = plan.total + RUNTIME_RESERVE_BYTES;
-    printf("dry run | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d | "
+    char llama[64] = "";
+    if (model_is_llama(cfg))
+        snprintf(llama, sizeof(llama), " llama KVH=%d F=%d", model_kv_heads(cfg), model_ffn_dim(cfg));
+    printf("dry run | model L=%d C=%d NH=%d V=%d maxT=%d%s | %zu parameters | dtype %s | B=%d T=%d | "
            "world size %d | ZeRO-%d | recompute %d | amax history %d\n",
-           cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len,
+           cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len, llama,
            param_count(cfg), dtype_name(s.dtype), B, T, world_size, s.zero_stage, s.recompute, s.history_len);
-    dry_run_print_groups(&plan);
+    dry_run_print_groups(cfg, &plan);
     dry_run_print_recompute(cfg, &plan);
-    dry_run_print_communication(&s);
+    dry_run_print_communication(cfg, &s);
     printf("total per process: %.3f GiB = plan %.3f GiB + runtime reserve %.3f GiB\n", dry_run_gib(needed),
            dry_run_gib(plan.total), dry_run_gib(RUNTIME_RESERVE_BYTES));
     printf("plan_total_bytes %zu reserve_bytes %zu needed_bytes %zu gpu_bytes %.0f\n", plan.total,

@@ -2,6 +2,10 @@
 // carves its allocations from this table, so the plan printed or tested without a GPU is exactly what
 // a GPU run allocates. Also the FP8 GEMM shape rules, so a shape cuBLASLt cannot take is refused with a
 // clear error before any allocation.
+// One set of formulas serves both architectures, from gpt_model.h's shapes (qkv QKV features, fc 4C or
+// Llama's 2F, the MLP's hidden F). The CUDA trainer runs GPT-2 only so far: a Llama plan is the plan of
+// buffers laid out as GPT-2's are, at Llama's shapes, plus what Llama alone needs (the RoPE table), for
+// code not yet written.
 #ifndef MEMORY_PLAN_H
 #define MEMORY_PLAN_H
 
@@ -39,7 +43,8 @@ typedef enum {
     BUF_LN1,
     BUF_ATTY,
     BUF_LN2,
-    BUF_FCH_GELU,    // bfloat16: per layer (GEMM inputs); float8: one layer of scratch
+    BUF_FCH_GELU,    // the MLP's hidden activation (GELU's or SwiGLU's output); bfloat16: per layer (GEMM
+                     // inputs); float8: one layer of scratch
     BUF_INPUT_FP8_T, // float8: every linear's input, transposed, E4M3, per layer
     BUF_LNF,
     BUF_LNF_STATS,
@@ -59,20 +64,20 @@ typedef enum {
     BUF_FP8_BLOCK_SCALES, // block recipes: the block factors of every FP8 operand, the scale telemetry
     BUF_STEP,
     BUF_TOKENS,
+    BUF_ROPE_TABLE, // Llama: the rotary embeddings' cos and sin
     BUF_GEMM_WORKSPACE,
     NUM_BUFFERS
 } BufferId;
 
 static const char *const BUFFER_NAMES[NUM_BUFFERS] = {
-    "params_fp32",  "grads_fp32",  "grad_shard",     "adam_m",    "adam_v",
-    "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",   "residual2",
-    "residual3",    "ln1_stats",   "ln2_stats",      "qkv",       "att_lse",
-    "fch",          "ln1",         "atty",           "ln2",       "fch_gelu",
-    "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",    "losses",
-    "dresidual",    "dc",          "dqkv",           "dfch",      "att_delta",
-    "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state", "fp8_block_scales",
-    "step_state",   "tokens",      "gemm_workspace",
-};
+    "params_fp32",  "grads_fp32",  "grad_shard",     "adam_m",        "adam_v",
+    "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",       "residual2",
+    "residual3",    "ln1_stats",   "ln2_stats",      "qkv",           "att_lse",
+    "fch",          "ln1",         "atty",           "ln2",           "fch_gelu",
+    "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",        "losses",
+    "dresidual",    "dc",          "dqkv",           "dfch",          "att_delta",
+    "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state",     "fp8_block_scales",
+    "step_state",   "tokens",      "rope_table",     "gemm_workspace"};
 
 // What --dry_run groups the buffers into.
 typedef enum {
@@ -120,6 +125,7 @@ static inline PlanGroup buffer_group(BufferId id) {
         return PLAN_FP8_STATE;
     case BUF_STEP:
     case BUF_TOKENS:
+    case BUF_ROPE_TABLE:
     case BUF_GEMM_WORKSPACE:
         return PLAN_WORKSPACE;
     default:
@@ -164,18 +170,55 @@ typedef struct {
 } MemoryPlan;
 
 #define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
-// Scratch of the deterministic two-stage reductions (gpu/layers.cuh): per 128-row chunk of the batch,
-// a partial sum per column (LayerNorm weight and bias gradients: 2C, bias gradients: up to 4C), or
-// one double per block (at most 1024) of the gradient norm. The trainer checks each kernel's own
-// *_scratch_floats against this at start-up.
-static inline size_t reduce_scratch_floats(const GPTConfig *cfg, int B, int T) {
-    size_t chunks = ((size_t)B * T + 127) / 128;
-    return chunks * 4 * (size_t)cfg->channels + 2 * 1024;
+
+// Sums over the block's four linears (qkv, attproj, fc, fcproj), from gpt_model.h's shapes.
+// Elements of their weights: GPT-2 3C^2 + C^2 + 4C^2 + 4C^2 = 12C^2, Llama (QKV + C + 2F) C + F C.
+static inline size_t linear_weights_per_layer(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) n += linear_weight_size(cfg, lin);
+    return n;
 }
 
-// Elements of the four linear weights of one layer: 3C^2 + C^2 + 4C^2 + 4C^2.
-static inline size_t linear_weights_per_layer(const GPTConfig *cfg) {
-    return 12 * (size_t)cfg->channels * cfg->channels;
+// Features of their inputs: GPT-2 C + C + C + 4C = 7C, Llama C + C + C + F.
+static inline size_t linear_input_features_sum(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) n += linear_in_features(cfg, lin);
+    return n;
+}
+
+// Features of their outputs: GPT-2 3C + C + 4C + C = 9C, Llama QKV + C + 2F + C.
+static inline size_t linear_output_features_sum(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) n += linear_out_features(cfg, lin);
+    return n;
+}
+
+// Features of their biases (the tensor after each weight): GPT-2 the 9C above, Llama none.
+static inline size_t linear_bias_features_sum(const GPTConfig *cfg) {
+    size_t n = 0;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        n += param_tensor_size(cfg, linear_weight_tensor(lin) + 1);
+    return n;
+}
+
+// Floats per token a norm keeps for its backward: LayerNorm's mean and 1/std, RMSNorm's 1/rms.
+static inline size_t norm_stats_floats(const GPTConfig *cfg) {
+    return model_is_llama(cfg) ? 1 : 2;
+}
+
+// Scratch of the deterministic two-stage reductions (gpu/layers.cuh): per 128-row chunk of the batch,
+// a partial sum per column of the widest per-column gradient (a norm's weight and bias gradients: GPT-2's
+// LayerNorm 2C, Llama's RMSNorm C; a bias gradient: GPT-2 up to 4C, Llama none), or one double per block
+// (at most 1024) of the gradient norm. The trainer checks each kernel's own *_scratch_floats against this
+// at start-up.
+static inline size_t reduce_scratch_floats(const GPTConfig *cfg, int B, int T) {
+    size_t chunks = ((size_t)B * T + 127) / 128;
+    size_t columns = param_tensor_size(cfg, PT_LN1W) + param_tensor_size(cfg, PT_LN1B);
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+        size_t bias = param_tensor_size(cfg, linear_weight_tensor(lin) + 1);
+        if (bias > columns) columns = bias;
+    }
+    return chunks * columns + 2 * 1024;
 }
 
 // Floats of the FP8 scaling state (gpu/fp8.cuh's Fp8DeviceState): per (layer, linear, role) a history,
@@ -209,13 +252,14 @@ static inline size_t input_factor_offset(const GPTConfig *cfg, int recipe, size_
 
 // Bytes of BUF_FP8_BLOCK_SCALES: the smallest and largest block scale per tensor and per weight (FP32,
 // telemetry); every layer's weight factors; every kept layer's saved input factors; the factors of the cast
-// scratch (up to (N, 4C), tiles along 4C) and of its transpose (up to (4C, N), tiles along the tokens).
+// scratch (up to (N, W), W = model_widest_features: GPT-2 4C, tiles along W) and of its transpose (up to
+// (W, N), tiles along the tokens).
 static inline size_t fp8_block_factor_bytes(const GPTConfig *cfg, int recipe, size_t N, size_t kept_layers) {
-    size_t L = cfg->num_layers, C = cfg->channels;
+    size_t L = cfg->num_layers, W = model_widest_features(cfg);
     return 2 * L * NUM_BLOCK_LINEARS * 3 * sizeof(float) +
            L * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS) +
            kept_layers * input_factor_offset(cfg, recipe, N, NUM_BLOCK_LINEARS) +
-           fp8_tile_factor_bytes(recipe, N, 4 * C) + fp8_tile_factor_bytes(recipe, 4 * C, N);
+           fp8_tile_factor_bytes(recipe, N, W) + fp8_tile_factor_bytes(recipe, W, N);
 }
 
 // Elements of unit `unit` padded for the collectives: ways * chunk (dist.h).
@@ -248,9 +292,10 @@ static inline size_t zero3_weight_slots(const GPTConfig *cfg, int keep_gathered)
 //   stage 3: master, moments and gradient shard S; the BF16 copy holds the global tensors and two layer
 //            slots (the layer in use and the next, gathered ahead on a second stream), the FP32
 //            gradients G + two layer slots (one reduce-scattered while the next is computed), the FP8
-//            W and W^T two layers of slots. G and Lu are unit_slot_elements here: the second and third
-//            slots start after the first, so their lengths are rounded for alignment. --keep_gathered:
-//            a weight slot for every layer (the BF16 copy, W and W^T), the gradients' two as before.
+//            W and W^T two layers of slots (W^T: linear_weights_per_layer each). G and Lu are
+//            unit_slot_elements here: the second and third slots start after the first, so their lengths are
+//            rounded for alignment. --keep_gathered: a weight slot for every layer (the BF16 copy, W and
+//            W^T), the gradients' two as before.
 static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const PlanSettings *s) {
     size_t P = param_count(cfg), L = cfg->num_layers, f32 = 4, bf = 2;
     int ways = plan_shard_ranks(s);
@@ -286,8 +331,13 @@ static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const Pl
     }
 }
 
+// The activations follow the block: norm1 -> qkv (N, QKV) -> [Llama: RoPE on q and k, in place] ->
+// attention (NH query heads) -> attproj -> residual2 -> norm2 -> fc (N, FC: GPT-2 4C; Llama's up and gate,
+// 2F) -> GELU or SwiGLU (N, F) -> fcproj -> residual3. Norm stats: norm_stats_floats a token.
 static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, const PlanSettings *s) {
     size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
+    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_FC), F = model_ffn_dim(cfg);
+    size_t stats = norm_stats_floats(cfg), widest = model_widest_features(cfg);
     size_t N = (size_t)s->B * s->T, Vp = cfg->padded_vocab_size, bf = 2, f32 = 4;
     int fp8 = s->dtype == DTYPE_FLOAT8;
     // With recompute only each layer's input (residual3 of the layer before) is kept per layer; the
@@ -300,27 +350,31 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     b[BUF_ENCODED] = N * C * bf;
     b[BUF_RESIDUAL2] = kept * N * C * bf;
     b[BUF_RESIDUAL3] = L * N * C * bf;
-    b[BUF_LN1_STATS] = kept * N * 2 * f32;
-    b[BUF_LN2_STATS] = kept * N * 2 * f32;
-    b[BUF_QKV] = kept * N * 3 * C * bf;
-    b[BUF_ATT_LSE] = kept * N * NH * f32;
-    b[BUF_FCH] = kept * N * 4 * C * bf;
+    b[BUF_LN1_STATS] = kept * N * stats * f32;
+    b[BUF_LN2_STATS] = kept * N * stats * f32;
+    b[BUF_QKV] = kept * N * QKV * bf; // Llama: q and k rotated in place, what the attention backward reads
+    b[BUF_ATT_LSE] = kept * N * NH * f32; // one per query head
+    b[BUF_FCH] = kept * N * FC * bf;      // SwiGLU's backward reads up and gate
     b[BUF_LN1] = gemm_input_layers * N * C * bf;
     b[BUF_ATTY] = gemm_input_layers * N * C * bf;
     b[BUF_LN2] = gemm_input_layers * N * C * bf;
-    b[BUF_FCH_GELU] = gemm_input_layers * N * 4 * C * bf;
-    b[BUF_INPUT_FP8_T] = fp8 ? kept * N * 7 * C : 0; // C (qkv) + C (attproj) + C (fc) + 4C (fcproj)
+    b[BUF_FCH_GELU] = gemm_input_layers * N * F * bf;
+    b[BUF_INPUT_FP8_T] = fp8 ? kept * N * linear_input_features_sum(cfg) : 0;
     b[BUF_LNF] = N * C * bf;
-    b[BUF_LNF_STATS] = N * 2 * f32;
+    b[BUF_LNF_STATS] = N * stats * f32;
     b[BUF_LOGITS] = N * Vp * bf;
     b[BUF_LOSSES] = N * f32;
     b[BUF_DRESIDUAL] = N * C * bf;
     b[BUF_DC] = N * C * bf;
-    b[BUF_DQKV] = N * 3 * C * bf;
-    b[BUF_DFCH] = N * 4 * C * bf;
+    b[BUF_DQKV] = N * QKV * bf;
+    // fc's output gradient. Llama's fcproj data-gradient GEMM writes SwiGLU's output gradient (N, F) into
+    // the up half of each row (leading dimension 2F), and SwiGLU's backward, elementwise, replaces it with
+    // the up and gate gradients in place: no buffer of its own (a plan for GPU code not yet written)
+    b[BUF_DFCH] = N * FC * bf;
     b[BUF_ATT_DELTA] = N * NH * f32;
-    b[BUF_CAST_FP8] = fp8 ? N * 4 * C : 0;
-    b[BUF_CAST_FP8_T] = fp8 ? N * 4 * C : 0;
+    // the FP8 casts of a linear's input or output gradient, up to the widest (GPT-2 fc's 4C, Llama's 2F)
+    b[BUF_CAST_FP8] = fp8 ? N * widest : 0;
+    b[BUF_CAST_FP8_T] = fp8 ? N * widest : 0;
     b[BUF_REDUCE_SCRATCH] = reduce_scratch_floats(cfg, s->B, s->T) * f32;
     b[BUF_FP8_STATE] = fp8_state_floats(cfg, s->history_len) * f32;
     b[BUF_FP8_BLOCK_SCALES] =
@@ -331,6 +385,9 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     // inputs, targets, embedding-gradient buckets and their count; then the same again, where the next batch
     // lands while the current one is in use
     b[BUF_TOKENS] = 2 * (5 * N + 2) * sizeof(int);
+    // Llama: gpt_model.h's rope_table, (maxT, hs/2) pairs of cos and sin, uploaded once: the GPU rotates by
+    // the CPU trainer's floats
+    b[BUF_ROPE_TABLE] = model_is_llama(cfg) ? (size_t)cfg->max_seq_len * (C / NH) * f32 : 0;
     b[BUF_GEMM_WORKSPACE] = GEMM_WORKSPACE_BYTES;
     size_t offset = 0;
     for (int i = 0; i < NUM_BUFFERS; i++) {
@@ -342,16 +399,27 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
 
 // Every FP8 GEMM of a training step for this model and micro-batch, checked before anything runs; the
 // error names what to change. On Hopper and Ada, cuBLASLt's FP8 GEMMs need K-major operands whose
-// sizes and leading dimensions are multiples of 16 elements: every dimension here is a multiple of C
-// or of B*T.
+// sizes and leading dimensions are multiples of 16 elements: every dimension here is a linear's input or
+// output features (GPT-2: C, 3C, 4C, all multiples of 16 when C is; Llama also QKV, 2F and F) or B*T.
+static inline int fp8_linears_ok(const GPTConfig *cfg) {
+    int ok = 1;
+    for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
+        ok &= linear_out_features(cfg, lin) % 16 == 0 && linear_in_features(cfg, lin) % 16 == 0;
+    return ok;
+}
+
 static inline int fp8_shapes_ok(const GPTConfig *cfg, int B, int T) {
-    return cfg->channels % 16 == 0 && (long)B * T % 16 == 0;
+    return cfg->channels % 16 == 0 && fp8_linears_ok(cfg) && (long)B * T % 16 == 0;
 }
 
 static inline void check_fp8_shapes(const GPTConfig *cfg, int B, int T) {
     if (fp8_shapes_ok(cfg, B, T)) return;
     if (cfg->channels % 16)
         fail("--channels: %d is not a multiple of 16, which FP8 GEMMs need", cfg->channels);
+    if (!fp8_linears_ok(cfg))
+        fail("--kv_heads, --ffn_dim: qkv's %d and SwiGLU's %d features must be multiples of 16, which FP8 "
+             "GEMMs need",
+             model_qkv_features(cfg), model_ffn_dim(cfg));
     fail("--batch_size x --seq_len = %ld tokens is not a multiple of 16, which FP8 GEMMs need", (long)B * T);
 }
 

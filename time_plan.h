@@ -2,8 +2,9 @@
 // printed without a GPU. It counts the work of the step and divides it by achieved rates:
 //  - the FLOPs of the GEMMs (the block linears in the run's dtype, the LM head in BF16) and of the fused
 //    attention, at assumed TFLOP/s;
-//  - the DRAM bytes of the memory-bound kernels (LayerNorm, residual, GELU, bias gradients, FP8 casts,
-//    cross-entropy, AdamW; in bfloat16 the GELU epilogues' extra GEMM traffic), at an assumed bandwidth;
+//  - the DRAM bytes of the memory-bound kernels (LayerNorm or RMSNorm, residual, GELU or SwiGLU, Llama's
+//    RoPE, bias gradients, FP8 casts, cross-entropy, AdamW; in bfloat16 the GELU epilogues' extra GEMM
+//    traffic), at an assumed bandwidth;
 //  - the payload of every NCCL collective the step issues (exactly the trainer's: the emulation counts
 //    them, test/test_dist_emu.sh compares), on the wire as a ring moves it, at the bandwidth inside a node
 //    or, when the ranks span nodes, between them (with --shard_group_size, the shards' collectives over
@@ -11,6 +12,8 @@
 //    reduce-scatters run on the communication stream beside the layers' compute, the rest between phases.
 // The rates are flags (--plan_*, --intra_node_gbps, --inter_node_gbps); their defaults are assumptions, not
 // measurements: no GPU has measured them yet (docs/gpu-results.md), and a measured rate belongs in the flag.
+// The shapes are gpt_model.h's, so one plan serves GPT-2 and Llama; for Llama (which the CUDA trainer does
+// not run yet) it is the plan of kernels and collectives laid out as GPT-2's are.
 #ifndef TIME_PLAN_H
 #define TIME_PLAN_H
 
@@ -28,7 +31,8 @@
 #define EXACT_ATTENTION_TFLOPS 12.0
 
 // Model FLOPs per token of a training step (forward + backward): 6 per parameter and the attention scores
-// and values, 12 L C T (PaLM's accounting; the trainer's MFU uses it too).
+// and values, 12 L C T (PaLM's accounting; the trainer's MFU uses it too). With grouped-query attention the
+// scores are still NH query heads of C/NH each: 12 L C T as well.
 static inline double flops_per_token(const GPTConfig *cfg, size_t num_params, int T) {
     return 6.0 * num_params + 12.0 * cfg->num_layers * cfg->channels * T;
 }
@@ -115,7 +119,8 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
         add_collective(&c, COLL_ALL_REDUCE, 16.0 * 3 * L * NUM_BLOCK_LINEARS, 0, &world);
     }
     // A unit's weights: bfloat16 all-gathers the BF16 copy; float8 the FP8 weights (1 byte an element),
-    // and broadcasts the BF16 of the tensors it reads in BF16, all but the block linears' weights.
+    // and broadcasts the BF16 of the tensors it reads in BF16, all but the block linears' weights (GPT-2:
+    // LayerNorms and biases; Llama: the two RMSNorm weights).
     double linear = (double)linear_weights_per_layer(cfg), small = (double)layer - linear;
     if (s->zero_stage == 0) {
         add_collective(&c, COLL_ALL_REDUCE, 4.0 * P, 0, &world);
@@ -145,37 +150,51 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
 }
 
 // DRAM bytes of the memory-bound kernels of one micro-step of N tokens (BF16 activations, 2 bytes),
-// per layer and token in the order the step runs them, then the logits and (per step) AdamW.
+// per layer and token in the order the step runs them, then the logits and (per step) AdamW. Widths: fc's
+// output FC (GPT-2 4C; Llama's up and gate, 2F), the MLP's hidden F (4C; F), the linears' inputs (7C;
+// 3C + F), output gradients (9C; QKV + C + 2F + C) and biases (9C; none).
 static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings *s, double tokens,
                                         size_t shard_params) {
-    double C = cfg->channels, b = 2;
-    double forward = (2 * 2 * C + 3 * C) * b  // 2 LayerNorms (read x, write y), residual (2 reads, 1 write)
-                     - C * b                  // fc's LayerNorm adds the residual before it: x from registers
-                     + 2 * 4 * C * b;         // GELU (read, write 4C)
-    double backward = (2 * 3 * C + 3 * C) * b // LayerNorm backwards (dy, x, write dx), residual gradients
-                      + 3 * 4 * C * b         // GELU backward (pre-activation, gradient, write)
-                      + 9 * C * b;            // bias gradients (read 3C + C + 4C + C)
+    double C = cfg->channels, F = model_ffn_dim(cfg), FC = linear_out_features(cfg, LIN_FC), b = 2;
+    double inputs = (double)linear_input_features_sum(cfg),
+           output_grads = (double)linear_output_features_sum(cfg);
+    double biases = (double)linear_bias_features_sum(cfg);
+    // Llama's RoPE rotates the queries and keys of qkv in place (read, write), and their gradients back
+    double rope = model_is_llama(cfg)
+                      ? 2 * (double)(cfg->num_heads + model_kv_heads(cfg)) * (C / cfg->num_heads) * b
+                      : 0;
+    double activation = (FC + F) * b;              // GELU (read, write 4C); SwiGLU (read up, gate; write F)
+    double activation_backward = (2 * FC + F) * b; // fc's output, the gradient (F), write fc's gradient
+    double forward = (2 * 2 * C + 3 * C) * b       // 2 norms (read x, write y), residual (2 reads, 1 write)
+                     - C * b                       // fc's norm adds the residual before it: x from registers
+                     + activation + rope;
+    double backward = (2 * 3 * C + 3 * C) * b // norm backwards (dy, x, write dx), residual gradients
+                      + activation_backward + biases * b + rope; // and the bias gradients (read each)
     if (s->dtype == DTYPE_FLOAT8) {
-        // the linears' inputs (C, C, C, 4C) and output gradients (3C, C, 4C, C): read in BF16, written as
-        // the FP8 tensor and its transpose
-        forward += 7 * C * (b + 2);
-        backward += 9 * C * (b + 2);
+        // the linears' inputs and output gradients: read in BF16, written as the FP8 tensor and its transpose
+        forward += inputs * (b + 2);
+        backward += output_grads * (b + 2);
         // the per-tensor recipes' output-gradient casts sum the bias gradients on the way; the delayed
-        // recipe's casts compute the LayerNorms' and the GELU's outputs (from the LayerNorms' inputs and fc's
-        // output: no LayerNorm output written, no GELU pass) and fc's output gradient (from fcproj's input
-        // gradient and fc's output: no GELU backward pass)
-        if (!fp8_recipe_is_block(s->fp8_recipe)) backward -= 9 * C * b;
+        // recipe's casts compute the norms' and the MLP activation's outputs (from the norms' inputs and fc's
+        // output: no norm output written, no activation pass; the fcproj cast reads fc's output, FC, instead
+        // of F) and fc's output gradient (from fcproj's input gradient, F, and fc's output, FC, instead of
+        // fc's output gradient: no activation backward pass, F more read)
+        if (!fp8_recipe_is_block(s->fp8_recipe)) backward -= biases * b;
         if (s->fp8_recipe == FP8_RECIPE_DELAYED) {
-            forward -= (2 * C + 2 * 4 * C) * b;
-            backward -= 3 * 4 * C * b - 4 * C * b;
+            forward -= 2 * C * b + activation - (FC - F) * b;
+            backward -= activation_backward - F * b;
         }
     } else {
-        // bfloat16, cuBLASLt's epilogues (gpu/gemm.cuh; where the heuristic has them, which a GPU has yet to
-        // show): fc's GEMM writes the GELU beside its output (4C written, no GELU pass), fcproj's
-        // data-gradient GEMM reads fc's output for the GELU's backward (4C read, no GELU backward pass), the
-        // weight-gradient GEMMs sum the bias gradients of the output gradients they read (no pass)
-        forward -= 2 * 4 * C * b - 4 * C * b;
-        backward -= 3 * 4 * C * b - 4 * C * b + 9 * C * b;
+        // bfloat16: the weight-gradient GEMMs sum the bias gradients of the output gradients they read (no
+        // pass); and, for GELU, cuBLASLt's epilogues (gpu/gemm.cuh; where the heuristic has them, which a GPU
+        // has yet to show): fc's GEMM writes the GELU beside its output (F written, no GELU pass), fcproj's
+        // data-gradient GEMM reads fc's output for the GELU's backward (FC read, no GELU backward pass).
+        // SwiGLU, which combines two columns of fc's output, has no epilogue: its passes stay.
+        if (!model_is_llama(cfg)) {
+            forward -= activation - F * b;
+            backward -= activation_backward - FC * b;
+        }
+        backward -= biases * b;
     }
     double per_layer = forward * (s->recompute ? 2 : 1) + backward;
     double logits = 2 * (double)cfg->padded_vocab_size * b; // one-pass cross-entropy: a read and a write
@@ -193,11 +212,14 @@ typedef struct {
 static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, int accum, const PlanRates *r) {
     TimePlan t;
     double N = (double)s->B * s->T * accum, C = cfg->channels, L = cfg->num_layers;
-    double block = 6 * 12 * C * C * L * N * (s->recompute ? 4.0 / 3 : 1); // recompute: a second forward
+    // the block linears (GPT-2 12 C^2 weights a layer, Llama (QKV + C + 3F) C); recompute: a second forward
+    double block = 6 * (double)linear_weights_per_layer(cfg) * L * N * (s->recompute ? 4.0 / 3 : 1);
     double head = 6 * (double)cfg->padded_vocab_size * C * N;
     double block_rate = s->dtype == DTYPE_FLOAT8 ? r->gemm_fp8_tflops : r->gemm_bf16_tflops;
     t.gemm_ms = (block / block_rate + head / r->gemm_bf16_tflops) / 1e9;
-    double attention_forward = 2 * 2 * (double)s->T * C / 2 * N * L; // QK^T and PV, halved by the mask
+    // QK^T and PV of the NH query heads (C features; GQA shares keys and values, not FLOPs), halved by the
+    // mask
+    double attention_forward = 2 * 2 * (double)s->T * C / 2 * N * L;
     t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / r->attention_tflops / 1e9;
     size_t shard =
         s->zero_stage == 0 ? param_count(cfg) : shard_size(cfg, s->zero_stage, plan_shard_ranks(s));

@@ -12,6 +12,10 @@
 #     that B=16 in one micro-step is the fastest that fits, B=16 is kept as it is; a faster GEMM rate
 #     shortens the step; --keep_gathered moves fewer all-gather bytes, plans a shorter step at B=1 x 16 and
 #     more memory;
+#   - Llama 2 70B on 4 nodes x 8 GPUs, ZeRO-3, B=8 x T=4096 with recompute (1M tokens a step), bfloat16 and
+#     float8: the header names the architecture, the plan fits, its groups add up, its total and planned step
+#     equal test_memory_plan's (which checks them against arithmetic from the published shapes), float8's
+#     step is shorter; in shard groups of 8 it does not fit and sharding over all 32 is suggested;
 #   - bad values end with one error naming the flag (--gpu_memory_gb 0, --zero_stage 2, float32,
 #     float8 with B*T not a multiple of 16, --nodes above the processes, --keep_gathered without ZeRO-3).
 # Environment: TRAIN_CPU (default ./train_cpu), TEST_MEMORY_PLAN (default ./test/build/test_memory_plan).
@@ -131,6 +135,30 @@ awk -v a="$(plan_field "$kept" plan_all_gather_bytes)" -v b="$(plan_field "$two"
     -v m="$(total "$kept")" -v n="$(total "$two")" 'BEGIN { exit !(a > 0 && a < b / 16 && s < t && m > n) }' &&
     grep -q 'gathered slot a layer (--keep_gathered)' <<<"$kept"
 result $? "7B float8 ZeRO-3 B=1 x 16 on 4 nodes, --keep_gathered 1: all-gather $(plan_field "$two" plan_all_gather_bytes) -> $(plan_field "$kept" plan_all_gather_bytes) bytes, step $(plan_field "$two" plan_step_ms) -> $(plan_field "$kept" plan_step_ms) ms, plan $(total "$two") -> $(total "$kept") bytes"
+
+# --- Llama 2 70B as the CUDA trainer would run it (it refuses --arch llama for now, after --dry_run)
+llama=(--model_size llama2-70B --world_size 32 --zero_stage 3 --recompute 1 --batch_size 8 --seq_len 4096
+    --total_batch_size 1048576)
+time_reference() { printf '%s\n' "$reference" | grep -F "reference $1 time:" | awk '{ print $NF }'; }
+declare -A llama_step
+for dtype in bfloat16 float8; do
+    out=$(dry "${llama[@]}" --dtype $dtype)
+    verdict "$out" $? 0 '^fits: ' "llama2-70B $dtype, 32 processes, ZeRO-3, B=8 T=4096 recompute: fits 141 GB"
+    grep -q '^dry run | model L=80 C=8192 NH=64 V=32000 maxT=4096 llama KVH=8 F=28672 | 68976648192 parameters' <<<"$out" &&
+        grep -q 'wte, lmhead, lnf' <<<"$out" && grep -q 'RMSNorm 1/rms per token' <<<"$out"
+    result $? "llama2-70B $dtype: the header names Llama's shapes and 68976648192 parameters"
+    printf '%s\n' "$out" | grep -E '^(total per process:|  step )'
+    consistent "$out" "llama2-70B $dtype"
+    expect_total "$out" "llama2-70B $dtype B=8 T=4096 W=32 ZeRO-3 recompute 1" "llama2-70B $dtype"
+    want=$(time_reference "llama2-70B $dtype B=8 T=4096 W=32 ZeRO-3 recompute 1")
+    llama_step[$dtype]=$(plan_field "$out" plan_step_ms)
+    [ -n "$want" ] && [ "${llama_step[$dtype]}" = "$want" ]
+    result $? "llama2-70B $dtype: planned step equals test_memory_plan's ($want ms)"
+done
+awk -v f="${llama_step[float8]}" -v b="${llama_step[bfloat16]}" 'BEGIN { exit !(f > 0 && f < b) }'
+result $? "llama2-70B: float8 plans a shorter step than bfloat16 (${llama_step[float8]} < ${llama_step[bfloat16]} ms)"
+out=$(dry "${llama[@]}" --dtype float8 --shard_group_size 8)
+verdict "$out" $? 1 '^  --shard_group_size 0 ' "llama2-70B float8 in shard groups of 8: does not fit, sharding over all 32 suggested"
 
 # --- bad values: one error line naming the flag, exit 1
 refused() { # NEEDLE WHAT FLAGS...

@@ -3,8 +3,9 @@
 // its GEMM inputs as 1-byte transposes where bfloat16 keeps 2-byte copies. Also the FP8 shape rules.
 // Then the ZeRO and recompute plans against expectations derived here from what each stage must hold
 // (not from memory_plan.h's lines), and the --dry_run report of dry_run.h: its verdicts, suggestions and
-// validation. It prints "reference ..." lines with plan totals that test/test_dry_run.sh compares with
-// the trainer's --dry_run output.
+// validation. Then Llama 2 70B's plan on 4 nodes x 8 H200s against arithmetic done here from its published
+// shapes. It prints "reference ..." lines with plan totals that test/test_dry_run.sh compares with the
+// trainer's --dry_run output.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +14,17 @@
 
 #include "../dry_run.h"
 #include "../memory_plan.h"
+#include "../time_plan.h"
 #include "test_util.h"
 
+// A preset as the trainers configure it (cli.h), in its own architecture (GPT-2 for d2, d4, d6); vocab 0
+// takes the preset's tokenizer's.
 static GPTConfig preset_config(const char *name, int vocab) {
-    const ModelPreset *p = find_model_preset(name);
-    GPTConfig cfg = {p->max_seq_len,
-                     vocab,
-                     pad_vocab(vocab),
-                     p->num_layers,
-                     p->num_heads,
-                     p->channels,
-                     ARCH_GPT2,
-                     0,
-                     0,
-                     0.0f};
-    return cfg;
+    TrainOptions opts;
+    options_defaults(&opts);
+    snprintf(opts.model_size, sizeof(opts.model_size), "%s", name);
+    opts.vocab = vocab;
+    return config_from_options(&opts);
 }
 
 static void check_layout(const MemoryPlan *plan, const char *what) {
@@ -291,6 +288,192 @@ static void test_float8_smaller(void) {
 }
 
 // ----------------------------------------------------------------------------
+// Llama 2 70B on 4 nodes x 8 H200s, as the CUDA trainer would run it (it runs GPT-2 only so far): ZeRO-3 over
+// all 32 ranks, B = 8 x T = 4096 with recompute, 1M tokens a step in one micro-step (the fastest setting the
+// report finds for that batch). Every expectation is worked out here from the published shapes, not from
+// memory_plan.h's or time_plan.h's lines:
+//   C = 8192, 64 query heads and 8 key/value heads of 128, SwiGLU F = 28672, vocabulary 32000 (a multiple
+//   of 128: no padding), L = 80.
+//   A layer: qkv 8192 x (8192 + 2 x 1024) = 83,886,080; attproj 8192^2 = 67,108,864; SwiGLU's up, gate and
+//   down 3 x 8192 x 28672 = 704,643,072 (the four linears: 855,638,016); two RMSNorm weights 16,384:
+//   Lu = 855,654,400. The global unit: wte and the untied head 2 x 32000 x 8192 = 524,288,000 and the final
+//   RMSNorm 8192: G = 524,296,192. P = 80 Lu + G = 68,976,648,192.
+#define LLAMA70_LINEARS ((size_t)8192 * (8192 + 2 * 1024) + (size_t)8192 * 8192 + (size_t)3 * 8192 * 28672)
+#define LLAMA70_LAYER (LLAMA70_LINEARS + 2 * 8192)
+#define LLAMA70_GLOBAL ((size_t)2 * 32000 * 8192 + 8192)
+#define LLAMA70_N ((size_t)8 * 4096)
+
+static PlanSettings llama70_settings(int dtype, int recompute, int B, int shard_group) {
+    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0};
+    return s;
+}
+
+// G / 32 = 16,384,256 = 64 x 256,004 and Lu / 32 = 26,739,200 = 64 x 417,800: every rank's chunk is whole
+// 64-element SHARD_ALIGN blocks, so the shards carry no padding, and G and Lu are multiples of 256, so
+// ZeRO-3's slots carry none either: the weight state is exact, per rank,
+//   FP32 master, gradient shard, m and v: 4 P / 32 = 8,622,081,024 bytes each;
+//   FP32 gradients of the global tensors and 2 layer slots 4 (G + 2 Lu), their BF16 copy 2 (G + 2 Lu);
+//   float8 only: FP8 weights of the 2 slots, 2 Lu bytes, and the 2 slots' W^T, 2 x 855,638,016 bytes.
+// So float8 holds 2 (Lu + 855,638,016) = 3.42e9 bytes more weights than bfloat16 at ZeRO-3: it gathers FP8
+// weights but keeps the BF16 slots too (which its RMSNorm weights, read in BF16, land in).
+// Activations with recompute, per token (every buffer is a multiple of 256 bytes at N = 32768: exact):
+//   every layer's output L x 2C = 1,310,720; of one layer the input embedding 2C, residual2 2C, two RMSNorm
+//   1/rms 4 + 4, qkv 2 x 10240, log-sum-exp 4 x 64, fc's up and gate 2 x 57344, the BF16 GEMM inputs ln1,
+//   atty, ln2 3 x 2C and SwiGLU's output 2 x 28672; the final RMSNorm 2C + 4, logits 2 x 32000, the loss 4:
+//   1,665,808 bytes; float8 also keeps one layer's 1-byte transposes of the four linears' inputs, 3C + F =
+//   53,248: 1,719,056.
+static void test_llama2_70b_memory(void) {
+    GPTConfig cfg = preset_config("llama2-70B", 0);
+    size_t P = param_count(&cfg), Lu = LLAMA70_LAYER, G = LLAMA70_GLOBAL, N = LLAMA70_N;
+    expect(model_is_llama(&cfg) && P == 80 * LLAMA70_LAYER + LLAMA70_GLOBAL && P == 68976648192ull,
+           "llama2-70B: %zu parameters = 80 x 855,654,400 + 524,296,192", P);
+    expect(linear_weights_per_layer(&cfg) == LLAMA70_LINEARS && param_layer_size(&cfg) == Lu &&
+               param_global_size(&cfg) == G,
+           "llama2-70B: a layer's linears %zu, layer %zu, global unit %zu", linear_weights_per_layer(&cfg),
+           param_layer_size(&cfg), param_global_size(&cfg));
+    MemoryPlan plans[2];
+    for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++) {
+        int f8 = dtype == DTYPE_FLOAT8;
+        PlanSettings s = llama70_settings(dtype, 1, 8, 0);
+        MemoryPlan *plan = &plans[f8];
+        memory_plan_compute(plan, &cfg, &s);
+        check_layout(plan, f8 ? "llama2-70B float8" : "llama2-70B bfloat16");
+        size_t *b = plan->bytes, state = 4 * P / 32;
+        expect(P % 32 == 0 && b[BUF_PARAMS] == state && b[BUF_GRAD_SHARD] == state &&
+                   b[BUF_ADAM_M] == state && b[BUF_ADAM_V] == state && state == 8622081024ull,
+               "llama2-70B %s W=32 ZeRO-3: master, gradient shard, m, v %zu bytes each = 4P/32",
+               dtype_name(dtype), b[BUF_PARAMS]);
+        expect(b[BUF_GRADS] == 4 * (G + 2 * Lu) && b[BUF_PARAMS_BF16] == 2 * (G + 2 * Lu),
+               "llama2-70B %s ZeRO-3: FP32 gradients 4 (G + 2 Lu), BF16 copy 2 (G + 2 Lu)",
+               dtype_name(dtype));
+        expect(b[BUF_WEIGHTS_FP8] == (f8 ? 2 * Lu : 0) &&
+                   b[BUF_WEIGHTS_FP8_T] == (f8 ? 2 * LLAMA70_LINEARS : 0),
+               "llama2-70B %s ZeRO-3: FP8 weights %zu and W^T %zu bytes (float8: 2 slots)", dtype_name(dtype),
+               b[BUF_WEIGHTS_FP8], b[BUF_WEIGHTS_FP8_T]);
+        size_t per_token = f8 ? 1719056 : 1665808;
+        expect(group_bytes(plan, PLAN_ACTIVATIONS) == N * per_token,
+               "llama2-70B %s B=8 T=4096 recompute: activations %zu bytes = N x %zu", dtype_name(dtype),
+               group_bytes(plan, PLAN_ACTIVATIONS), per_token);
+        // The backward of one layer: the gradients of the residual stream, of a C-wide activation, of qkv and
+        // of fc's output (2C + 2C + 2 x 10240 + 2 x 57344 = 168,192 bytes a token), and float8's two casts up
+        // to fc's 57,344 features; besides these only the attention's row sums (256 bytes a token) and the
+        // reductions' partial sums (under 0.3 MB), so under 300 bytes a token more.
+        double scratch = (double)group_bytes(plan, PLAN_BACKWARD_SCRATCH);
+        double gradients = (double)N * (168192 + (f8 ? 2 * 57344 : 0));
+        expect(scratch >= gradients && scratch < gradients + 300.0 * N,
+               "llama2-70B %s: backward scratch %.0f bytes, one layer's gradients %.0f", dtype_name(dtype),
+               scratch, gradients);
+        expect(b[BUF_ROPE_TABLE] == (size_t)4096 * 128 * 4 && b[BUF_LN1_STATS] == N * 4,
+               "llama2-70B: RoPE table (maxT, 64 pairs) of cos and sin, RMSNorm keeps 1/rms alone");
+        printf("reference llama2-70B %s B=8 T=4096 W=32 ZeRO-3 recompute 1: plan_total_bytes %zu\n",
+               dtype_name(dtype), plan->total);
+        expect(dry_run_fits(&cfg, &s, 141e9), "llama2-70B %s B=8 recompute W=32 ZeRO-3: %.1f GiB fits 141 GB",
+               dtype_name(dtype), (plan->total + RUNTIME_RESERVE_BYTES) / DRY_RUN_GIB);
+    }
+    size_t extra = 2 * (Lu + LLAMA70_LINEARS);
+    expect(
+        group_bytes(&plans[1], PLAN_COMPUTE_WEIGHTS) == group_bytes(&plans[0], PLAN_COMPUTE_WEIGHTS) + extra,
+        "llama2-70B ZeRO-3: float8's compute weights exceed bfloat16's by its FP8 slots and W^T, %zu bytes",
+        extra);
+    // Without recompute (B = 1, N = 4096) float8 keeps every layer's GEMM inputs as 1-byte transposes (3C + F
+    // = 53,248 bytes a token) where bfloat16 keeps them in BF16 (twice that), but also one layer of BF16 GEMM
+    // inputs as scratch: 78 N (3C + F) = 17.01e9 bytes less; it adds the FP8 weights above (3.42e9), two
+    // casts of up to fc's 2F outputs (2 x 57,344 N = 0.47e9). Nothing else differs (both plans hold the FP8
+    // scaling state): 13.12e9 bytes less in all.
+    PlanSettings bs = llama70_settings(DTYPE_BFLOAT16, 0, 1, 0), fs = llama70_settings(DTYPE_FLOAT8, 0, 1, 0);
+    MemoryPlan bf, f8;
+    memory_plan_compute(&bf, &cfg, &bs);
+    memory_plan_compute(&f8, &cfg, &fs);
+    size_t saved = (size_t)78 * 4096 * 53248 - extra - (size_t)2 * 57344 * 4096;
+    expect(f8.total < bf.total && bf.total - f8.total == saved,
+           "llama2-70B B=1 T=4096 no recompute: float8 plans %.2f GB less than bfloat16 (%.2f GB expected)",
+           (bf.total - f8.total) / 1e9, saved / 1e9);
+    // Shard groups of 8 (one a node): each rank holds 16 bytes a parameter / 8 = 137.95e9 of optimizer state
+    // alone (G / 8 and Lu / 8 are whole SHARD_ALIGN blocks too), with the gathered slots past 141 GB
+    PlanSettings grouped = llama70_settings(DTYPE_FLOAT8, 1, 8, 8);
+    MemoryPlan g8;
+    memory_plan_compute(&g8, &cfg, &grouped);
+    size_t state8 =
+        g8.bytes[BUF_PARAMS] + g8.bytes[BUF_GRAD_SHARD] + g8.bytes[BUF_ADAM_M] + g8.bytes[BUF_ADAM_V];
+    expect(state8 == 16 * P / 8 && !dry_run_fits(&cfg, &grouped, 141e9),
+           "llama2-70B float8 in shard groups of 8: %.2f GB of optimizer state a rank, does not fit 141 GB",
+           state8 / 1e9);
+}
+
+// The time plan of the same runs at the default rates (cli.h: BF16 GEMMs 643, FP8 1088, attention 396
+// TFLOP/s), worked out from the shapes; relative tolerance 1e-9: far above the rounding of a few products
+// of doubles in another order (~1e-15), far below what any term left out or miscounted would change (the
+// smallest, the final RMSNorm's 8192 weights, is 1e-7 of the parameters).
+//   GEMMs: 6 FLOPs a weight and token; the block linears (855,638,016 a layer) once more with recompute
+//   (4/3), in the run's dtype; the LM head 32000 x 8192 in BF16.
+//   Attention: the forward's QK^T and PV over 64 query heads of 128 (GQA shares keys and values, not
+//   FLOPs), 2 x 2 x T x C / 2 (causal) a token and layer, times 3.5 for forward and backward, plus 1 for
+//   the recompute.
+//   Collectives, one micro-step, shards over the 32 ranks (no padding, as above): each layer's gradients
+//   reduce-scattered, 4 Lu bytes x 80, and the global unit's, 4 G; each of the 78 layers outside the slots
+//   that stay gathered after the update gathered in the forward and again in the backward (156), and the
+//   update gathers G in BF16 and layers 0 and 1: all-gathered (156 + 2) Lu bytes in float8 (FP8), twice
+//   that in bfloat16, plus 2 G; float8 broadcasts the RMSNorm weights of those 158 layer gathers, 2 x 2C
+//   bytes each. All-reduces: the loss (4 bytes) and the squared gradient norm (8); float8 also the amaxes
+//   and the casts' counters of 3 tensors a linear, 4 + 16 bytes each.
+static void test_llama2_70b_time(void) {
+    GPTConfig cfg = preset_config("llama2-70B", 0);
+    TrainOptions opts;
+    options_defaults(&opts);
+    PlanRates rates = plan_rates_from_options(&opts, 32);
+    double N = (double)LLAMA70_N, Lu = (double)LLAMA70_LAYER, G = (double)LLAMA70_GLOBAL;
+    double head_ms = 6.0 * 32000 * 8192 * N / 643e12 * 1e3;
+    double attention_ms = 2 * 2 * 4096.0 * 8192 / 2 * N * 80 * 4.5 / 396e12 * 1e3;
+    // The memory-bound kernels' bytes a token and layer (BF16, 2 bytes an element), kernel by kernel as
+    // time_plan.h describes them, tallied here for Llama's widths. Forward: the two RMSNorms and the residual
+    // 6C, SwiGLU reading up and gate and writing its output 3F, RoPE reading and writing the 64 + 8 query and
+    // key heads of 128 (18,432 elements: 36,864 bytes, forward and backward alike): 2 (49,152 + 86,016) +
+    // 36,864 = 307,200. Backward: the RMSNorms and residual 9C, SwiGLU's backward reading up, gate and the
+    // gradient and writing two, 5F, RoPE: 2 (73,728 + 143,360) + 36,864 = 471,040. No biases, and no
+    // cuBLASLt epilogue for SwiGLU in bfloat16. Float8 (delayed) adds the casts reading the four linears'
+    // inputs (3C + F = 53,248) and output gradients (QKV + C + 2F + C = 83,968) in BF16 and writing FP8 and
+    // its transpose, 4 bytes an element; its casts spare the norms' 2C outputs and SwiGLU's 3F pass but read
+    // fc's 2F output instead of SwiGLU's F (2C + 2F spared: 147,456 bytes), and spare SwiGLU's 5F backward
+    // pass but read its F gradient beside fc's output (4F spared: 229,376 bytes): 307,200 + 212,992 - 147,456
+    // = 372,736 and 471,040 + 335,872 - 229,376 = 577,536. The forward runs twice (recompute); the logits
+    // are read and written once a token (2 x 2 x 32000); AdamW moves 30 bytes a shard parameter (31 with
+    // float8's FP8 copy), at 3360 GB/s.
+    const double forward[2] = {307200, 372736}, backward[2] = {471040, 577536};
+    double step_ms[2];
+    for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++) {
+        int f8 = dtype == DTYPE_FLOAT8;
+        PlanSettings s = llama70_settings(dtype, 1, 8, 0);
+        TimePlan t = time_plan(&cfg, &s, 1, &rates);
+        double block_ms = 6.0 * LLAMA70_LINEARS * 80 * N * 4 / 3 / (f8 ? 1088e12 : 643e12) * 1e3;
+        expect(fabs(t.gemm_ms - block_ms - head_ms) < 1e-9 * t.gemm_ms &&
+                   fabs(t.attention_ms - attention_ms) < 1e-9 * attention_ms,
+               "llama2-70B %s: GEMMs %.1f ms (%.1f expected), attention %.1f ms (%.1f)", dtype_name(dtype),
+               t.gemm_ms, block_ms + head_ms, t.attention_ms, attention_ms);
+        const double *c = t.collectives.payload;
+        expect(c[COLL_REDUCE_SCATTER] == 80 * 4 * Lu + 4 * G &&
+                   c[COLL_ALL_GATHER] == 158 * (f8 ? 1 : 2) * Lu + 2 * G &&
+                   c[COLL_BROADCAST] == (f8 ? 158 * 2 * 2 * 8192.0 : 0) &&
+                   c[COLL_ALL_REDUCE] == 12 + (f8 ? 20.0 * 3 * 4 * 80 : 0),
+               "llama2-70B %s: collectives' payloads reduce-scatter %.0f, all-gather %.0f, broadcast %.0f, "
+               "all-reduce %.0f bytes",
+               dtype_name(dtype), c[COLL_REDUCE_SCATTER], c[COLL_ALL_GATHER], c[COLL_BROADCAST],
+               c[COLL_ALL_REDUCE]);
+        double memory_ms = (N * (80 * (2 * forward[f8] + backward[f8]) + 4 * 32000.0) +
+                            (30 + f8) * (double)(LLAMA70_LAYER * 80 + LLAMA70_GLOBAL) / 32) /
+                           3360e9 * 1e3;
+        expect(fabs(t.memory_ms - memory_ms) < 1e-9 * memory_ms,
+               "llama2-70B %s: memory-bound kernels %.1f ms (%.1f expected)", dtype_name(dtype), t.memory_ms,
+               memory_ms);
+        step_ms[f8] = t.step_ms;
+        printf("reference llama2-70B %s B=8 T=4096 W=32 ZeRO-3 recompute 1 time: plan_step_ms %.3f\n",
+               dtype_name(dtype), t.step_ms);
+    }
+    expect(step_ms[1] < step_ms[0],
+           "llama2-70B: float8 plans a shorter step (%.0f ms) than bfloat16 (%.0f ms)", step_ms[1],
+           step_ms[0]);
+}
+
+// ----------------------------------------------------------------------------
 // dry_run.h
 
 // Runs dry_run_report in a child with stdout and stderr in `out` (NUL-terminated); returns its exit status.
@@ -483,6 +666,8 @@ int main(void) {
     test_recompute_saves(&gpt124, "124M", 4, 1024);
     test_recompute_saves(&gpt70, "70B", 1, 2048);
     test_float8_smaller();
+    test_llama2_70b_memory();
+    test_llama2_70b_time();
     test_suggestion_searches();
     test_report_verdicts();
     test_report_validation();
