@@ -1,7 +1,11 @@
 // dataloader.h: reads llm.c token shards (glob of files), hands out (B,T) batches of inputs and targets.
 //
-// Shard format: 256 little-endian int32 header [0]=20240520 [1]=1 [2]=ntokens, then ntokens little-endian
-// uint16 tokens; the file size is exactly 1024 + 2*ntokens. Every shard is validated at init.
+// Shard formats, llm.c's two, told apart by the magic: 256 little-endian int32 header [0]=magic
+// [1]=version [2]=ntokens, then ntokens little-endian tokens; the file size is exactly 1024 + width*ntokens.
+//   GPT-2:   magic 20240520, version 1, uint16 tokens (width 2)
+//   Llama 3: magic 20240801, version 7, uint32 tokens (width 4), for vocabularies over 65536
+// The token width is the only difference: one code path reads both. Every shard is validated at init, and
+// the shards of one pattern must share a format: a mix would be two tokenizers' tokens in one stream.
 //
 // Batching, as llm.c does it: a shard of N tokens holds nb = (N-1) / (world_size*B*T) global batches.
 // Global batch j, for rank r, reads the B*T+1 tokens starting at token (j*world_size + r)*B*T; inputs are
@@ -32,9 +36,17 @@
 
 #include "common.h"
 
-#define DATALOADER_MAGIC 20240520
+#define DATALOADER_MAGIC 20240520 // GPT-2 shards, uint16 tokens
 #define DATALOADER_VERSION 1
+#define DATALOADER_LLAMA3_MAGIC 20240801 // Llama 3 shards, uint32 tokens
+#define DATALOADER_LLAMA3_VERSION 7
 #define DATALOADER_HEADER_BYTES 1024
+
+typedef struct {
+    int32_t magic, version;
+    int token_bytes; // width of one token in the file
+    const char *name;
+} DataLoaderShardFormat;
 
 typedef struct {
     int64_t epoch;       // full passes over all shards completed
@@ -47,9 +59,10 @@ typedef struct {
     int B, T, rank, world_size, shuffle, vocab_size;
     uint64_t seed;
     int num_shards;
-    char **shard_paths;     // sorted by name
-    int64_t *shard_tokens;  // ntokens of each shard
-    int64_t *shard_batches; // global batches of each shard: (ntokens-1) / (world_size*B*T)
+    const DataLoaderShardFormat *format; // of every shard
+    char **shard_paths;                  // sorted by name
+    int64_t *shard_tokens;               // ntokens of each shard
+    int64_t *shard_batches;              // global batches of each shard: (ntokens-1) / (world_size*B*T)
     int64_t batches_per_epoch;
     DataLoaderPosition pos; // the batch the next dataloader_next_batch call loads
     int *inputs;            // (B,T) token ids of the current batch
@@ -60,7 +73,7 @@ typedef struct {
     // private
     FILE *file;           // open shard, or NULL
     int file_shard;       // index into shard_paths of the open shard, -1 when none
-    uint8_t *read_buf;    // 2*(B*T+1) bytes: the raw tokens of one batch
+    uint8_t *read_buf;    // format->token_bytes*(B*T+1) bytes: the raw tokens of one batch
     int *shard_order;     // shuffle: this epoch's shard order
     int64_t order_epoch;  // epoch shard_order was drawn for, -1 when none
     int32_t *batch_order; // shuffle: the batch order of one shard (sized for the largest shard)
@@ -175,13 +188,29 @@ static inline void dataloader_find_shards(DataLoader *loader, const char *patter
     qsort(loader->shard_paths, (size_t)loader->num_shards, sizeof(char *), dataloader_compare_paths);
 }
 
-static inline int32_t dataloader_le_i32(const uint8_t *p) {
-    return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                     ((uint32_t)p[3] << 24));
+// The little-endian unsigned integer of nbytes (1..4) bytes at p: a token, or a header field.
+static inline uint32_t dataloader_le_uint(const uint8_t *p, int nbytes) {
+    uint32_t v = 0;
+    for (int k = 0; k < nbytes; k++) v |= (uint32_t)p[k] << (8 * k);
+    return v;
 }
 
-// Reads and checks one shard's header and size; returns its token count.
-static inline int64_t dataloader_check_shard(const char *path) {
+static inline int32_t dataloader_le_i32(const uint8_t *p) {
+    return (int32_t)dataloader_le_uint(p, 4);
+}
+
+// The shard format of this magic, NULL when none.
+static inline const DataLoaderShardFormat *dataloader_shard_format(int32_t magic) {
+    static const DataLoaderShardFormat formats[2] = {
+        {DATALOADER_MAGIC, DATALOADER_VERSION, 2, "GPT-2 shard (uint16 tokens)"},
+        {DATALOADER_LLAMA3_MAGIC, DATALOADER_LLAMA3_VERSION, 4, "Llama 3 shard (uint32 tokens)"}};
+    for (int i = 0; i < 2; i++)
+        if (formats[i].magic == magic) return &formats[i];
+    return NULL;
+}
+
+// Reads and checks one shard's header and size; returns its token count and sets *format.
+static inline int64_t dataloader_check_shard(const char *path, const DataLoaderShardFormat **format) {
     FILE *f = fopen_regular(path);
     int64_t size = file_size_check(f, path);
     if (size < DATALOADER_HEADER_BYTES)
@@ -193,15 +222,19 @@ static inline int64_t dataloader_check_shard(const char *path) {
     int32_t magic = dataloader_le_i32(header);
     int32_t version = dataloader_le_i32(header + 4);
     int32_t ntokens = dataloader_le_i32(header + 8);
-    if (magic != DATALOADER_MAGIC)
-        fail("%s: bad magic %d, expected %d (not an llm.c token shard)", path, magic, DATALOADER_MAGIC);
-    if (version != DATALOADER_VERSION)
-        fail("%s: unsupported token shard version %d, expected %d", path, version, DATALOADER_VERSION);
+    const DataLoaderShardFormat *fmt = dataloader_shard_format(magic);
+    if (!fmt)
+        fail("%s: bad magic %d, expected %d or %d (not an llm.c token shard)", path, magic, DATALOADER_MAGIC,
+             DATALOADER_LLAMA3_MAGIC);
+    if (version != fmt->version)
+        fail("%s: unsupported token shard version %d, expected %d for magic %d", path, version, fmt->version,
+             magic);
     if (ntokens < 0) fail("%s: negative token count %d in header", path, ntokens);
-    int64_t expected = DATALOADER_HEADER_BYTES + 2 * (int64_t)ntokens;
+    int64_t expected = DATALOADER_HEADER_BYTES + fmt->token_bytes * (int64_t)ntokens;
     if (size != expected)
-        fail("%s: file size %lld does not match its header (1024 + 2*%d tokens = %lld bytes)", path,
-             (long long)size, ntokens, (long long)expected);
+        fail("%s: file size %lld does not match its header (1024 + %d*%d tokens = %lld bytes)", path,
+             (long long)size, fmt->token_bytes, ntokens, (long long)expected);
+    *format = fmt;
     return ntokens;
 }
 
@@ -236,7 +269,12 @@ static inline void dataloader_init(DataLoader *loader, const char *pattern, int 
     int64_t max_batches = 0;
     for (int i = 0; i < n; i++) {
         const char *path = loader->shard_paths[i];
-        int64_t ntok = dataloader_check_shard(path);
+        const DataLoaderShardFormat *format;
+        int64_t ntok = dataloader_check_shard(path, &format);
+        if (i == 0) loader->format = format;
+        if (format != loader->format)
+            fail("%s: a %s, but %s is a %s: the shards of one data pattern must share a format", path,
+                 format->name, loader->shard_paths[0], loader->format->name);
         if (ntok < global_tokens + 1)
             fail("%s: %lld tokens, fewer than the world_size*B*T+1 = %lld one batch needs", path,
                  (long long)ntok, (long long)(global_tokens + 1));
@@ -248,7 +286,8 @@ static inline void dataloader_init(DataLoader *loader, const char *pattern, int 
 
     loader->inputs = (int *)malloc_check((size_t)bt * sizeof(int), "dataloader: inputs");
     loader->targets = (int *)malloc_check((size_t)bt * sizeof(int), "dataloader: targets");
-    loader->read_buf = (uint8_t *)malloc_check((size_t)(bt + 1) * 2, "dataloader: read buffer");
+    loader->read_buf = (uint8_t *)malloc_check((size_t)(bt + 1) * (size_t)loader->format->token_bytes,
+                                               "dataloader: read buffer");
     loader->file = NULL;
     loader->file_shard = -1;
     loader->order_epoch = -1;
@@ -281,19 +320,19 @@ static inline void dataloader_next_batch(DataLoader *loader) {
         loader->file_shard = shard;
     }
     int64_t bt = (int64_t)loader->B * loader->T;
+    int w = loader->format->token_bytes;
     int64_t first = (j * loader->world_size + loader->rank) * bt; // token offset in the shard
-    int64_t byte_offset = DATALOADER_HEADER_BYTES + 2 * first;
+    int64_t byte_offset = DATALOADER_HEADER_BYTES + w * first;
     if ((int64_t)(long)byte_offset != byte_offset || fseek(loader->file, (long)byte_offset, SEEK_SET) != 0)
         fail("%s: cannot seek to token %lld: %s", path, (long long)first, strerror(errno));
-    fread_check(loader->read_buf, 2, (size_t)(bt + 1), loader->file, path);
-    const uint8_t *b = loader->read_buf;
+    fread_check(loader->read_buf, (size_t)w, (size_t)(bt + 1), loader->file, path);
     for (int64_t i = 0; i <= bt; i++) {
-        int token = (int)b[2 * i] | ((int)b[2 * i + 1] << 8);
-        if (token >= loader->vocab_size)
-            fail("%s: token id %d at token offset %lld is >= vocab_size %d", path, token,
+        uint32_t token = dataloader_le_uint(loader->read_buf + w * i, w);
+        if (token >= (uint32_t)loader->vocab_size)
+            fail("%s: token id %u at token offset %lld is >= vocab_size %d", path, (unsigned)token,
                  (long long)(first + i), loader->vocab_size);
-        if (i < bt) loader->inputs[i] = token;
-        if (i > 0) loader->targets[i - 1] = token;
+        if (i < bt) loader->inputs[i] = (int)token;
+        if (i > 0) loader->targets[i - 1] = (int)token;
     }
     loader->current_shard = shard;
     loader->current_batch = j;
@@ -336,7 +375,7 @@ static inline uint64_t dataloader_fingerprint(const DataLoader *loader) {
     uint8_t buf[4096];
     for (int i = 0; i < loader->num_shards; i++) {
         const char *path = loader->shard_paths[i];
-        int64_t bytes = 2 * loader->shard_tokens[i];
+        int64_t bytes = loader->format->token_bytes * loader->shard_tokens[i];
         size_t n = bytes < (int64_t)sizeof(buf) ? (size_t)bytes : sizeof(buf);
         FILE *f = fopen_regular(path);
         for (int end = 0; end < 2; end++) {

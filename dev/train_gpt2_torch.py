@@ -54,7 +54,10 @@ except ImportError as e:
 
 import export_hf  # noqa: E402  (scripts/: the llm.c model file reader)
 
-SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_BYTES = 20240520, 1, 1024
+# llm.c's two token shard formats, told apart by the magic (dataloader.h's): magic -> version, token dtype, name
+SHARD_FORMATS = {20240520: (1, "<u2", "GPT-2 shard (uint16 tokens)"),
+                 20240801: (7, "<u4", "Llama 3 shard (uint32 tokens)")}
+SHARD_HEADER_BYTES = 1024
 MODEL_MAGIC, HEADER_INTS = 20240326, 256
 H100_H200_BF16_PEAK_FLOPS = 989.4e12  # dense, as train_gpt_fp8.cu's bf16_peak_flops for sm_90
 TIMED_AFTER = 3  # steps of warm-up (and compilation) left out of the summary, as ours
@@ -125,23 +128,29 @@ def learning_rate(args, step):
 
 
 def read_shard(path, vocab):
-    """The uint16 tokens of one shard, checked as dataloader.h checks them."""
+    """The tokens of one shard (uint16 or uint32, by its magic), checked as dataloader.h checks them."""
     try:
         size = os.path.getsize(path)
         header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_BYTES // 4)
     except OSError as e:
         die(f"{path}: cannot read: {e.strerror}")
-    if header.size < 3 or header[0] != SHARD_MAGIC or header[1] != SHARD_VERSION:
-        die(f"{path}: not a token shard (magic/version {header[:2].tolist()}, expected "
-            f"[{SHARD_MAGIC}, {SHARD_VERSION}])")
+    if header.size < 3 or int(header[0]) not in SHARD_FORMATS:
+        die(f"{path}: not a token shard (magic {header[:1].tolist()}, expected one of {list(SHARD_FORMATS)})")
+    version, dtype, _ = SHARD_FORMATS[int(header[0])]
+    if header[1] != version:
+        die(f"{path}: unsupported token shard version {header[1]}, expected {version} for magic {header[0]}")
     n = int(header[2])
-    if n < 1 or size != SHARD_HEADER_BYTES + 2 * n:
+    if n < 1 or size != SHARD_HEADER_BYTES + np.dtype(dtype).itemsize * n:
         die(f"{path}: size {size} does not match its header's {n} tokens: truncated or corrupt")
-    tokens = np.memmap(path, dtype="<u2", mode="r", offset=SHARD_HEADER_BYTES, shape=(n,))
+    tokens = np.memmap(path, dtype=dtype, mode="r", offset=SHARD_HEADER_BYTES, shape=(n,))
     largest = int(tokens.max())
     if largest >= vocab:
         die(f"{path}: token id {largest} is outside the model's vocabulary of {vocab}")
     return tokens
+
+
+def shard_format_name(tokens):
+    return next(name for _, dtype, name in SHARD_FORMATS.values() if np.dtype(dtype) == tokens.dtype)
 
 
 class Batches:
@@ -153,6 +162,10 @@ class Batches:
             die(f"--{flag}: no files match {pattern}")
         self.B, self.T = B, T
         self.shards = [read_shard(p, vocab) for p in paths]
+        for p, s in zip(paths, self.shards):  # one format per pattern: a mix would be two tokenizers' tokens
+            if s.dtype != self.shards[0].dtype:
+                die(f"{p}: a {shard_format_name(s)}, but {paths[0]} is a {shard_format_name(self.shards[0])}: "
+                    "the shards of one data pattern must share a format")
         self.counts = [(len(s) - 1) // (B * T) for s in self.shards]
         if sum(self.counts) == 0:
             die(f"--{flag}: {pattern} holds no batch of {B} x {T} tokens")

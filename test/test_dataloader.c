@@ -48,9 +48,10 @@ static void put_i32(uint8_t *p, int32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(u >> (8 * i));
 }
 
-// Writes a shard whose header says header_ntokens; the body holds the n tokens given.
+// Writes a shard whose header says (magic, version, header_ntokens); the body holds the n tokens given,
+// little-endian, `width` bytes each (2 or 4, whatever the header says).
 static void write_shard_raw(const char *path, int32_t magic, int32_t version, int32_t header_ntokens,
-                            const uint16_t *tokens, int64_t n) {
+                            const uint32_t *tokens, int64_t n, int width) {
     uint8_t header[DATALOADER_HEADER_BYTES];
     memset(header, 0, sizeof(header));
     put_i32(header, magic);
@@ -59,8 +60,9 @@ static void write_shard_raw(const char *path, int32_t magic, int32_t version, in
     FILE *f = fopen_check(path, "wb");
     fwrite_check(header, 1, sizeof(header), f, path);
     for (int64_t i = 0; i < n; i++) {
-        uint8_t b[2] = {(uint8_t)(tokens[i] & 0xff), (uint8_t)(tokens[i] >> 8)};
-        fwrite_check(b, 1, 2, f, path);
+        uint8_t b[4];
+        put_i32(b, (int32_t)tokens[i]);
+        fwrite_check(b, 1, (size_t)width, f, path);
     }
     fclose(f);
 }
@@ -70,10 +72,12 @@ static int tok(int s, int64_t i) {
     return s * 1000 + (int)i;
 }
 
-static void write_shard(const char *path, int s, int64_t n) {
-    uint16_t *t = (uint16_t *)malloc_check((size_t)n * sizeof(uint16_t), "test tokens");
-    for (int64_t i = 0; i < n; i++) t[i] = (uint16_t)tok(s, i);
-    write_shard_raw(path, DATALOADER_MAGIC, DATALOADER_VERSION, (int32_t)n, t, n);
+// A well-formed shard of the format of `magic` holding tokens tok(s, 0..n-1).
+static void write_shard(const char *path, int32_t magic, int s, int64_t n) {
+    const DataLoaderShardFormat *format = dataloader_shard_format(magic);
+    uint32_t *t = (uint32_t *)malloc_check((size_t)n * sizeof(uint32_t), "test tokens");
+    for (int64_t i = 0; i < n; i++) t[i] = (uint32_t)tok(s, i);
+    write_shard_raw(path, magic, format->version, (int32_t)n, t, n, format->token_bytes);
     free(t);
 }
 
@@ -165,21 +169,21 @@ static void expect_fail(const char *name, const FailCase *c, const char *needle1
 }
 
 static void test_errors(void) {
-    uint16_t ten[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    uint32_t ten[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
     const char *p;
 
     p = path_in_dir("bad_magic.bin");
-    write_shard_raw(p, 20240326, 1, 10, ten, 10);
+    write_shard_raw(p, 20240326, 1, 10, ten, 10, 2);
     FailCase c = loader_case(p, 1, 4, 256);
     expect_fail("wrong magic", &c, "bad_magic.bin", "magic");
 
     p = path_in_dir("bad_version.bin");
-    write_shard_raw(p, DATALOADER_MAGIC, 2, 10, ten, 10);
+    write_shard_raw(p, DATALOADER_MAGIC, 2, 10, ten, 10, 2);
     c = loader_case(p, 1, 4, 256);
     expect_fail("wrong version", &c, "bad_version.bin", "version");
 
     p = path_in_dir("bad_size.bin");
-    write_shard_raw(p, DATALOADER_MAGIC, 1, 9, ten, 10); // one token more than the header says
+    write_shard_raw(p, DATALOADER_MAGIC, 1, 9, ten, 10, 2); // one token more than the header says
     c = loader_case(p, 1, 4, 256);
     expect_fail("size mismatch", &c, "bad_size.bin", "size");
 
@@ -203,22 +207,22 @@ static void test_errors(void) {
     expect_fail("missing file", &c, "missing.bin", "cannot open");
 
     // a glob that matches one good shard and one bad one: the bad one is named, found at init
-    write_shard(path_in_dir("mixed_000.bin"), 0, 50);
-    write_shard_raw(path_in_dir("mixed_001.bin"), DATALOADER_MAGIC, 1, 50, ten, 10);
+    write_shard(path_in_dir("mixed_000.bin"), DATALOADER_MAGIC, 0, 50);
+    write_shard_raw(path_in_dir("mixed_001.bin"), DATALOADER_MAGIC, 1, 50, ten, 10, 2);
     c = loader_case(path_in_dir("mixed_*.bin"), 1, 4, 65536);
     expect_fail("every shard validated at init", &c, "mixed_001.bin", "size");
 
     p = path_in_dir("small.bin");
-    write_shard(p, 0, 16); // needs world_size*B*T+1 = 17
+    write_shard(p, DATALOADER_MAGIC, 0, 16); // needs world_size*B*T+1 = 17
     c = loader_case(p, 2, 4, 65536);
     c.world_size = 2;
     expect_fail("shard smaller than a batch", &c, "small.bin", "17");
 
-    uint16_t with_big[40];
-    for (int i = 0; i < 40; i++) with_big[i] = (uint16_t)(i % 200);
+    uint32_t with_big[40];
+    for (int i = 0; i < 40; i++) with_big[i] = (uint32_t)(i % 200);
     with_big[13] = 300; // read by the second batch (tokens 8..16) with B=2,T=4
     p = path_in_dir("big_token.bin");
-    write_shard_raw(p, DATALOADER_MAGIC, 1, 40, with_big, 40);
+    write_shard_raw(p, DATALOADER_MAGIC, 1, 40, with_big, 40, 2);
     c = loader_case(p, 2, 4, 256);
     c.next_batches = 2;
     expect_fail("token >= vocab_size", &c, "big_token.bin", "token id 300 at token offset 13");
@@ -231,7 +235,7 @@ static void test_errors(void) {
     }
 
     p = path_in_dir("good.bin");
-    write_shard(p, 0, 41); // B=2,T=4: 5 batches
+    write_shard(p, DATALOADER_MAGIC, 0, 41); // B=2,T=4: 5 batches
     c = loader_case(p, 2, 4, 65536);
     c.rank = 1;
     expect_fail("rank >= world_size", &c, "rank", NULL);
@@ -252,17 +256,92 @@ static void test_errors(void) {
     expect_fail("set_position negative epoch", &c, "epoch -1", NULL);
 }
 
+// The Llama 3 format's refusals, and the rule that the shards of one pattern share a format.
+static void test_llama3_errors(void) {
+    uint32_t ten[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const char *p;
+
+    p = path_in_dir("l3_bad_version.bin"); // the GPT-2 version with the Llama 3 magic
+    write_shard_raw(p, DATALOADER_LLAMA3_MAGIC, DATALOADER_VERSION, 10, ten, 10, 4);
+    FailCase c = loader_case(p, 1, 4, 128256);
+    expect_fail("Llama 3 wrong version", &c, "l3_bad_version.bin", "version 1, expected 7");
+
+    p = path_in_dir("l3_narrow.bin"); // a Llama 3 header over uint16 tokens
+    write_shard_raw(p, DATALOADER_LLAMA3_MAGIC, DATALOADER_LLAMA3_VERSION, 10, ten, 10, 2);
+    c = loader_case(p, 1, 4, 128256);
+    expect_fail("Llama 3 header, 16-bit tokens", &c, "l3_narrow.bin", "(1024 + 4*10 tokens = 1064 bytes)");
+
+    p = path_in_dir("gpt2_wide.bin"); // a GPT-2 header over uint32 tokens
+    write_shard_raw(p, DATALOADER_MAGIC, DATALOADER_VERSION, 10, ten, 10, 4);
+    c = loader_case(p, 1, 4, 128256);
+    expect_fail("GPT-2 header, 32-bit tokens", &c, "gpt2_wide.bin", "(1024 + 2*10 tokens = 1044 bytes)");
+
+    p = path_in_dir("l3_truncated.bin"); // the header counts one token more than the body holds
+    write_shard_raw(p, DATALOADER_LLAMA3_MAGIC, DATALOADER_LLAMA3_VERSION, 11, ten, 10, 4);
+    c = loader_case(p, 1, 4, 128256);
+    expect_fail("Llama 3 truncated", &c, "l3_truncated.bin", "file size 1064");
+
+    // ids at and far above the vocabulary (the largest a uint32 holds must not wrap to a negative int)
+    const uint32_t bad_ids[2] = {128256, UINT32_MAX};
+    const char *needles[2] = {"token id 128256 at token offset 13 is >= vocab_size 128256",
+                              "token id 4294967295 at token offset 13 is >= vocab_size 128256"};
+    for (int k = 0; k < 2; k++) {
+        uint32_t toks[40];
+        for (int i = 0; i < 40; i++) toks[i] = 128000 + (uint32_t)i;
+        toks[13] = bad_ids[k]; // read by the second batch (tokens 8..16) with B=2,T=4
+        p = path_in_dir(k ? "l3_huge_token.bin" : "l3_big_token.bin");
+        write_shard_raw(p, DATALOADER_LLAMA3_MAGIC, DATALOADER_LLAMA3_VERSION, 40, toks, 40, 4);
+        c = loader_case(p, 2, 4, 128256);
+        c.next_batches = 2;
+        expect_fail("Llama 3 token >= vocab_size", &c, p, needles[k]);
+    }
+    DataLoader loader; // the first batch, which does not hold it, loads ids above 65535
+    dataloader_init(&loader, p, 2, 4, 0, 1, 0, 1, 128256);
+    dataloader_next_batch(&loader);
+    CHECK(loader.inputs[0] == 128000 && loader.targets[7] == 128008,
+          "first batch beside the bad token loads");
+    dataloader_free(&loader);
+
+    // one format per pattern, whichever comes first
+    write_shard(path_in_dir("mix_a_000.bin"), DATALOADER_MAGIC, 0, 50);
+    write_shard(path_in_dir("mix_a_001.bin"), DATALOADER_LLAMA3_MAGIC, 0, 50);
+    c = loader_case(path_in_dir("mix_a_*.bin"), 1, 4, 128256);
+    expect_fail("GPT-2 then Llama 3 shard", &c, "mix_a_001.bin: a Llama 3 shard (uint32 tokens), but ",
+                "mix_a_000.bin is a GPT-2 shard (uint16 tokens): the shards of one data pattern must share");
+    write_shard(path_in_dir("mix_b_000.bin"), DATALOADER_LLAMA3_MAGIC, 0, 50);
+    write_shard(path_in_dir("mix_b_001.bin"), DATALOADER_MAGIC, 0, 50);
+    c = loader_case(path_in_dir("mix_b_*.bin"), 1, 4, 128256);
+    expect_fail("Llama 3 then GPT-2 shard", &c, "mix_b_001.bin: a GPT-2 shard", "mix_b_000.bin is a Llama 3");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // batches
 
 // Three shards of different sizes: with B*T=8 and one rank they hold 5, 3 and 7 batches.
 static const int64_t shard_sizes[3] = {41, 30, 60};
 
-static void write_test_shards(void) {
+// One such set of shards in each format. Shard k of a set holds tokens tok(first_s + k, i): the Llama 3
+// set's are all above 65535, so a reader that kept 16 bits of them would be caught.
+typedef struct {
+    const char *prefix; // the shards are prefix_000000.bin ...
+    int32_t magic;
+    int first_s;
+    int vocab_size;
+} ShardSet;
+static const ShardSet gpt2_set = {"tiny_train", DATALOADER_MAGIC, 0, 65536};
+static const ShardSet llama3_set = {"wide_train", DATALOADER_LLAMA3_MAGIC, 100, 128256};
+
+static const char *shard_path(const ShardSet *d, const char *index) { // index: "000001", or "*"
+    char name[64];
+    snprintf(name, sizeof(name), "%s_%s.bin", d->prefix, index);
+    return path_in_dir(name);
+}
+
+static void write_test_shards(const ShardSet *d) {
     for (int s = 0; s < 3; s++) {
-        char name[64];
-        snprintf(name, sizeof(name), "tiny_train_%06d.bin", s);
-        write_shard(path_in_dir(name), s, shard_sizes[s]);
+        char index[16];
+        snprintf(index, sizeof(index), "%06d", s);
+        write_shard(shard_path(d, index), d->magic, d->first_s + s, shard_sizes[s]);
     }
 }
 
@@ -270,20 +349,22 @@ static int64_t shard_batches_of(int s) { // with B*T = 8 and one rank
     return (shard_sizes[s] - 1) / 8;
 }
 
-static int batch_matches(const DataLoader *l, int shard, int64_t first) {
+// Whether the loader's batch is tokens first.. of shard `shard` (index into shard_paths) of set d.
+static int batch_matches(const ShardSet *d, const DataLoader *l, int shard, int64_t first) {
     int64_t bt = (int64_t)l->B * l->T;
+    int s = d->first_s + shard;
     for (int64_t i = 0; i < bt; i++)
-        if (l->inputs[i] != tok(shard, first + i) || l->targets[i] != tok(shard, first + i + 1)) return 0;
+        if (l->inputs[i] != tok(s, first + i) || l->targets[i] != tok(s, first + i + 1)) return 0;
     return 1;
 }
 
-static void test_sequential(void) {
-    const char *pattern = path_in_dir("tiny_train_*.bin");
+static void test_sequential(const ShardSet *d) {
+    const char *pattern = shard_path(d, "*");
     DataLoader l;
-    dataloader_init(&l, pattern, 2, 4, 0, 1, 0, 0, 65536);
+    dataloader_init(&l, pattern, 2, 4, 0, 1, 0, 0, d->vocab_size);
     CHECK(l.num_shards == 3, "3 shards found, got %d", l.num_shards);
-    CHECK(strstr(l.shard_paths[0], "tiny_train_000000.bin") &&
-              strstr(l.shard_paths[2], "tiny_train_000002.bin"),
+    CHECK(l.format == dataloader_shard_format(d->magic), "%s: format of magic %d", d->prefix, d->magic);
+    CHECK(strstr(l.shard_paths[0], "_000000.bin") && strstr(l.shard_paths[2], "_000002.bin"),
           "shards sorted by name");
     CHECK(l.shard_tokens[1] == 30 && l.shard_batches[0] == 5 && l.shard_batches[1] == 3 &&
               l.shard_batches[2] == 7 && l.batches_per_epoch == 15,
@@ -294,37 +375,39 @@ static void test_sequential(void) {
             for (int64_t j = 0; j < l.shard_batches[s]; j++) {
                 if (l.pos.epoch != epoch || l.pos.shard_index != s || l.pos.batch_index != j) pos_ok = 0;
                 dataloader_next_batch(&l);
-                if (l.current_shard != s || l.current_batch != j || !batch_matches(&l, s, j * 8)) ok = 0;
+                if (l.current_shard != s || l.current_batch != j || !batch_matches(d, &l, s, j * 8)) ok = 0;
             }
         }
     }
-    CHECK(ok, "inputs/targets are tokens (j*B*T ...) of each shard in order, over shard and epoch wraps");
+    CHECK(ok, "%s: inputs/targets are tokens (j*B*T ...) of each shard in order, over shard and epoch wraps",
+          d->prefix);
     CHECK(pos_ok, "position advances batch -> shard -> epoch");
     CHECK(l.pos.epoch == 3 && l.pos.shard_index == 0 && l.pos.batch_index == 0, "three epochs completed");
     dataloader_reset(&l);
     dataloader_next_batch(&l);
-    CHECK(l.current_shard == 0 && l.current_batch == 0 && batch_matches(&l, 0, 0) && l.pos.epoch == 0,
+    CHECK(l.current_shard == 0 && l.current_batch == 0 && batch_matches(d, &l, 0, 0) && l.pos.epoch == 0,
           "reset returns to the first batch");
     dataloader_free(&l);
 
     // a single path instead of a glob
     DataLoader one;
-    dataloader_init(&one, path_in_dir("tiny_train_000001.bin"), 1, 29, 0, 1, 0, 0, 65536);
+    dataloader_init(&one, shard_path(d, "000001"), 1, 29, 0, 1, 0, 0, d->vocab_size);
     dataloader_next_batch(&one);
-    CHECK(one.num_shards == 1 && one.shard_batches[0] == 1 && batch_matches(&one, 1, 0),
+    // the loader's only shard is the set's shard 1
+    CHECK(one.num_shards == 1 && one.shard_batches[0] == 1 && batch_matches(d, &one, 1, 0),
           "one plain path, a batch using every token");
     dataloader_next_batch(&one);
-    CHECK(one.pos.epoch == 2 && batch_matches(&one, 1, 0), "one-batch epochs wrap");
+    CHECK(one.pos.epoch == 2 && batch_matches(d, &one, 1, 0), "one-batch epochs wrap");
     dataloader_free(&one);
 }
 
 // W loaders of batch B on ranks 0..W-1 read exactly the rows of one loader of batch W*B.
-static void test_rank_striding(int W, int B, int T, int shuffle) {
-    const char *pattern = path_in_dir("tiny_train_*.bin");
+static void test_rank_striding(const ShardSet *d, int W, int B, int T, int shuffle) {
+    const char *pattern = shard_path(d, "*");
     DataLoader big;
-    dataloader_init(&big, pattern, W * B, T, 0, 1, shuffle, 7, 65536);
+    dataloader_init(&big, pattern, W * B, T, 0, 1, shuffle, 7, d->vocab_size);
     DataLoader *ranks = (DataLoader *)malloc_check((size_t)W * sizeof(DataLoader), "test loaders");
-    for (int r = 0; r < W; r++) dataloader_init(&ranks[r], pattern, B, T, r, W, shuffle, 7, 65536);
+    for (int r = 0; r < W; r++) dataloader_init(&ranks[r], pattern, B, T, r, W, shuffle, 7, d->vocab_size);
     int64_t steps = 2 * big.batches_per_epoch + 3;
     int same = 1, same_pos = 1, counts = ranks[0].batches_per_epoch == big.batches_per_epoch;
     int64_t bt = (int64_t)B * T;
@@ -361,16 +444,16 @@ static void epoch_order(DataLoader *l, int *shards, int64_t *batches) {
     }
 }
 
-static void test_shuffle(void) {
-    const char *pattern = path_in_dir("tiny_train_*.bin");
+static void test_shuffle(const ShardSet *d) {
+    const char *pattern = shard_path(d, "*");
     enum { N = 15 };
     int s_plain[N], s_a[N], s_a1[N], s_b[N], s_c[N];
     int64_t b_plain[N], b_a[N], b_a1[N], b_b[N], b_c[N];
     DataLoader plain, a, b, c;
-    dataloader_init(&plain, pattern, 2, 4, 0, 1, 0, 42, 65536);
-    dataloader_init(&a, pattern, 2, 4, 0, 1, 1, 42, 65536);
-    dataloader_init(&b, pattern, 2, 4, 0, 1, 1, 42, 65536);
-    dataloader_init(&c, pattern, 2, 4, 0, 1, 1, 43, 65536);
+    dataloader_init(&plain, pattern, 2, 4, 0, 1, 0, 42, d->vocab_size);
+    dataloader_init(&a, pattern, 2, 4, 0, 1, 1, 42, d->vocab_size);
+    dataloader_init(&b, pattern, 2, 4, 0, 1, 1, 42, d->vocab_size);
+    dataloader_init(&c, pattern, 2, 4, 0, 1, 1, 43, d->vocab_size);
     CHECK(a.batches_per_epoch == N, "15 batches per epoch");
     epoch_order(&plain, s_plain, b_plain);
 
@@ -379,7 +462,7 @@ static void test_shuffle(void) {
         dataloader_next_batch(&a);
         s_a[k] = a.current_shard;
         b_a[k] = a.current_batch;
-        if (!batch_matches(&a, a.current_shard, a.current_batch * 8)) values_ok = 0;
+        if (!batch_matches(d, &a, a.current_shard, a.current_batch * 8)) values_ok = 0;
     }
     CHECK(values_ok, "shuffled batches hold the tokens of the batch they name");
     int seen[3][8];
@@ -422,12 +505,12 @@ static void test_shuffle(void) {
     dataloader_free(&c);
 }
 
-static void test_set_position(int shuffle, int W) {
-    const char *pattern = path_in_dir("tiny_train_*.bin");
+static void test_set_position(const ShardSet *d, int shuffle, int W) {
+    const char *pattern = shard_path(d, "*");
     enum { SKIP = 13, NEXT = 25 };
     DataLoader l, resumed;
     int rank = W - 1;
-    dataloader_init(&l, pattern, 1, 4, rank, W, shuffle, 1234, 65536);
+    dataloader_init(&l, pattern, 1, 4, rank, W, shuffle, 1234, d->vocab_size);
     for (int k = 0; k < SKIP; k++) dataloader_next_batch(&l);
     DataLoaderPosition saved = l.pos;
     int *expected = (int *)malloc_check(NEXT * 8 * sizeof(int), "test expected");
@@ -437,7 +520,7 @@ static void test_set_position(int shuffle, int W) {
         memcpy(expected + k * 8 + 4, l.targets, 4 * sizeof(int));
     }
     DataLoaderPosition end = l.pos;
-    dataloader_init(&resumed, pattern, 1, 4, rank, W, shuffle, 1234, 65536);
+    dataloader_init(&resumed, pattern, 1, 4, rank, W, shuffle, 1234, d->vocab_size);
     dataloader_next_batch(&resumed); // some other state first
     dataloader_set_position(&resumed, saved, "the saved position");
     int same = 1;
@@ -446,8 +529,8 @@ static void test_set_position(int shuffle, int W) {
         same &= memcmp(expected + k * 8, resumed.inputs, 4 * sizeof(int)) == 0 &&
                 memcmp(expected + k * 8 + 4, resumed.targets, 4 * sizeof(int)) == 0;
     }
-    CHECK(same, "shuffle=%d W=%d: set_position reproduces the following %d batches exactly", shuffle, W,
-          NEXT);
+    CHECK(same, "%s shuffle=%d W=%d: set_position reproduces the following %d batches exactly", d->prefix,
+          shuffle, W, NEXT);
     CHECK(resumed.pos.epoch == end.epoch && resumed.pos.shard_index == end.shard_index &&
               resumed.pos.batch_index == end.batch_index,
           "shuffle=%d: resumed loader ends at the same position", shuffle);
@@ -459,6 +542,49 @@ static void test_set_position(int shuffle, int W) {
     free(expected);
     dataloader_free(&l);
     dataloader_free(&resumed);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// fingerprint
+
+// dataloader_fingerprint by its definition, from the files' bytes: FNV-1a over, for each shard, its token
+// bytes' length (8 little-endian bytes) and first <= 4 KiB of them, then the length again and the last
+// <= 4 KiB. Holding GPT-2 shards to it keeps the checkpoints written before the Llama 3 format valid.
+static uint64_t fingerprint_of_files(char *const *paths, int n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++) {
+        FILE *f = fopen_check(paths[i], "rb");
+        int64_t bytes = file_size_check(f, paths[i]) - DATALOADER_HEADER_BYTES;
+        uint8_t *body = (uint8_t *)malloc_check((size_t)bytes, "test shard body");
+        if (fseek(f, DATALOADER_HEADER_BYTES, SEEK_SET) != 0) fail("%s: cannot seek", paths[i]);
+        fread_check(body, 1, (size_t)bytes, f, paths[i]);
+        fclose(f);
+        int64_t m = bytes < 4096 ? bytes : 4096;
+        for (int end = 0; end < 2; end++) {
+            for (int k = 0; k < 8; k++) h = (h ^ (uint8_t)((uint64_t)bytes >> (8 * k))) * 0x100000001b3ull;
+            for (int64_t k = 0; k < m; k++) h = (h ^ body[(end ? bytes - m : 0) + k]) * 0x100000001b3ull;
+        }
+        free(body);
+    }
+    return h;
+}
+
+static void test_fingerprint(void) {
+    // the test sets, and shards longer than the 4 KiB windows in each format
+    write_shard(path_in_dir("long_gpt2_000000.bin"), DATALOADER_MAGIC, 0, 3000);
+    write_shard(path_in_dir("long_llama3_000000.bin"), DATALOADER_LLAMA3_MAGIC, 100, 3000);
+    const char *patterns[4] = {shard_path(&gpt2_set, "*"), shard_path(&llama3_set, "*"),
+                               path_in_dir("long_gpt2_*.bin"), path_in_dir("long_llama3_*.bin")};
+    uint64_t prints[4];
+    for (int k = 0; k < 4; k++) {
+        DataLoader l;
+        dataloader_init(&l, patterns[k], 1, 4, 0, 1, 0, 0, 128256);
+        prints[k] = dataloader_fingerprint(&l);
+        CHECK(prints[k] == fingerprint_of_files(l.shard_paths, l.num_shards),
+              "%s: the fingerprint hashes the shards' token bytes, whatever their width", patterns[k]);
+        dataloader_free(&l);
+    }
+    CHECK(prints[0] != prints[1] && prints[2] != prints[3], "the two formats' fingerprints differ");
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -553,18 +679,24 @@ static void test_tokenizer(void) {
 int main(void) {
     snprintf(dir, sizeof(dir), "/tmp/test_dataloader_XXXXXX");
     if (!mkdtemp(dir)) fail("/tmp: cannot create a temp dir: %s", strerror(errno));
-    write_test_shards();
+    const ShardSet *sets[2] = {&gpt2_set, &llama3_set};
+    for (int k = 0; k < 2; k++) write_test_shards(sets[k]);
 
     test_errors();
-    test_sequential();
-    test_rank_striding(2, 2, 4, 0);
-    test_rank_striding(3, 1, 4, 0);
-    test_rank_striding(2, 2, 4, 1);
-    test_rank_striding(3, 1, 4, 1);
-    test_shuffle();
-    test_set_position(0, 1);
-    test_set_position(1, 1);
-    test_set_position(1, 2);
+    test_llama3_errors();
+    for (int k = 0; k < 2; k++) {
+        const ShardSet *d = sets[k];
+        test_sequential(d);
+        test_rank_striding(d, 2, 2, 4, 0);
+        test_rank_striding(d, 3, 1, 4, 0);
+        test_rank_striding(d, 2, 2, 4, 1);
+        test_rank_striding(d, 3, 1, 4, 1);
+        test_shuffle(d);
+        test_set_position(d, 0, 1);
+        test_set_position(d, 1, 1);
+        test_set_position(d, 1, 2);
+    }
+    test_fingerprint();
     test_tokenizer();
 
     remove_dir();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_fuzz.sh: every reader under coverage-guided fuzzing (make test_fuzz; make fuzz for long runs).
-#   1. a seed corpus from the trainer itself: a small token shard and the byte tokenizer (prepare_data.py),
+#   1. a seed corpus from the trainer itself: small token shards (GPT-2's uint16 and Llama 3's uint32 format)
+#      and the byte tokenizer (prepare_data.py),
 #      a model file and a state file of a 2-step float8 run of the shape test/fuzz/fuzz_state.c expects,
 #      and command lines (the bad-input table's and working ones);
 #   2. each harness runs FUZZ_SECONDS under libFuzzer with AddressSanitizer and UBSan: a crash, a hang
@@ -26,8 +27,10 @@ test_data_dir "$tmp/data" text >/dev/null
 "$PY" - "$tmp/data/text_train_000000.bin" "$seeds/shard" <<'EOF'
 import struct, sys
 tokens = open(sys.argv[1], "rb").read()[1024:1024 + 2 * 200]
+wide = b"".join(tokens[i:i + 2] + bytes(2) for i in range(0, len(tokens), 2))  # the same ids as uint32
 for n, name in ((200, "small.bin"), (40, "tiny.bin")):
     open(f"{sys.argv[2]}/{name}", "wb").write(struct.pack("<3i", 20240520, 1, n) + bytes(1012) + tokens[:2 * n])
+open(f"{sys.argv[2]}/small_llama3.bin", "wb").write(struct.pack("<3i", 20240801, 7, 200) + bytes(1012) + wide)
 EOF
 cp "$tmp/data/text_tokenizer.bin" "$seeds/tokenizer/byte.bin"
 ./train_cpu --model_size d2 --layers 1 --channels 16 --heads 2 --max_seq_len 16 --vocab 256 --seq_len 16 \
