@@ -59,7 +59,9 @@ static inline size_t dry_run_aligned_bytes(const MemoryPlan *plan, int i) {
 static inline double dry_run_plan_bound(const GPTConfig *cfg, int B, int T, int world_size, int history) {
     double N = (double)B * T, L = cfg->num_layers, W = model_widest_features(cfg);
     double per_token = (L + 2) * (20.0 * W + 4.0 * cfg->num_heads + 64.0) + 2.0 * cfg->padded_vocab_size;
-    double weights = 24.0 * (double)param_count(cfg) + 64.0 * world_size * (L + 1);
+    // the weight state (under 24 bytes a parameter with the padding) and the RoPE table (maxT x hs floats)
+    double weights = 24.0 * (double)param_count(cfg) + 64.0 * world_size * (L + 1) +
+                     4.0 * cfg->max_seq_len * cfg->channels;
     return weights + N * per_token + 64.0 * L * NUM_BLOCK_LINEARS * (history + 16) + 1e9;
 }
 

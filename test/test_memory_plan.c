@@ -649,15 +649,19 @@ int main(void) {
     check(fp8_shapes_status(&odd, B, T) == 1, "C = 72 is refused");
     check(fp8_shapes_status(&small, 3, 5) == 1, "B*T = 15 is refused");
     // ZeRO, recompute and the dry run
-    GPTConfig gpt70 = preset_config("70B", GPT2_VOCAB_SIZE);
+    GPTConfig gpt70 = preset_config("70B", GPT2_VOCAB_SIZE), llama7 = preset_config("llama2-7B", 0);
+    GPTConfig llama70 = preset_config("llama2-70B", 0);
     test_zero0_is_single_process(&small, "d2");
     test_zero0_is_single_process(&gpt124, "124M");
+    test_zero0_is_single_process(&llama7, "llama2-7B");
     test_shards_cover_parameters(&small, "d2");
     test_shards_cover_parameters(&gpt124, "124M");
     test_shards_cover_parameters(&gpt70, "70B");
+    test_shards_cover_parameters(&llama70, "llama2-70B");
     test_sharded_optimizer_state(&small, "d2");
     test_sharded_optimizer_state(&gpt124, "124M");
     test_sharded_optimizer_state(&gpt70, "70B");
+    test_sharded_optimizer_state(&llama70, "llama2-70B");
     test_unsharded_buffers(&small, "d2");
     test_unsharded_buffers(&gpt124, "124M");
     test_unsharded_buffers(&gpt70, "70B");
