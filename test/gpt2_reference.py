@@ -274,9 +274,10 @@ def forward(cfg, w, tokens, dtype=np.float32):
     return (x @ g["transformer.wte.weight"].T).astype(np.float32)
 
 
-def main():
+def main(usage, load_export, load_llmc, forward):
+    """The command line of a reference: DIR_OR_MODEL.bin [token ...] -> the logits' shape and argmax."""
     if len(sys.argv) < 2:
-        print(__doc__.split("\n\n")[2], file=sys.stderr)
+        print(usage, file=sys.stderr)
         sys.exit(2)
     src = sys.argv[1]
     cfg, w = load_export(src) if os.path.isdir(src) else load_llmc(src)
@@ -286,4 +287,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__.split("\n\n")[2], load_export, load_llmc, forward)

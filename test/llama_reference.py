@@ -149,16 +149,5 @@ def forward(cfg, w, tokens, dtype=np.float32):
     return (x @ g["lm_head.weight"].T).astype(np.float32)
 
 
-def main():
-    if len(sys.argv) < 2:
-        print(__doc__.split("\n\n")[4], file=sys.stderr)
-        sys.exit(2)
-    src = sys.argv[1]
-    cfg, w = load_export(src) if os.path.isdir(src) else load_llmc(src)
-    tokens = np.array([[int(t) for t in sys.argv[2:]] or [0]])
-    logits = forward(cfg, w, tokens)
-    print(f"logits {logits.shape}, argmax per position {logits[0].argmax(-1).tolist()}")
-
-
 if __name__ == "__main__":
-    main()
+    gpt2_reference.main(__doc__.split("\n\n")[4], load_export, load_llmc, forward)
