@@ -640,7 +640,7 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     Vec qkv = randn(3 * NC, 0.0f, 1.5f, 1);
 
     Vec out(NC), att(BHT * T);
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, DTYPE_BFLOAT16);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH, DTYPE_BFLOAT16);
     bf16 *d_qkv = new_bf16(qkv), *d_out = dev_alloc<bf16>(NC);
     float *d_lse = dev_alloc<float>(BHT);
     auto forward = [&] { attention_exact_forward(d_out, d_lse, d_qkv, B, T, C, NH, stream); };
@@ -654,7 +654,7 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     check_rerun("attention", "lse", g_lse, get_f32(d_lse, BHT));
 
     Vec dout = randn(NC, 0.0f, 1.0f, 1), dqkv(3 * NC), att_row(BHT);
-    attention_backward(dqkv.data(), att_row.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), att_row.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, NH);
     round_to_storage(dqkv.data(), 3 * NC, DTYPE_BFLOAT16);
     bf16 *d_dout = new_bf16(dout), *d_dqkv = dev_alloc<bf16>(3 * NC);
     float *d_delta = dev_alloc<float>(BHT);
