@@ -170,7 +170,7 @@ ifeq ($(USE_CUDNN),1)
   CUDNN_OBJ := build/attention_cudnn.o
   CUDNN_LIBS := $(CUDNN_OBJ) -L$(CUDNN_HOME)/lib -l:libcudnn.so.9 -Xlinker -rpath=$(abspath $(CUDNN_HOME))/lib -lnvrtc
 endif
-GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layers.cuh gpu/attention.cuh gpu/attention_cudnn.h \
+GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layers.cuh gpu/attention.cuh gpu/rope.cuh gpu/attention_cudnn.h \
                gpu/nccl.cuh gpu/zero.cuh
 
 .PHONY: train test_gpu compile_gpu

@@ -344,7 +344,7 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
     if (preset->arch != ARCH_EITHER && preset->arch != arch)
         fail("--arch: %s is a %s preset", preset->name, preset->arch == ARCH_LLAMA ? "llama" : "gpt2");
     GPTConfig cfg;
-    memset(&cfg, 0, sizeof(cfg)); // GPT-2 leaves the Llama fields zero
+    memset(&cfg, 0, sizeof(cfg)); // not `= {0}`: C++ (the CUDA trainer) warns of the fields it leaves out
     cfg.arch = arch;
     cfg.num_layers = opts->layers ? opts->layers : preset->num_layers;
     cfg.channels = opts->channels ? opts->channels : preset->channels;

@@ -312,7 +312,7 @@ GPT_HD static inline int param_is_linear_weight(int tensor) {
            tensor == PT_FCPROJW;
 }
 
-static inline int linear_out_features(const GPTConfig *cfg, int linear) {
+GPT_HD static inline int linear_out_features(const GPTConfig *cfg, int linear) {
     switch (linear) {
     case LIN_QKV:
         return model_qkv_features(cfg);
@@ -323,12 +323,12 @@ static inline int linear_out_features(const GPTConfig *cfg, int linear) {
     }
 }
 
-static inline int linear_in_features(const GPTConfig *cfg, int linear) {
+GPT_HD static inline int linear_in_features(const GPTConfig *cfg, int linear) {
     return linear == LIN_FCPROJ ? model_ffn_dim(cfg) : cfg->channels;
 }
 
 // Elements of the linear's weight (OC, IC), from linear_weight_tensor's offset on.
-static inline size_t linear_weight_size(const GPTConfig *cfg, int linear) {
+GPT_HD static inline size_t linear_weight_size(const GPTConfig *cfg, int linear) {
     return (size_t)linear_out_features(cfg, linear) * linear_in_features(cfg, linear);
 }
 

@@ -3,9 +3,8 @@
 // a GPU run allocates. Also the FP8 GEMM shape rules, so a shape cuBLASLt cannot take is refused with a
 // clear error before any allocation.
 // One set of formulas serves both architectures, from gpt_model.h's shapes (qkv QKV features, fc 4C or
-// Llama's 2F, the MLP's hidden F). The CUDA trainer runs GPT-2 only so far: a Llama plan is the plan of
-// buffers laid out as GPT-2's are, at Llama's shapes, plus what Llama alone needs (the RoPE table), for
-// code not yet written.
+// Llama's 2F, the MLP's hidden F). A Llama plan is the plan of buffers laid out as GPT-2's are, at Llama's
+// shapes, plus what Llama alone needs (the RoPE table).
 #ifndef MEMORY_PLAN_H
 #define MEMORY_PLAN_H
 
@@ -367,9 +366,9 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     b[BUF_DRESIDUAL] = N * C * bf;
     b[BUF_DC] = N * C * bf;
     b[BUF_DQKV] = N * QKV * bf;
-    // fc's output gradient. Llama's fcproj data-gradient GEMM writes SwiGLU's output gradient (N, F) into
-    // the up half of each row (leading dimension 2F), and SwiGLU's backward, elementwise, replaces it with
-    // the up and gate gradients in place: no buffer of its own (a plan for GPU code not yet written)
+    // fc's output gradient. Llama's fcproj data-gradient GEMM writes SwiGLU's output gradient (N, F) over
+    // the layer's SwiGLU output (BUF_FCH_GELU, dead once fcproj's weight gradient, computed first, read it),
+    // and SwiGLU's backward writes the up and gate gradients here: no buffer of its own
     b[BUF_DFCH] = N * FC * bf;
     b[BUF_ATT_DELTA] = N * NH * f32;
     // the FP8 casts of a linear's input or output gradient, up to the widest (GPT-2 fc's 4C, Llama's 2F)

@@ -51,6 +51,7 @@
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
 #include "gpu/nccl.cuh"
+#include "gpu/rope.cuh"
 #include "gpu/zero.cuh"
 #include "memory_plan.h"
 #include "sampling.h"
@@ -84,13 +85,15 @@ typedef struct {
     char *memory; // the one allocation the plan carves
     float *params, *grads, *grad_shard, *m, *v;
     bf16 *params_bf16;
-    // ZeRO-0: (L, 12C^2) in linear order qkv, attproj, fc, fcproj; ZeRO-1: the parameter layout, padded;
-    // ZeRO-3: weight_slots slots of one layer's unit in parameter layout. W^T always in linear order
-    // (weight_slots layers with ZeRO-3).
+    // ZeRO-0: (L, 12C^2; Llama linear_weights_per_layer) in linear order qkv, attproj, fc, fcproj; ZeRO-1:
+    // the parameter layout, padded; ZeRO-3: weight_slots slots of one layer's unit in parameter layout. W^T
+    // always in linear order (weight_slots layers with ZeRO-3).
     fp8 *weights_fp8, *weights_fp8_t;
     bf16 *encoded, *residual2, *residual3, *qkv, *fch, *ln1, *atty, *ln2, *fch_gelu, *lnf, *logits;
     float *ln1_stats, *ln2_stats, *att_lse, *lnf_stats, *losses;
-    fp8 *inputs_fp8_t; // (kept layers, 7C, N): each linear's input transposed, offsets as its input width
+    float *rope;       // Llama: gpt_model.h's rope_table (maxT, hs/2, 2), uploaded once
+    fp8 *inputs_fp8_t; // (kept layers, 7C (Llama 3C + F), N): each linear's input transposed, offsets as its
+                       // input width
     bf16 *dresidual, *dc, *dqkv, *dfch;
     float *att_delta, *reduce_scratch;
     fp8 *cast_fp8, *cast_fp8_t;
@@ -129,6 +132,8 @@ typedef struct {
 // BUF_STEP holds StepParams, then StepResults at +PLAN_ALIGN (memory_plan.h).
 static_assert(sizeof(StepParams) <= PLAN_ALIGN && sizeof(StepResults) <= PLAN_ALIGN,
               "memory_plan.h: BUF_STEP is too small for StepParams and StepResults");
+
+static_assert(layers_impl::RMSNORM_EPS == LLAMA_NORM_EPS, "gpu/layers.cuh: RMSNorm's epsilon is not Llama's");
 
 #define RESULTS_NOW 2 // the pinned results slot of reads that wait at once (validation, the shadow check)
 
@@ -243,6 +248,7 @@ static void gpt_carve(GPT *model, char *memory) {
     model->inputs_fp8_t = (fp8 *)plan_ptr(model, BUF_INPUT_FP8_T);
     model->lnf = (bf16 *)plan_ptr(model, BUF_LNF);
     model->lnf_stats = (float *)plan_ptr(model, BUF_LNF_STATS);
+    model->rope = (float *)plan_ptr(model, BUF_ROPE_TABLE);
     model->logits = (bf16 *)plan_ptr(model, BUF_LOGITS);
     model->losses = (float *)plan_ptr(model, BUF_LOSSES);
     model->dresidual = (bf16 *)plan_ptr(model, BUF_DRESIDUAL);
@@ -328,11 +334,20 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
     cuda_check(cudaStreamCreateWithPriority(&model->comm_stream, cudaStreamDefault, greatest_priority));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
-    attention_setup(&model->attention, opts->attention, B, T, cfg->channels, cfg->num_heads);
+    attention_setup(&model->attention, opts->attention, B, T, cfg->channels, cfg->num_heads,
+                    model_kv_heads(cfg));
     reset_block_scale_stats(model);
+    if (model->rope) {
+        float *table = (float *)malloc_check(model->plan.bytes[BUF_ROPE_TABLE], "rope table");
+        rope_table(table, cfg);
+        copy_to_device(model->rope, table, model->plan.bytes[BUF_ROPE_TABLE]);
+        free(table);
+    }
     size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
-    if (layernorm_backward_scratch_floats((int)N, cfg->channels) > scratch ||
-        bias_backward_scratch_floats((int)N, 4 * cfg->channels) > scratch ||
+    size_t norm_scratch = model_is_llama(cfg) ? rmsnorm_backward_scratch_floats((int)N, cfg->channels)
+                                              : layernorm_backward_scratch_floats((int)N, cfg->channels);
+    if (norm_scratch > scratch ||
+        bias_backward_scratch_floats((int)N, (int)param_tensor_size(cfg, PT_FCB)) > scratch ||
         global_norm_squared_scratch_floats(model->shard_floats) > scratch)
         fail("memory_plan.h: reduce_scratch_floats is smaller than a kernel's scratch (a bug)");
 }
@@ -421,6 +436,18 @@ static const bf16 *weight_bf16(GPT *model, int tensor, int layer) {
 
 static float *grad_of(GPT *model, int tensor, int layer) {
     return model->grads + param_position(model, tensor, layer, 2);
+}
+
+// The bias of a block linear (the tensor after its weight) and its gradient, NULL where the architecture
+// has none (Llama).
+static const bf16 *linear_bias(GPT *model, int layer, int linear) {
+    int tensor = linear_weight_tensor(linear) + 1;
+    return param_tensor_size(&model->config, tensor) ? weight_bf16(model, tensor, layer) : NULL;
+}
+
+static float *linear_bias_grad(GPT *model, int layer, int linear) {
+    int tensor = linear_weight_tensor(linear) + 1;
+    return param_tensor_size(&model->config, tensor) ? grad_of(model, tensor, layer) : NULL;
 }
 
 // W (OC, IC) of a linear in E4M3: linear order (ZeRO-0), parameter layout (ZeRO-1), a layer slot (ZeRO-3).
@@ -758,9 +785,12 @@ static int kept_layer(const GPT *model, int layer) {
 static fp8 *saved_input_t(GPT *model, int layer, int linear) {
     const GPTConfig *cfg = &model->config;
     size_t N = (size_t)model->B * model->T, C = cfg->channels;
-    // in units of C: qkv (C wide), attproj (C), fc (C), fcproj (4C)
+    // in units of C: qkv (C wide), attproj (C), fc (C), fcproj (GPT-2 4C, Llama F); a layer's inputs are
+    // linear_input_features_sum wide (GPT-2 7C)
     static const int column_offset[NUM_BLOCK_LINEARS] = {0, 1, 2, 3};
-    return model->inputs_fp8_t + ((size_t)kept_layer(model, layer) * 7 + column_offset[linear]) * C * N;
+    return model->inputs_fp8_t +
+           ((size_t)kept_layer(model, layer) * linear_input_features_sum(cfg) + column_offset[linear] * C) *
+               N;
 }
 
 // Block recipes: the factors of saved_input_t, the operand (IC, K = N) in tiles along the tokens.
@@ -788,7 +818,7 @@ static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Loa
     if (!out) return;
     gemm(&model->gemm, out, CUDA_R_16BF, fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]), 0,
          fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, OC, IC,
-         weight_bf16(model, linear_weight_tensor(linear) + 1, layer), 0, model->fast_accum, model->stream);
+         linear_bias(model, layer, linear), 0, model->fast_accum, model->stream);
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias. With gelu_out (fc's GELU output), in bfloat16: the GEMM also
@@ -800,7 +830,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
-    const bf16 *bias = weight_bf16(model, weight_tensor + 1, layer);
+    const bf16 *bias = linear_bias(model, layer, linear);
     if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
         // tiles along IC for this GEMM, along the tokens into the saved transpose for the weight gradient
         int index = fp8_tensor_index(layer, linear, 0), recipe = model->recipe;
@@ -830,8 +860,10 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
 // LayerNorm's statistics and fc's output, and fc's output-gradient cast the GELU's backward
 // (GeluBackwardValues), so those BF16 tensors are neither written nor read back. The current recipe and a
 // first step measure the stored tensor's amax before casting: two passes there.
+// Llama's RMSNorm and SwiGLU have no such casts: its casts read the stored tensors.
 static int casts_compute_inputs(const GPT *model) {
-    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty;
+    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty &&
+           !model_is_llama(&model->config);
 }
 
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
@@ -850,8 +882,8 @@ static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp
 }
 
 // The per-tensor recipes, the scale prepared: dout (N,OC) from `load` cast to E5M2 in both layouts, the bias
-// gradient summed on the way (in bias_backward's order, so the same bits); dinp (N,IC) = dout . W,
-// dW (OC,IC) += dout^T . x.
+// gradient (if the linear has a bias) summed on the way (in bias_backward's order, so the same bits); dinp
+// (N,IC) = dout . W, dW (OC,IC) += dout^T . x.
 template <typename Load>
 static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, Load load) {
     static_assert(CAST_ROWS == COLUMN_SUM_ROWS && CAST_WARPS == COLUMN_SUM_THREADS_Y,
@@ -861,10 +893,11 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
     int input_index = fp8_tensor_index(layer, linear, 0), weight_tensor = linear_weight_tensor(linear);
+    float *dbias = linear_bias_grad(model, layer, linear);
     cast_transpose_values(model->cast_fp8, model->cast_fp8_t, &s->amax_current[index], &s->counts[2 * index],
-                          model->reduce_scratch, load, N, OC, &s->scale[index], FP8_E5M2, model->stream);
-    bias_backward_from_partials(grad_of(model, weight_tensor + 1, layer), model->reduce_scratch, N, OC,
-                                model->stream);
+                          dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index], FP8_E5M2,
+                          model->stream);
+    if (dbias) bias_backward_from_partials(dbias, model->reduce_scratch, N, OC, model->stream);
     GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &s->descale[index]);
     GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &s->descale[index]);
     // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
@@ -877,12 +910,13 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
          NULL, 1, 0, model->stream);
 }
 
-// dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias += column sums of dout. With gelu_pre (fcproj's
-// input's pre-activation, fc's output), in bfloat16: dinp = bf16((dout . W) * GELU'(gelu_pre)) from the
-// GEMM's FP32 result (cuBLASLt's DGELU) where cuBLASLt has an algorithm for it. Returns whether it did. In
-// bfloat16 the bias gradient comes from the weight gradient's GEMM where it can (BGRADB: the sums over the
+// dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias (if any) += column sums of dout. With gelu_pre
+// (fcproj's input's pre-activation, fc's output), in bfloat16: dinp = bf16((dout . W) * GELU'(gelu_pre)) from
+// the GEMM's FP32 result (cuBLASLt's DGELU) where cuBLASLt has an algorithm for it. Returns whether it did.
+// In bfloat16 the bias gradient comes from the weight gradient's GEMM where it can (BGRADB: the sums over the
 // tokens of the BF16 dout it reads, in FP32, written to scratch, since the epilogue overwrites and dbias
-// accumulates over the micro-steps), else from bias_backward.
+// accumulates over the micro-steps), else from bias_backward. The weight gradient runs first, so that dinp
+// may overwrite inp (Llama's fcproj: SwiGLU's output gradient over its output, dead after).
 static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const bf16 *dout, const bf16 *inp,
                            const bf16 *gelu_pre) {
     const GPTConfig *cfg = &model->config;
@@ -893,9 +927,9 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
         return 0;
     }
     int weight_tensor = linear_weight_tensor(linear);
-    float *dweight = grad_of(model, weight_tensor, layer), *dbias = grad_of(model, weight_tensor + 1, layer);
+    float *dweight = grad_of(model, weight_tensor, layer), *dbias = linear_bias_grad(model, layer, linear);
     if (model->dtype == DTYPE_FLOAT8) {
-        bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
+        if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
         // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
         // weight gradient
         int index = fp8_tensor_index(layer, linear, 1), recipe = model->recipe;
@@ -917,13 +951,13 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
         return 0;
     }
     GemmOperand g = bf16_operand(dout), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
-    int gelu_done = gelu_pre && gemm_fused(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC,
-                                           gemm_dgelu(gelu_pre), 0, model->stream);
-    if (!gelu_done) gemm(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC, NULL, 0, 0, model->stream);
     // dW (OC,IC) += dout^T (OC,N) . inp (N,IC), and the bias gradient: the sums of dout^T's rows
     float *sums = model->reduce_scratch;
-    if (gemm_fused(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N,
-                   gemm_bias_grad(sums), 1, model->stream)) {
+    if (!dbias) {
+        gemm(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N, NULL, 1, 0,
+             model->stream);
+    } else if (gemm_fused(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N,
+                          gemm_bias_grad(sums), 1, model->stream)) {
         launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->stream}, dbias, (const float *)sums,
                            (size_t)OC);
     } else {
@@ -931,6 +965,9 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
              model->stream);
         bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
     }
+    int gelu_done = gelu_pre && gemm_fused(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC,
+                                           gemm_dgelu(gelu_pre), 0, model->stream);
+    if (!gelu_done) gemm(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC, NULL, 0, 0, model->stream);
     return gelu_done;
 }
 
@@ -945,19 +982,23 @@ typedef struct {
     float *ln1_stats, *ln2_stats, *att_lse;
 } LayerActs;
 
+// Widths (memory_plan.h's): qkv QKV, fch the fc linear's output (GPT-2 4C, Llama 2F), fch_gelu the MLP's
+// hidden F, the norms' statistics norm_stats_floats a row (LayerNorm mean then rstd, RMSNorm rstd).
 static LayerActs layer_acts(GPT *model, int layer) {
-    size_t N = (size_t)model->B * model->T, NC = N * model->config.channels, NH = model->config.num_heads;
+    const GPTConfig *cfg = &model->config;
+    size_t N = (size_t)model->B * model->T, NC = N * cfg->channels, NH = cfg->num_heads;
     size_t k = (size_t)kept_layer(model, layer), g = model->keeps_gemm_inputs ? k : 0;
+    size_t stats = norm_stats_floats(cfg) * N;
     LayerActs a;
     a.ln1 = model->ln1 + g * NC;
     a.atty = model->atty + g * NC;
     a.ln2 = model->ln2 + g * NC;
-    a.fch_gelu = model->fch_gelu + g * 4 * NC;
-    a.qkv = model->qkv + k * 3 * NC;
+    a.fch_gelu = model->fch_gelu + g * N * model_ffn_dim(cfg);
+    a.qkv = model->qkv + k * N * model_qkv_features(cfg);
     a.residual2 = model->residual2 + k * NC;
-    a.fch = model->fch + k * 4 * NC;
-    a.ln1_stats = model->ln1_stats + k * 2 * N;
-    a.ln2_stats = model->ln2_stats + k * 2 * N;
+    a.fch = model->fch + k * N * linear_out_features(cfg, LIN_FC);
+    a.ln1_stats = model->ln1_stats + k * stats;
+    a.ln2_stats = model->ln2_stats + k * stats;
     a.att_lse = model->att_lse + k * N * NH;
     return a;
 }
@@ -973,12 +1014,17 @@ static const bf16 *layer_input(GPT *model, int layer) {
 // else x = inp: the LayerNorm's output in ln, its statistics in stats (mean (N), rstd (N)); with
 // casts_compute_inputs the statistics only, the cast computing the output. gelu_out: as linear_forward's,
 // whose result it returns.
+// Llama: the RMSNorm (weight ln_weight, its rstd in stats), no fused cast.
 static int layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, bf16 *sum,
                                     const bf16 *inp, const bf16 *add, int linear, bf16 *out, bf16 *gelu_out,
                                     int record_amax) {
     int N = model->B * model->T, C = model->config.channels, fused = casts_compute_inputs(model);
     const bf16 *weight = weight_bf16(model, ln_weight, l), *bias = weight_bf16(model, ln_weight + 1, l);
     const bf16 *x = add ? sum : inp;
+    if (model_is_llama(&model->config)) {
+        residual_rmsnorm_forward(ln, stats, sum, inp, add, weight, N, C, model->stream);
+        return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
+    }
     residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
                                model->stream);
     if (!fused) return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
@@ -987,17 +1033,21 @@ static int layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, 
     return 0;
 }
 
-// out (N,C) = fcproj of GELU(fch) (N,4C), the GELU's output in fch_gelu (with casts_compute_inputs: the cast
-// computes it; with gelu_done fc's GEMM wrote it). out NULL (the backward's replay): only the input the
-// backward keeps.
+// out (N,C) = fcproj of GELU(fch) (N,4C) (Llama: of SwiGLU(fch) (N,2F) -> (N,F)), the activation's output in
+// fch_gelu (with casts_compute_inputs: the cast computes it; with gelu_done fc's GEMM wrote it). out NULL
+// (the backward's replay): only the input the backward keeps.
 static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_gelu, int gelu_done, bf16 *out,
                                 int record_amax) {
+    const GPTConfig *cfg = &model->config;
+    int N = model->B * model->T;
     if (casts_compute_inputs(model)) {
         fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
         return;
     }
-    if (!gelu_done)
-        gelu_forward(fch_gelu, fch, (size_t)model->B * model->T * 4 * model->config.channels, model->stream);
+    if (model_is_llama(cfg))
+        swiglu_forward(fch_gelu, fch, N, model_ffn_dim(cfg), model->stream);
+    else if (!gelu_done)
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * cfg->channels, model->stream);
     if (out)
         linear_forward(model, l, LIN_FCPROJ, out, fch_gelu, NULL, record_amax);
     else
@@ -1010,6 +1060,7 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
 static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
+    int llama = model_is_llama(cfg);
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
     const bf16 *residual = layer_input(model, l);
@@ -1017,11 +1068,13 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
     layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV, a.qkv,
                              NULL, record_amax);
+    if (llama) rope_rotate(a.qkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 0, stream);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
     linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, NULL, record_amax); // dc: scratch in the forward
-    // residual2 = residual + dc, and the LayerNorm of it, in one pass; in bfloat16 fc's GEMM applies the GELU
-    int gelu_done = layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual,
-                                             model->dc, LIN_FC, a.fch, a.fch_gelu, record_amax);
+    // residual2 = residual + dc, and the norm of it, in one pass; in bfloat16 fc's GEMM applies GPT-2's GELU
+    int gelu_done =
+        layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->dc,
+                                 LIN_FC, a.fch, llama ? NULL : a.fch_gelu, record_amax);
     gelu_linear_forward(model, l, a.fch, a.fch_gelu, gelu_done, recomputing ? NULL : model->dc, record_amax);
     if (recomputing) {
         nvtxRangePop();
@@ -1049,14 +1102,20 @@ static void layer_finished(GPT *model, int layer) {
     cuda_check(cudaEventRecord(model->layer_done[layer % 2], model->stream));
 }
 
+// The LM head's weight: GPT-2's tied to wte, Llama's its own.
+static int lm_head(const GPTConfig *cfg) {
+    return model_is_llama(cfg) ? PT_LMHEAD : PT_WTE;
+}
+
 static void gpt_forward(GPT *model, int record_amax) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers, N = B * T;
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
     int zero3 = model->zero_stage == 3, gathering = zero3 && !model->layers_resident;
+    int llama = model_is_llama(cfg);
     encoder_forward(model->encoded, model->tokens, weight_bf16(model, PT_WTE, 0),
-                    weight_bf16(model, PT_WPE, 0), B, T, C, stream);
+                    llama ? NULL : weight_bf16(model, PT_WPE, 0), B, T, C, stream);
     for (int l = 0; l < L; l++) {
         if (gathering && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
         if (gathering && l >= 2) wait_for_layer(model, l);
@@ -1065,11 +1124,16 @@ static void gpt_forward(GPT *model, int record_amax) {
     }
     model->layers_resident = zero3 && model->weight_slots == L;
     nvtxRangePushA("lm head");
-    layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
-                      weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
-    // LM head tied to wte, BF16: (N,C) . (Vp,C)^T -> (N,Vp)
+    if (llama)
+        residual_rmsnorm_forward(model->lnf, model->lnf_stats, NULL, model->residual3 + (L - 1) * NC, NULL,
+                                 weight_bf16(model, PT_LNFW, 0), N, C, stream);
+    else
+        layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
+                          weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
+    // LM head, GPT-2's tied to wte, Llama's its own, BF16: (N,C) . (Vp,C)^T -> (N,Vp)
     gemm(&model->gemm, model->logits, CUDA_R_16BF, bf16_operand(model->lnf), 0,
-         bf16_operand(weight_bf16(model, PT_WTE, 0)), 1, N, cfg->padded_vocab_size, C, NULL, 0, 0, stream);
+         bf16_operand(weight_bf16(model, lm_head(cfg), 0)), 1, N, cfg->padded_vocab_size, C, NULL, 0, 0,
+         stream);
     nvtxRangePop();
 }
 
@@ -1097,6 +1161,19 @@ static void gpt_loss(GPT *model, int write_dlogits, float *loss_sum) {
     nvtxRangePop();
 }
 
+// dresidual += the input gradient of norm `weight` (layer l) of inp given dout (model->dc): GPT-2's
+// LayerNorm or Llama's RMSNorm; the norm's parameter gradients accumulate.
+static void norm_backward(GPT *model, int weight, int l, const bf16 *inp, const float *stats) {
+    int N = model->B * model->T, C = model->config.channels;
+    if (model_is_llama(&model->config))
+        rmsnorm_backward(model->dresidual, grad_of(model, weight, l), model->dc, inp,
+                         weight_bf16(model, weight, l), stats, N, C, model->reduce_scratch, model->stream);
+    else
+        layernorm_backward(model->dresidual, grad_of(model, weight, l), grad_of(model, weight + 1, l),
+                           model->dc, inp, weight_bf16(model, weight, l), stats, stats + N, N, C,
+                           model->reduce_scratch, model->stream);
+}
+
 static void layer_backward(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
@@ -1104,24 +1181,30 @@ static void layer_backward(GPT *model, int l) {
     cudaStream_t stream = model->stream;
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d backward", l);
-    // in bfloat16 fcproj's data-gradient GEMM applies the GELU's backward
-    int gelu_done = linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu, a.fch);
-    if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
-        fp8_linear_backward(model, l, LIN_FC, model->dc, GeluBackwardValues{model->dfch, a.fch});
-    } else {
-        if (!gelu_done) gelu_backward(model->dfch, a.fch, 4 * NC, stream);
+    if (model_is_llama(cfg)) {
+        // SwiGLU's output gradient (N,F) over its output, which only fcproj's weight gradient read
+        linear_backward(model, l, LIN_FCPROJ, a.fch_gelu, model->dresidual, a.fch_gelu, NULL);
+        swiglu_backward(model->dfch, a.fch_gelu, a.fch, N, model_ffn_dim(cfg), stream);
         linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
+    } else {
+        // in bfloat16 fcproj's data-gradient GEMM applies the GELU's backward
+        int gelu_done =
+            linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu, a.fch);
+        if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
+            fp8_linear_backward(model, l, LIN_FC, model->dc, GeluBackwardValues{model->dfch, a.fch});
+        } else {
+            if (!gelu_done) gelu_backward(model->dfch, a.fch, 4 * NC, stream);
+            linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
+        }
     }
-    layernorm_backward(model->dresidual, grad_of(model, PT_LN2W, l), grad_of(model, PT_LN2B, l), model->dc,
-                       a.residual2, weight_bf16(model, PT_LN2W, l), a.ln2_stats, a.ln2_stats + N, N, C,
-                       model->reduce_scratch, stream);
+    norm_backward(model, PT_LN2W, l, a.residual2, a.ln2_stats);
     linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty, NULL);
     attention_backward(&model->attention, model->dqkv, model->att_delta, model->dc, a.qkv, a.atty, a.att_lse,
                        B, T, C, NH, stream);
+    if (model_is_llama(cfg))
+        rope_rotate(model->dqkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 1, stream);
     linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1, NULL);
-    layernorm_backward(model->dresidual, grad_of(model, PT_LN1W, l), grad_of(model, PT_LN1B, l), model->dc,
-                       layer_input(model, l), weight_bf16(model, PT_LN1W, l), a.ln1_stats, a.ln1_stats + N, N,
-                       C, model->reduce_scratch, stream);
+    norm_backward(model, PT_LN1W, l, layer_input(model, l), a.ln1_stats);
     nvtxRangePop();
 }
 
@@ -1174,14 +1257,13 @@ static void gpt_backward(GPT *model) {
         cuda_check(cudaMemsetAsync(model->grads, 0, u.chunk * model->shards.ways * sizeof(float), stream));
     }
     nvtxRangePushA("lm head backward");
+    int head = lm_head(cfg);
     gemm(&model->gemm, model->dc, CUDA_R_16BF, bf16_operand(dlogits), 0,
-         bf16_operand(weight_bf16(model, PT_WTE, 0)), 0, N, C, Vp, NULL, 0, 0, stream);
-    gemm(&model->gemm, grad_of(model, PT_WTE, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
+         bf16_operand(weight_bf16(model, head, 0)), 0, N, C, Vp, NULL, 0, 0, stream);
+    gemm(&model->gemm, grad_of(model, head, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
          bf16_operand(model->lnf), 0, Vp, C, N, NULL, 1, 0, stream);
     cuda_check(cudaMemsetAsync(model->dresidual, 0, NC * sizeof(bf16), stream));
-    layernorm_backward(model->dresidual, grad_of(model, PT_LNFW, 0), grad_of(model, PT_LNFB, 0), model->dc,
-                       model->residual3 + (L - 1) * NC, weight_bf16(model, PT_LNFW, 0), model->lnf_stats,
-                       model->lnf_stats + N, N, C, model->reduce_scratch, stream);
+    norm_backward(model, PT_LNFW, 0, model->residual3 + (L - 1) * NC, model->lnf_stats);
     nvtxRangePop();
     for (int l = L - 1; l >= 0; l--) {
         if (zero3) begin_layer_backward(model, l);
@@ -1191,8 +1273,8 @@ static void gpt_backward(GPT *model) {
     }
     const int *buckets = model->tokens + 2 * N;
     encoder_backward(
-        grad_of(model, PT_WTE, 0), grad_of(model, PT_WPE, 0), model->dresidual, model->tokens, buckets,
-        buckets + 2 * N, buckets + N, N, B, T, C, model->reduce_scratch,
+        grad_of(model, PT_WTE, 0), model_is_llama(cfg) ? NULL : grad_of(model, PT_WPE, 0), model->dresidual,
+        model->tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C, model->reduce_scratch,
         stream); // N buckets: the unused ones are empty, so the launch does not depend on the batch
     if (zero3) reduce_scatter_global(model);
 }
@@ -1845,9 +1927,10 @@ int main(int argc, char **argv) {
         dist_finalize(&dist);
         return status;
     }
-    if (model_is_llama(&cfg))
-        fail("--arch llama: the CUDA trainer does not run Llama models yet (train_cpu does; --dry_run plans "
-             "them)");
+    if (model_is_llama(&cfg) && opts.dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts.fp8_recipe))
+        fail("--arch llama: the CUDA trainer runs the per-tensor recipes (delayed, current) only for now; "
+             "--fp8_recipe %s runs on train_cpu",
+             opts.fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise");
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;

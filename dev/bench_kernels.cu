@@ -603,7 +603,7 @@ static void bench_fast_attention(const Shape *s, cudaStream_t stream, const Vec 
     const int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
     const size_t NC = (size_t)N * C, BHT = (size_t)B * NH * T;
     Attention fast;
-    attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH);
+    attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH, NH);
     if (!fast.fast) {
         printf("  attention fast: not checked: %s\n", fast.description);
         return;
@@ -643,7 +643,7 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH, DTYPE_BFLOAT16);
     bf16 *d_qkv = new_bf16(qkv), *d_out = dev_alloc<bf16>(NC);
     float *d_lse = dev_alloc<float>(BHT);
-    auto forward = [&] { attention_exact_forward(d_out, d_lse, d_qkv, B, T, C, NH, stream); };
+    auto forward = [&] { attention_exact_forward(d_out, d_lse, d_qkv, B, T, C, NH, NH, stream); };
     forward();
     cuda_check(cudaStreamSynchronize(stream));
     const Vec g_out = get_bf16(d_out, NC), g_lse = get_f32(d_lse, BHT), lse = lse_reference(qkv, B, T, C, NH);
@@ -659,7 +659,7 @@ static void bench_attention(const Shape *s, cudaStream_t stream) {
     bf16 *d_dout = new_bf16(dout), *d_dqkv = dev_alloc<bf16>(3 * NC);
     float *d_delta = dev_alloc<float>(BHT);
     auto backward = [&] {
-        attention_exact_backward(d_dqkv, d_delta, d_dout, d_qkv, d_lse, B, T, C, NH, stream);
+        attention_exact_backward(d_dqkv, d_delta, d_dout, d_qkv, d_lse, B, T, C, NH, NH, stream);
     };
     backward();
     cuda_check(cudaStreamSynchronize(stream));
@@ -692,8 +692,8 @@ static void bench_attention_speed(cudaStream_t stream) {
         printf("attention speed %s ...\n", shape.name);
         fflush(stdout);
         Attention exact, fast;
-        attention_setup(&exact, ATTENTION_EXACT, B, T, C, NH);
-        attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH);
+        attention_setup(&exact, ATTENTION_EXACT, B, T, C, NH, NH);
+        attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH, NH);
         const Vec qkv = randn(3 * NC, 0.0f, 1.5f, 1), dout = randn(NC, 0.0f, 1.0f, 1);
         bf16 *d_qkv = new_bf16(qkv), *d_dout = new_bf16(dout);
         bf16 *d_out[2] = {dev_alloc<bf16>(NC), dev_alloc<bf16>(NC)};

@@ -14,10 +14,12 @@
 // Hopper and Blackwell and is kept up to date by NVIDIA (llm.c made the same choice). What stays ours is the
 // exact path that checks it.
 //
-// Both implementations read qkv (B,T,3C) laid out [q | k | v], head h at columns h*HS .. h*HS+HS-1 of each,
-// write out (B,T,C) and lse (B,NH,T) = max + ln(sum exp) of each row's scaled scores. cuDNN's "Stats"
+// Both implementations read qkv (B,T,QKV) laid out [q | k | v], NH query heads then KVH key heads then KVH
+// value heads of HS = C/NH each (QKV = (NH + 2 KVH) HS; GPT-2: KVH = NH, QKV = 3C), query head h reading
+// key and value head h / (NH/KVH) (grouped-query attention, Llama; the exact kernels only: cuDNN's is later
+// work), write out (B,T,C) and lse (B,NH,T) = max + ln(sum exp) of each row's scaled scores. cuDNN's "Stats"
 // output has that definition and layout, so a forward of either kind feeds a backward of either. The
-// backward writes every element of dqkv (B,T,3C). No (T,T) buffer in either.
+// backward writes every element of dqkv (B,T,QKV). No (T,T) buffer in either.
 #ifndef GPU_ATTENTION_CUH
 #define GPU_ATTENTION_CUH
 
@@ -81,12 +83,13 @@ template <int HS> __device__ __forceinline__ float dot_row(const float *vec, con
     return acc;
 }
 
-// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C). Pass 1 finds each row's max and sum of exponentials
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,QKV). Pass 1 finds each row's max and sum of exponentials
 // online; pass 2 recomputes the scores and accumulates p * v. The latest rows have the most keys:
 // blockIdx.x counts tiles from the end so that they are scheduled first.
 template <int HS>
 static __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int NH, float scale) {
+    attention_forward_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int C, int NH, int KVH,
+                             float scale) {
     constexpr int KS = HS + 2;
     __shared__ __align__(16) bf16 k_sh[ATT_CHUNK * KS];
     __shared__ __align__(16) bf16 v_sh[ATT_CHUNK * KS];
@@ -97,9 +100,10 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int t = tile * ATT_ROWS + warp;
     const bool active = t < T; // inactive warps still take part in the barriers
     const int nchunks = min(tile * ATT_ROWS + ATT_ROWS - 1, T - 1) / ATT_CHUNK + 1;
-    const size_t stride = 3 * (size_t)C;
-    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS, *k_base = q_base + C,
-               *v_base = q_base + 2 * C;
+    const size_t stride = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS;
+    const bf16 *k_base = qkv + (size_t)b * T * stride + (NH + h / (NH / KVH)) * HS,
+               *v_base = k_base + KVH * HS;
     if (active)
         for (int i = lane; i < HS; i += 32) q_sh[warp][i] = bf2f(q_base[(size_t)t * stride + i]);
 
@@ -156,7 +160,7 @@ static __global__ void __launch_bounds__(ATT_THREADS)
 template <int HS>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_kernel(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv,
-                                 const float *lse, int T, int C, int NH, float scale) {
+                                 const float *lse, int T, int C, int NH, int KVH, float scale) {
     constexpr int KS = HS + 2;
     __shared__ __align__(16) bf16 k_sh[ATT_CHUNK * KS];
     __shared__ __align__(16) bf16 v_sh[ATT_CHUNK * KS];
@@ -168,9 +172,10 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     const int t = tile * ATT_ROWS + warp;
     const bool active = t < T;
     const int nchunks = min(tile * ATT_ROWS + ATT_ROWS - 1, T - 1) / ATT_CHUNK + 1;
-    const size_t stride = 3 * (size_t)C;
-    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS, *k_base = q_base + C,
-               *v_base = q_base + 2 * C;
+    const size_t stride = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS;
+    const bf16 *k_base = qkv + (size_t)b * T * stride + (NH + h / (NH / KVH)) * HS,
+               *v_base = k_base + KVH * HS;
     const bf16 *do_base = dout + (size_t)b * T * C + h * HS;
     if (active) {
         for (int i = lane; i < HS; i += 32) {
@@ -224,14 +229,15 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     }
 }
 
-// Backward, kernel 2 of 2, one warp per key row t2, over the queries t >= t2 in increasing order:
-// dv_t2 = sum p * dout_t, dk_t2 = sum ds * q_t, with p and ds recomputed exactly as kernel 1 did
-// (same products in the same order, same lse and delta: the same bits). The earliest keys have the
-// most queries and have the lowest blockIdx.x, so they are scheduled first.
+// Backward, kernel 2 of 2, one warp per key row t2 of one key/value head: over the query heads that read it
+// in increasing order (GPT-2: the one head of the same index), over their queries t >= t2 in increasing
+// order, dv_t2 = sum p * dout_t, dk_t2 = sum ds * q_t: the CPU's order. p and ds are recomputed exactly as
+// kernel 1 did (same products in the same order, same lse and delta: the same bits). The earliest keys
+// have the most queries and have the lowest blockIdx.x, so they are scheduled first.
 template <int HS>
 static __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dkv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                                  const float *delta, int T, int C, int NH, float scale) {
+                                  const float *delta, int T, int C, int NH, int KVH, float scale) {
     constexpr int KS = HS + 2;
     __shared__ __align__(16) bf16 q_sh[ATT_CHUNK * KS];
     __shared__ __align__(16) bf16 do_sh[ATT_CHUNK * KS];
@@ -239,53 +245,55 @@ static __global__ void __launch_bounds__(ATT_THREADS)
     __shared__ __align__(16) float k_row[ATT_ROWS][HS];
     __shared__ __align__(16) float v_row[ATT_ROWS][HS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int b = blockIdx.y / KVH, kv = blockIdx.y % KVH, group = NH / KVH;
     const int t2 = blockIdx.x * ATT_ROWS + warp;
     const bool active = t2 < T;
-    const size_t stride = 3 * (size_t)C;
-    const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS, *k_base = q_base + C,
-               *v_base = q_base + 2 * C;
-    const bf16 *do_base = dout + (size_t)b * T * C + h * HS;
+    const size_t stride = (size_t)(NH + 2 * KVH) * HS;
+    const bf16 *k_base = qkv + (size_t)b * T * stride + (NH + kv) * HS, *v_base = k_base + KVH * HS;
     if (active) {
         for (int i = lane; i < HS; i += 32) {
             k_row[warp][i] = bf2f(k_base[(size_t)t2 * stride + i]);
             v_row[warp][i] = bf2f(v_base[(size_t)t2 * stride + i]);
         }
     }
-
     float dk[HS / 32], dv[HS / 32];
 #pragma unroll
     for (int k = 0; k < HS / 32; k++) dk[k] = dv[k] = 0.0f;
     const int nchunks = (T + ATT_CHUNK - 1) / ATT_CHUNK;
-    for (int c = blockIdx.x * ATT_ROWS / ATT_CHUNK; c < nchunks; c++) {
-        const int row0 = c * ATT_CHUNK;
-        __syncthreads();
-        stage_chunk<HS>(q_sh, q_base, stride, row0, T);
-        stage_chunk<HS>(do_sh, do_base, C, row0, T);
-        if (threadIdx.x < ATT_CHUNK && row0 + (int)threadIdx.x < T) {
-            lse_sh[threadIdx.x] = lse[(size_t)bh * T + row0 + threadIdx.x];
-            delta_sh[threadIdx.x] = delta[(size_t)bh * T + row0 + threadIdx.x];
-        }
-        __syncthreads();
-        // queries row0 + j for j in [jmin, jmax) are >= t2 and < T; warp-uniform bounds
-        const int jmin = active ? max(0, t2 - row0) : ATT_CHUNK, jmax = min(ATT_CHUNK, T - row0);
-        float p = 0.0f, ds = 0.0f;
-        if (lane >= jmin && lane < jmax) {
-            p = expf(fsub(fmul(dot_row<HS>(k_row[warp], q_sh + lane * KS), scale), lse_sh[lane]));
-            const float dp = dot_row<HS>(v_row[warp], do_sh + lane * KS);
-            ds = fmul(fmul(p, fsub(dp, delta_sh[lane])), scale);
-        }
-        for (int j = jmin; j < jmax; j++) {
-            const float pj = __shfl_sync(FULL_MASK, p, j), dsj = __shfl_sync(FULL_MASK, ds, j);
+    for (int h = kv * group; h < (kv + 1) * group; h++) {
+        const int bh = b * NH + h;
+        const bf16 *q_base = qkv + (size_t)b * T * stride + h * HS;
+        const bf16 *do_base = dout + (size_t)b * T * C + h * HS;
+        for (int c = blockIdx.x * ATT_ROWS / ATT_CHUNK; c < nchunks; c++) {
+            const int row0 = c * ATT_CHUNK;
+            __syncthreads();
+            stage_chunk<HS>(q_sh, q_base, stride, row0, T);
+            stage_chunk<HS>(do_sh, do_base, C, row0, T);
+            if (threadIdx.x < ATT_CHUNK && row0 + (int)threadIdx.x < T) {
+                lse_sh[threadIdx.x] = lse[(size_t)bh * T + row0 + threadIdx.x];
+                delta_sh[threadIdx.x] = delta[(size_t)bh * T + row0 + threadIdx.x];
+            }
+            __syncthreads();
+            // queries row0 + j for j in [jmin, jmax) are >= t2 and < T; warp-uniform bounds
+            const int jmin = active ? max(0, t2 - row0) : ATT_CHUNK, jmax = min(ATT_CHUNK, T - row0);
+            float p = 0.0f, ds = 0.0f;
+            if (lane >= jmin && lane < jmax) {
+                p = expf(fsub(fmul(dot_row<HS>(k_row[warp], q_sh + lane * KS), scale), lse_sh[lane]));
+                const float dp = dot_row<HS>(v_row[warp], do_sh + lane * KS);
+                ds = fmul(fmul(p, fsub(dp, delta_sh[lane])), scale);
+            }
+            for (int j = jmin; j < jmax; j++) {
+                const float pj = __shfl_sync(FULL_MASK, p, j), dsj = __shfl_sync(FULL_MASK, ds, j);
 #pragma unroll
-            for (int k = 0; k < HS / 32; k++) {
-                dv[k] = fadd(dv[k], fmul(pj, bf2f(do_sh[j * KS + lane + 32 * k])));
-                dk[k] = fadd(dk[k], fmul(dsj, bf2f(q_sh[j * KS + lane + 32 * k])));
+                for (int k = 0; k < HS / 32; k++) {
+                    dv[k] = fadd(dv[k], fmul(pj, bf2f(do_sh[j * KS + lane + 32 * k])));
+                    dk[k] = fadd(dk[k], fmul(dsj, bf2f(q_sh[j * KS + lane + 32 * k])));
+                }
             }
         }
     }
     if (active) {
-        bf16 *dkp = dqkv + ((size_t)b * T + t2) * stride + C + h * HS, *dvp = dkp + C;
+        bf16 *dkp = dqkv + ((size_t)b * T + t2) * stride + (NH + kv) * HS, *dvp = dkp + KVH * HS;
 #pragma unroll
         for (int k = 0; k < HS / 32; k++) {
             dkp[lane + 32 * k] = f2bf(dk[k]);
@@ -311,8 +319,9 @@ inline void check_attention_shape(int C, int NH) {
 
 namespace layers_impl {
 // The launch shape and the checks the attention kernels rely on.
-inline dim3 attention_grid(const void *qkv, const void *dout, int B, int T, int C, int NH) {
+inline dim3 attention_grid(const void *qkv, const void *dout, int B, int T, int C, int NH, int KVH) {
     check_attention_shape(C, NH);
+    if (KVH <= 0 || NH % KVH != 0) fail("attention: %d query heads do not share %d key/value heads", NH, KVH);
     if (!aligned16(qkv) || (dout && !aligned16(dout)))
         fail("attention: qkv and dout must be 16-byte aligned (the kernels load 8 values at a time)");
     if ((long)B * NH > 65535) fail("attention: B * NH = %ld exceeds the grid limit 65535", (long)B * NH);
@@ -339,38 +348,39 @@ template <typename Launch> inline void for_head_size(int hs, Launch launch) {
     }
 }
 
-// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C) laid out [q | k | v], head h at columns h*hs .. h*hs+hs-1
-// of each. lse = max + log(sum exp) of each row's scaled scores, for the backward.
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,QKV) laid out [q | k | v] (NH query heads, KVH key heads, KVH
+// value heads of hs each). lse = max + log(sum exp) of each row's scaled scores, for the backward.
 inline void attention_exact_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int C, int NH,
-                                    cudaStream_t stream) {
+                                    int KVH, cudaStream_t stream) {
     using namespace layers_impl;
     if (B <= 0 || T <= 0) return;
-    const dim3 grid = attention_grid(qkv, nullptr, B, T, C, NH);
+    const dim3 grid = attention_grid(qkv, nullptr, B, T, C, NH, KVH);
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs); // as the CPU, on the host
     for_head_size(hs, [&](auto head_size) {
         launch<attention_forward_kernel<decltype(head_size)::value>>({grid, ATT_THREADS, 0, stream}, out, lse,
-                                                                     qkv, T, C, NH, scale);
+                                                                     qkv, T, C, NH, KVH, scale);
     });
 }
 
-// dqkv (B,T,3C) = the gradient of attention_forward given dout (B,T,C); every element written (no
+// dqkv (B,T,QKV) = the gradient of attention_forward given dout (B,T,C); every element written (no
 // accumulation). qkv and lse as in the forward; delta (B,NH,T) FP32 receives sum_t2 p * dp per row,
-// which the second kernel reads.
+// which the second kernel reads (a block per key/value head there).
 inline void attention_exact_backward(bf16 *dqkv, float *delta, const bf16 *dout, const bf16 *qkv,
-                                     const float *lse, int B, int T, int C, int NH, cudaStream_t stream) {
+                                     const float *lse, int B, int T, int C, int NH, int KVH,
+                                     cudaStream_t stream) {
     using namespace layers_impl;
     if (B <= 0 || T <= 0) return;
-    const dim3 grid = attention_grid(qkv, dout, B, T, C, NH);
+    const dim3 grid = attention_grid(qkv, dout, B, T, C, NH, KVH), kv_grid(grid.x, B * KVH);
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
     for_head_size(hs, [&](auto head_size) {
         launch<attention_backward_dq_kernel<decltype(head_size)::value>>(
-            {grid, ATT_THREADS, 0, stream}, dqkv, delta, dout, qkv, lse, T, C, NH, scale);
+            {grid, ATT_THREADS, 0, stream}, dqkv, delta, dout, qkv, lse, T, C, NH, KVH, scale);
     });
     for_head_size(hs, [&](auto head_size) {
         launch<attention_backward_dkv_kernel<decltype(head_size)::value>>(
-            {grid, ATT_THREADS, 0, stream}, dqkv, dout, qkv, lse, delta, T, C, NH, scale);
+            {kv_grid, ATT_THREADS, 0, stream}, dqkv, dout, qkv, lse, delta, T, C, NH, KVH, scale);
     });
 }
 
@@ -381,20 +391,27 @@ inline void attention_exact_backward(bf16 *dqkv, float *delta, const bf16 *dout,
 
 typedef struct {
     int fast;                // 1: cuDNN's fused attention; 0: the exact kernels
-    int B, T, C, NH;         // the shape the fast path's graphs were built for
+    int B, T, C, NH, KVH;    // the shape the fast path's graphs were built for
     AttentionGraphs *graphs; // fast only
     char description[192];   // what runs, for the run's banner
 } Attention;
 
-// Picks the attention for --attention (AttentionChoice, cli.h) at shape (B,T,C,NH) and builds what it
+// Picks the attention for --attention (AttentionChoice, cli.h) at shape (B,T,C,NH,KVH) and builds what it
 // needs (cuDNN's graphs and their workspace: allocated here, never in a step). auto: fast where this build
 // has cuDNN and cuDNN runs the shape on this device, else exact, saying why; fast: that or a one-line error.
-inline void attention_setup(Attention *att, int choice, int B, int T, int C, int NH) {
+// Grouped-query heads (KVH < NH) run the exact kernels only: the fast path's graphs read qkv as (B,T,3C).
+inline void attention_setup(Attention *att, int choice, int B, int T, int C, int NH, int KVH) {
     memset(att, 0, sizeof(*att));
-    att->B = B, att->T = T, att->C = C, att->NH = NH;
+    att->B = B, att->T = T, att->C = C, att->NH = NH, att->KVH = KVH;
     check_attention_shape(C, NH); // the exact kernels' shapes: the fallback must exist
-    if (choice == ATTENTION_EXACT) {
-        snprintf(att->description, sizeof att->description, "exact");
+    if (choice == ATTENTION_FAST && KVH != NH)
+        fail("--attention fast: grouped-query attention (%d query heads, %d key/value heads) runs on the "
+             "exact "
+             "kernels only for now (cuDNN's is later work); --attention exact or auto runs them",
+             NH, KVH);
+    if (choice == ATTENTION_EXACT || KVH != NH) {
+        snprintf(att->description, sizeof att->description, "%s",
+                 choice == ATTENTION_EXACT ? "exact" : "exact (grouped-query heads: no fast path yet)");
         return;
     }
 #ifdef USE_CUDNN
@@ -438,11 +455,11 @@ inline void check_fast_shape(const Attention *att, int B, int T, int C, int NH) 
 }
 } // namespace layers_impl
 
-// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C), by the attention att picked.
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,QKV), by the attention att picked (at its KVH).
 inline void attention_forward(const Attention *att, bf16 *out, float *lse, const bf16 *qkv, int B, int T,
                               int C, int NH, cudaStream_t stream) {
     if (!att->fast) {
-        attention_exact_forward(out, lse, qkv, B, T, C, NH, stream);
+        attention_exact_forward(out, lse, qkv, B, T, C, NH, att->KVH, stream);
         return;
     }
 #ifdef USE_CUDNN
@@ -451,13 +468,13 @@ inline void attention_forward(const Attention *att, bf16 *out, float *lse, const
 #endif
 }
 
-// dqkv (B,T,3C) <- dout (B,T,C), with qkv, out and lse of the forward. delta (B,NH,T): the exact
+// dqkv (B,T,QKV) <- dout (B,T,C), with qkv, out and lse of the forward. delta (B,NH,T): the exact
 // kernels' scratch (sum_t2 p * dp per row); cuDNN keeps its own in its workspace.
 inline void attention_backward(const Attention *att, bf16 *dqkv, float *delta, const bf16 *dout,
                                const bf16 *qkv, const bf16 *out, const float *lse, int B, int T, int C,
                                int NH, cudaStream_t stream) {
     if (!att->fast) {
-        attention_exact_backward(dqkv, delta, dout, qkv, lse, B, T, C, NH, stream);
+        attention_exact_backward(dqkv, delta, dout, qkv, lse, B, T, C, NH, att->KVH, stream);
         return;
     }
 #ifdef USE_CUDNN

@@ -1,5 +1,6 @@
-// gpu/layers.cuh: the non-GEMM layers of the CUDA trainer (embeddings, LayerNorm, residual, GELU,
-// cross-entropy; the attention is gpu/attention.cuh's) and the deterministic reductions (bias gradients,
+// gpu/layers.cuh: the non-GEMM layers of the CUDA trainer (embeddings, LayerNorm and Llama's RMSNorm,
+// residual, GELU and Llama's SwiGLU, cross-entropy; the attention is gpu/attention.cuh's, the rotary
+// embeddings gpu/rope.cuh's) and the deterministic reductions (bias gradients,
 // gradient norm).
 //
 // Every kernel computes what the function of the same name in train_gpt.c computes, with the same
@@ -110,7 +111,7 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Encoder: out (B,T,C) = wte[token] + wpe[t]
+// Encoder: out (B,T,C) = wte[token] + wpe[t] (Llama: wpe NULL, out = wte[token])
 
 // One thread per W channels of one row.
 template <int W>
@@ -121,6 +122,10 @@ static __global__ void encoder_forward_kernel(bf16 *out, const int *tokens, cons
     if (idx >= (size_t)N * packs_per_row) return;
     const int bt = (int)(idx / packs_per_row), c = (int)(idx % packs_per_row) * W;
     const Bf16Pack<W> te = load_pack<W>(wte + (size_t)tokens[bt] * C + c);
+    if (!wpe) {
+        store_pack<W>(out + (size_t)bt * C + c, te);
+        return;
+    }
     const Bf16Pack<W> pe = load_pack<W>(wpe + (size_t)(bt % T) * C + c);
     Bf16Pack<W> o;
 #pragma unroll
@@ -155,20 +160,26 @@ static __global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// LayerNorm: (N,C) -> (N,C). One warp per row; the row is read once per pass (the later passes hit in
-// L1/L2) rather than held in registers, which would not fit for C = 8192.
+// LayerNorm and RMSNorm (Llama): (N,C) -> (N,C). One warp per row; the row is read once per pass (the later
+// passes hit in L1/L2) rather than held in registers, which would not fit for C = 8192.
 
-constexpr int LN_WARPS = 8; // rows per block
+constexpr int LN_WARPS = 8;          // rows per block
+constexpr float RMSNORM_EPS = 1e-5f; // checkpoint.h's LLAMA_NORM_EPS (train_gpt_fp8.cu checks)
+
+// y = x * rstd * weight, in the CPU's order
+__device__ __forceinline__ float rmsnorm_value(float x, float rstd, bf16 weight) {
+    return fmul(fmul(x, rstd), bf2f(weight));
+}
 
 // y = (x - mean) * rstd * weight + bias, in the CPU's order
 __device__ __forceinline__ float layernorm_value(float x, float mean, float rstd, bf16 weight, bf16 bias) {
     return fadd(fmul(fmul(fsub(x, mean), rstd), bf2f(weight)), bf2f(bias));
 }
 
-// add (optional): the LayerNorm of inp + add, that sum written to sum_out first (residual_forward's bits),
-// its first pass adding up the row from registers and the later ones reading it back (this thread's own
-// writes).
-template <int W>
+// add (optional): the norm of inp + add, that sum written to sum_out first (residual_forward's bits),
+// its first pass adding up the row (RMS: its squares) from registers and the later ones reading it back
+// (this thread's own writes). RMS: Llama's RMSNorm, no mean (NULL) and no bias.
+template <int W, bool RMS>
 static __global__ void __launch_bounds__(32 * LN_WARPS)
     layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, bf16 *sum_out, const bf16 *inp,
                              const bf16 *add, const bf16 *weight, const bf16 *bias, int N, int C) {
@@ -185,7 +196,20 @@ static __global__ void __launch_bounds__(32 * LN_WARPS)
             store_pack<W>(sum_out + (size_t)row * C + c, xp);
         }
 #pragma unroll
-        for (int k = 0; k < W; k++) sum = fadd(sum, bf2f(xp.v[k]));
+        for (int k = 0; k < W; k++) sum = fadd(sum, RMS ? fmul(bf2f(xp.v[k]), bf2f(xp.v[k])) : bf2f(xp.v[k]));
+    }
+    if (RMS) {
+        const float s = fdiv(1.0f, __fsqrt_rn(fadd(fdiv(warp_sum(sum), (float)C), RMSNORM_EPS)));
+        if (lane == 0) rstd[row] = s;
+        if (!out) return;
+        for (int c = lane * W; c < C; c += 32 * W) {
+            const Bf16Pack<W> xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c);
+            Bf16Pack<W> o;
+#pragma unroll
+            for (int k = 0; k < W; k++) o.v[k] = f2bf(rmsnorm_value(bf2f(xp.v[k]), s, wp.v[k]));
+            store_pack<W>(out + (size_t)row * C + c, o);
+        }
+        return;
     }
     const float m = fdiv(warp_sum(sum), (float)C);
     // Two passes, as the CPU: the variance of the centred values, not E[x^2] - m^2.
@@ -251,8 +275,40 @@ static __global__ void __launch_bounds__(32 * LN_WARPS)
     }
 }
 
+// RMSNorm's input gradient, added to dresidual with one rounding: one warp per row. The CPU's
+// dx = s * (w * dy - x * (s * s * sum(w * dy * x) / C)).
+template <int W>
+static __global__ void __launch_bounds__(32 * LN_WARPS)
+    rmsnorm_backward_dinp_kernel(bf16 *dresidual, const bf16 *dout, const bf16 *inp, const bf16 *weight,
+                                 const float *rstd, int N, int C) {
+    const int lane = threadIdx.x % 32, row = blockIdx.x * LN_WARPS + threadIdx.x / 32;
+    if (row >= N) return;
+    const bf16 *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+    bf16 *dres = dresidual + (size_t)row * C;
+    const float rs = rstd[row];
+    float dot = 0.0f;
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> dp = load_pack<W>(dy + c), xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) dot = fadd(dot, fmul(fmul(bf2f(wp.v[k]), bf2f(dp.v[k])), bf2f(xp.v[k])));
+    }
+    const float coefficient = fdiv(fmul(fmul(rs, rs), warp_sum(dot)), (float)C);
+    for (int c = lane * W; c < C; c += 32 * W) {
+        const Bf16Pack<W> dp = load_pack<W>(dy + c), xp = load_pack<W>(x + c), wp = load_pack<W>(weight + c);
+        Bf16Pack<W> rp = load_pack<W>(dres + c);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            const float wdy = fmul(bf2f(wp.v[k]), bf2f(dp.v[k]));
+            const float dinp = fmul(rs, fsub(wdy, fmul(bf2f(xp.v[k]), coefficient)));
+            rp.v[k] = f2bf(fadd(bf2f(rp.v[k]), dinp));
+        }
+        store_pack<W>(dres + c, rp);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------
-// Column sums over rows (bias gradients, LayerNorm weight and bias gradients), deterministic in two
+// Column sums over rows (bias gradients, LayerNorm weight and bias gradients, RMSNorm weight gradients),
+// deterministic in two
 // stages. Stage 1: a block of 32 columns x 8 warps sums one chunk of COLSUM_ROWS rows (warp y takes
 // rows y, y+8, ...; the 8 warp sums are then added in order y = 0..7) into partial[chunk][col].
 // Stage 2: one thread per column adds the chunks in order and adds the total to the gradient.
@@ -260,9 +316,12 @@ static __global__ void __launch_bounds__(32 * LN_WARPS)
 constexpr int COLSUM_ROWS = 128;
 constexpr int COLSUM_WARPS = 8;
 
-// LAYERNORM: partial_a gets sum dout * norm (dweight) and partial_b sum dout (dbias); otherwise
-// partial_a gets sum dout and inp, mean, rstd, partial_b are unused.
-template <bool LAYERNORM>
+enum ColumnSum { COLSUM_BIAS, COLSUM_LAYERNORM, COLSUM_RMSNORM };
+
+// LAYERNORM: partial_a gets sum dout * norm (dweight) and partial_b sum dout (dbias); RMSNORM: partial_a
+// gets sum dout * inp * rstd (dweight, the CPU's order), mean and partial_b unused; BIAS: partial_a gets
+// sum dout and inp, mean, rstd, partial_b are unused.
+template <ColumnSum MODE>
 static __global__ void __launch_bounds__(32 * COLSUM_WARPS)
     column_partials_kernel(float *partial_a, float *partial_b, const bf16 *dout, const bf16 *inp,
                            const float *mean, const float *rstd, int N, int OC) {
@@ -273,7 +332,9 @@ static __global__ void __launch_bounds__(32 * COLSUM_WARPS)
     if (col < OC) {
         for (int r = chunk * COLSUM_ROWS + threadIdx.y; r < row_end; r += COLSUM_WARPS) {
             const float dy = bf2f(dout[(size_t)r * OC + col]);
-            if (LAYERNORM) {
+            if (MODE == COLSUM_RMSNORM) {
+                a = fadd(a, fmul(fmul(dy, bf2f(inp[(size_t)r * OC + col])), rstd[r]));
+            } else if (MODE == COLSUM_LAYERNORM) {
                 const float norm = fmul(fsub(bf2f(inp[(size_t)r * OC + col]), mean[r]), rstd[r]);
                 a = fadd(a, fmul(dy, norm));
                 b = fadd(b, dy);
@@ -293,7 +354,7 @@ static __global__ void __launch_bounds__(32 * COLSUM_WARPS)
         b = fadd(b, red_b[y][threadIdx.x]);
     }
     partial_a[(size_t)chunk * OC + col] = a;
-    if (LAYERNORM) partial_b[(size_t)chunk * OC + col] = b;
+    if (MODE == COLSUM_LAYERNORM) partial_b[(size_t)chunk * OC + col] = b;
 }
 
 static __global__ void column_partials_finish_kernel(float *dst, const float *partial, int nchunks, int OC) {
@@ -336,6 +397,48 @@ template <int W> static __global__ void gelu_backward_kernel(bf16 *dinout, const
 #pragma unroll
     for (int k = 0; k < W; k++) d.v[k] = f2bf(gelu_backward_value(bf2f(d.v[k]), bf2f(xp.v[k])));
     store_pack<W>(dinout + i, d);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SwiGLU (Llama): fch (N,2F) rows [up u | gate g] -> (N,F). One thread per W elements of the output.
+
+__device__ __forceinline__ float sigmoid_value(float g) {
+    return fdiv(1.0f, fadd(1.0f, expf(-g)));
+}
+
+// out = silu(g) * u = g / (1 + exp(-g)) * u, in the CPU's order
+template <int W> static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *fch, int N, int F) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (i >= (size_t)N * F) return;
+    const bf16 *up = fch + i / F * 2 * F + i % F;
+    const Bf16Pack<W> u = load_pack<W>(up), g = load_pack<W>(up + F);
+    Bf16Pack<W> o;
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        const float gk = bf2f(g.v[k]);
+        o.v[k] = f2bf(fmul(fdiv(gk, fadd(1.0f, expf(-gk))), bf2f(u.v[k])));
+    }
+    store_pack<W>(out + i, o);
+}
+
+// dfch (N,2F) = [du | dg] given dout (N,F): du = dout * g * sigmoid(g), dg = dout * u * sigmoid(g) *
+// (1 + g * (1 - sigmoid(g))), in the CPU's order
+template <int W>
+static __global__ void swiglu_backward_kernel(bf16 *dfch, const bf16 *dout, const bf16 *fch, int N, int F) {
+    const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
+    if (i >= (size_t)N * F) return;
+    const size_t at = i / F * 2 * F + i % F;
+    const Bf16Pack<W> u = load_pack<W>(fch + at), g = load_pack<W>(fch + at + F), dy = load_pack<W>(dout + i);
+    Bf16Pack<W> du, dg;
+#pragma unroll
+    for (int k = 0; k < W; k++) {
+        const float gk = bf2f(g.v[k]), dyk = bf2f(dy.v[k]), sigmoid = sigmoid_value(gk);
+        du.v[k] = f2bf(fmul(fmul(dyk, gk), sigmoid));
+        dg.v[k] =
+            f2bf(fmul(fmul(fmul(dyk, bf2f(u.v[k])), sigmoid), fadd(1.0f, fmul(gk, fsub(1.0f, sigmoid)))));
+    }
+    store_pack<W>(dfch + at, du);
+    store_pack<W>(dfch + at + F, dg);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -452,7 +555,8 @@ inline void finish_column_sums(float *dst, const float *partial, int nchunks, in
     launch<column_partials_finish_kernel>({ceil_div(OC, 256), 256, 0, stream}, dst, partial, nchunks, OC);
 }
 
-// Both stages of a column sum (bias_backward, layernorm_backward's parameter gradients).
+// Both stages of a column sum (bias_backward, layernorm_backward's parameter gradients: with dst_b;
+// rmsnorm_backward's: inp and no dst_b).
 inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16 *inp, const float *mean,
                         const float *rstd, int N, int OC, float *scratch, cudaStream_t stream) {
     const int nchunks = colsum_chunks(N);
@@ -460,11 +564,14 @@ inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16
     float *partial_a = scratch, *partial_b = scratch + (size_t)nchunks * OC;
     const dim3 grid(ceil_div(OC, 32), nchunks), block(32, COLSUM_WARPS);
     if (dst_b)
-        launch<column_partials_kernel<true>>({grid, block, 0, stream}, partial_a, partial_b, dout, inp, mean,
-                                             rstd, N, OC);
+        launch<column_partials_kernel<COLSUM_LAYERNORM>>({grid, block, 0, stream}, partial_a, partial_b, dout,
+                                                         inp, mean, rstd, N, OC);
+    else if (inp)
+        launch<column_partials_kernel<COLSUM_RMSNORM>>({grid, block, 0, stream}, partial_a, nullptr, dout,
+                                                       inp, nullptr, rstd, N, OC);
     else
-        launch<column_partials_kernel<false>>({grid, block, 0, stream}, partial_a, nullptr, dout, nullptr,
-                                              nullptr, nullptr, N, OC);
+        launch<column_partials_kernel<COLSUM_BIAS>>({grid, block, 0, stream}, partial_a, nullptr, dout,
+                                                    nullptr, nullptr, nullptr, N, OC);
     finish_column_sums(dst_a, partial_a, nchunks, OC, stream);
     if (dst_b) finish_column_sums(dst_b, partial_b, nchunks, OC, stream);
 }
@@ -477,7 +584,8 @@ inline void column_sums(float *dst_a, float *dst_b, const bf16 *dout, const bf16
 // ---------------------------------------------------------------------------------------------------------
 // Encoder
 
-// out (B,T,C) = bf16(wte[tokens[b,t]] + wpe[t]). tokens (B,T) must lie in [0, rows of wte).
+// out (B,T,C) = bf16(wte[tokens[b,t]] + wpe[t]) (wpe NULL: wte[tokens[b,t]]). tokens (B,T) must lie in
+// [0, rows of wte).
 inline void encoder_forward(bf16 *out, const int *tokens, const bf16 *wte, const bf16 *wpe, int B, int T,
                             int C, cudaStream_t stream) {
     const int N = B * T;
@@ -529,11 +637,11 @@ inline size_t encoder_backward_scratch_floats(int B, int T, int C) {
     return 0; // the buckets make every output element single-owner: nothing to combine
 }
 
-// dwte (Vp,C) += dout rows grouped by token, dwpe (maxT,C) rows 0..T-1 += dout summed over b, both in
-// the CPU's order (bitwise equal). dout (B,T,C). The buckets come from encoder_buckets_host on the
-// host (copied to the device). num_buckets may be anything from the real count up to N: the buckets
-// past the real count are empty. Pass N when capturing a CUDA graph, so that the launch does not
-// depend on the batch. scratch is unused (encoder_backward_scratch_floats is 0) and may be NULL.
+// dwte (Vp,C) += dout rows grouped by token, dwpe (maxT,C) rows 0..T-1 += dout summed over b (dwpe NULL:
+// none), both in the CPU's order (bitwise equal). dout (B,T,C). The buckets come from encoder_buckets_host on
+// the host (copied to the device). num_buckets may be anything from the real count up to N: the buckets past
+// the real count are empty. Pass N when capturing a CUDA graph, so that the launch does not depend on the
+// batch. scratch is unused (encoder_backward_scratch_floats is 0) and may be NULL.
 inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const int *tokens,
                              const int *bucket_positions, const int *bucket_starts, const int *bucket_tokens,
                              int num_buckets, int B, int T, int C, float *scratch, cudaStream_t stream) {
@@ -545,8 +653,9 @@ inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const i
         launch<layers_impl::encoder_backward_wte_kernel>({grid, 256, 0, stream}, dwte, dout, bucket_positions,
                                                          bucket_starts, bucket_tokens, C);
     }
-    launch<layers_impl::encoder_backward_wpe_kernel>({ceil_div((long)T * C, 256), 256, 0, stream}, dwpe, dout,
-                                                     B, T, C);
+    if (dwpe)
+        launch<layers_impl::encoder_backward_wpe_kernel>({ceil_div((long)T * C, 256), 256, 0, stream}, dwpe,
+                                                         dout, B, T, C);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -563,11 +672,13 @@ inline void residual_layernorm_forward(bf16 *out, float *mean, float *rstd, bf16
     // layernorm_forward's pack width on sum_out, so that its sums run in the same order
     if (layers_impl::pack_width(C, out, sum_out, weight, bias) == 8 &&
         layers_impl::pack_width(C, inp, add) == 8)
-        launch<layers_impl::layernorm_forward_kernel<8>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
-                                                         mean, rstd, sum_out, inp, add, weight, bias, N, C);
+        launch<layers_impl::layernorm_forward_kernel<8, false>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
+                                                                out, mean, rstd, sum_out, inp, add, weight,
+                                                                bias, N, C);
     else
-        launch<layers_impl::layernorm_forward_kernel<1>>({grid, 32 * layers_impl::LN_WARPS, 0, stream}, out,
-                                                         mean, rstd, sum_out, inp, add, weight, bias, N, C);
+        launch<layers_impl::layernorm_forward_kernel<1, false>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
+                                                                out, mean, rstd, sum_out, inp, add, weight,
+                                                                bias, N, C);
 }
 
 // out (N,C) = bf16((inp - mean) * rstd * weight + bias); mean, rstd (N) FP32 for the backward. out NULL:
@@ -596,6 +707,49 @@ inline void layernorm_backward(bf16 *dresidual, float *dweight, float *dbias, co
         launch<layers_impl::layernorm_backward_dinp_kernel<1>>(
             {grid, 32 * layers_impl::LN_WARPS, 0, stream}, dresidual, dout, inp, weight, mean, rstd, N, C);
     layers_impl::column_sums(dweight, dbias, dout, inp, mean, rstd, N, C, scratch, stream);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// RMSNorm (Llama)
+
+// residual_forward then rmsnorm_forward of its output in one pass (add NULL: of inp alone): sum_out (N,C) =
+// bf16(inp + add), out (N,C) = bf16(x * rstd * weight), rstd (N) = 1 / sqrt(mean(x^2) + eps) FP32 for the
+// backward, x the input or the sum.
+inline void residual_rmsnorm_forward(bf16 *out, float *rstd, bf16 *sum_out, const bf16 *inp, const bf16 *add,
+                                     const bf16 *weight, int N, int C, cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const int grid = ceil_div(N, layers_impl::LN_WARPS);
+    // one pack width for the sum and the rows read back, so that the sums run in the same order either way
+    if (layers_impl::pack_width(C, out, sum_out, weight) == 8 && layers_impl::pack_width(C, inp, add) == 8)
+        launch<layers_impl::layernorm_forward_kernel<8, true>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
+                                                               out, nullptr, rstd, sum_out, inp, add, weight,
+                                                               nullptr, N, C);
+    else
+        launch<layers_impl::layernorm_forward_kernel<1, true>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
+                                                               out, nullptr, rstd, sum_out, inp, add, weight,
+                                                               nullptr, N, C);
+}
+
+inline size_t rmsnorm_backward_scratch_floats(int N, int C) {
+    return (size_t)layers_impl::colsum_chunks(N) * (size_t)C;
+}
+
+// dresidual (N,C) = bf16(dresidual + dinp), one rounding; dweight (C) += its gradient (FP32, column sums in
+// bias_backward's deterministic order). dout, inp (N,C); rstd (N) from the forward. scratch:
+// rmsnorm_backward_scratch_floats(N, C).
+inline void rmsnorm_backward(bf16 *dresidual, float *dweight, const bf16 *dout, const bf16 *inp,
+                             const bf16 *weight, const float *rstd, int N, int C, float *scratch,
+                             cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const int W = layers_impl::pack_width(C, dresidual, dout, inp, weight),
+              grid = ceil_div(N, layers_impl::LN_WARPS);
+    if (W == 8)
+        launch<layers_impl::rmsnorm_backward_dinp_kernel<8>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
+                                                             dresidual, dout, inp, weight, rstd, N, C);
+    else
+        launch<layers_impl::rmsnorm_backward_dinp_kernel<1>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
+                                                             dresidual, dout, inp, weight, rstd, N, C);
+    layers_impl::column_sums(dweight, nullptr, dout, inp, nullptr, rstd, N, C, scratch, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -660,6 +814,30 @@ inline void gelu_backward(bf16 *dinout, const bf16 *inp, size_t n, cudaStream_t 
         launch<layers_impl::gelu_backward_kernel<8>>({grid, 256, 0, stream}, dinout, inp, n);
     else
         launch<layers_impl::gelu_backward_kernel<1>>({grid, 256, 0, stream}, dinout, inp, n);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SwiGLU (Llama)
+
+// out (N,F) = bf16(silu(gate) * up) of fch (N,2F), each row [up | gate]
+inline void swiglu_forward(bf16 *out, const bf16 *fch, int N, int F, cudaStream_t stream) {
+    if (N <= 0 || F <= 0) return;
+    const int W = layers_impl::pack_width(F, out, fch), grid = ceil_div((long)N * (F / W), 256);
+    if (W == 8)
+        launch<layers_impl::swiglu_forward_kernel<8>>({grid, 256, 0, stream}, out, fch, N, F);
+    else
+        launch<layers_impl::swiglu_forward_kernel<1>>({grid, 256, 0, stream}, out, fch, N, F);
+}
+
+// dfch (N,2F) = bf16 of the up and gate gradients given dout (N,F), the gradient of swiglu_forward's output.
+inline void swiglu_backward(bf16 *dfch, const bf16 *dout, const bf16 *fch, int N, int F,
+                            cudaStream_t stream) {
+    if (N <= 0 || F <= 0) return;
+    const int W = layers_impl::pack_width(F, dfch, dout, fch), grid = ceil_div((long)N * (F / W), 256);
+    if (W == 8)
+        launch<layers_impl::swiglu_backward_kernel<8>>({grid, 256, 0, stream}, dfch, dout, fch, N, F);
+    else
+        launch<layers_impl::swiglu_backward_kernel<1>>({grid, 256, 0, stream}, dfch, dout, fch, N, F);
 }
 
 // ---------------------------------------------------------------------------------------------------------

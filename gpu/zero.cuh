@@ -20,9 +20,11 @@ GPT_HD static inline size_t linear_weight_in_layer(const GPTConfig *cfg, int lin
 }
 
 // Index layer * 4 + linear of the linear weight holding element `offset` of the parameter vector, or -1.
+// Llama's gate (fcgatew) is the second half of the fc linear's weight.
 GPT_HD static inline int linear_weight_at(const GPTConfig *cfg, size_t offset) {
     int tensor = param_tensor_at(cfg, offset);
     if (!param_is_per_layer(tensor)) return -1;
+    if (tensor == PT_FCGATEW) tensor = PT_FCW;
     int layer = (int)((offset - param_global_size(cfg)) / param_layer_size(cfg));
     for (int linear = 0; linear < NUM_BLOCK_LINEARS; linear++)
         if (linear_weight_tensor(linear) == tensor) return layer * NUM_BLOCK_LINEARS + linear;
@@ -38,7 +40,7 @@ __global__ void shard_weight_amax_kernel(float *amax, const float *shard, ShardM
     ShardUnit u = shard_map_unit(&map, map.zero_stage == 3 ? 1 + layer : 0);
     size_t first = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg) +
                    linear_weight_in_layer(cfg, linear),
-           last = first + param_tensor_size(cfg, linear_weight_tensor(linear));
+           last = first + linear_weight_size(cfg, linear);
     size_t lo = shard_unit_begin(&map, &u), hi = lo + u.owned;
     size_t a = first > lo ? first : lo, b = last < hi ? last : hi;
     float local = 0.0f;
@@ -54,7 +56,10 @@ __global__ void shard_weight_amax_kernel(float *amax, const float *shard, ShardM
 
 // Blocks per weight of shard_weight_amax_kernel: enough to stream the largest weight's share.
 static inline int shard_weight_amax_blocks(const GPTConfig *cfg, int ways) {
-    size_t largest = 4 * (size_t)cfg->channels * cfg->channels / (size_t)ways + 1;
+    size_t largest = 0;
+    for (int linear = 0; linear < NUM_BLOCK_LINEARS; linear++)
+        if (linear_weight_size(cfg, linear) > largest) largest = linear_weight_size(cfg, linear);
+    largest = largest / (size_t)ways + 1;
     size_t blocks = largest / (256 * 16) + 1;
     return blocks > 128 ? 128 : (int)blocks;
 }

@@ -19,7 +19,11 @@
 #     check is exactly zero in bfloat16; --eval_only equals the validation loss of learning-rate-0 runs;
 #     the cast kernels count saturations where the CPU does (a model with LayerNorm gains of 1000);
 #     sampling runs;
-#  8. the fast attention (cuDNN: builds with it, on a GPU; elsewhere its one-line refusal): bfloat16 and
+#  8. Llama (RMSNorm, rotary embeddings, 4 query heads over 2 key/value heads, SwiGLU, an untied head):
+#     bfloat16 and float8 delayed and current against the CPU reference as in 1; ZeRO-1, ZeRO-3 and
+#     --recompute 1 give ZeRO-0's weights; two runs are bitwise identical; the block recipes and the fast
+#     attention are refused with one line;
+#  9. the fast attention (cuDNN: builds with it, on a GPU; elsewhere its one-line refusal): bfloat16 and
 #     float8 against the CPU reference with compare_debug_state --rounding_sites 2 (its BF16 probabilities
 #     and their gradients are rounding sites the CPU does not have); two runs, CUDA Graph and op by op, and a
 #     resumed run give identical weights (its backward is cuDNN's deterministic one).
@@ -34,11 +38,14 @@ test_data_dir "$tmp/data" text
 common=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8
         --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
 model=("${common[@]}" --attention exact)
+# the model run_pair compares: the name of its flags' array, and its float32 run on the CPU
+pair_model=model pair_float32=$tmp/cpu_float32.bin
 run_pair() { # name, extra flags...
     local name="$1"; shift
-    ./train_cpu "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" >/dev/null
-    "$TRAIN" "${model[@]}" --steps 6 --output_dir "" --debug_state "$tmp/gpu_$name.bin" "$@" >/dev/null
-    ./test/build/compare_debug_state "$tmp/gpu_$name.bin" "$tmp/cpu_$name.bin" "$tmp/cpu_float32.bin" \
+    local -n flags=$pair_model
+    ./train_cpu "${flags[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" >/dev/null
+    "$TRAIN" "${flags[@]}" --steps 6 --output_dir "" --debug_state "$tmp/gpu_$name.bin" "$@" >/dev/null
+    ./test/build/compare_debug_state "$tmp/gpu_$name.bin" "$tmp/cpu_$name.bin" "$pair_float32" \
         >"$tmp/cmp_$name.txt" 2>&1
     result $? "GPU $name matches the CPU reference"; tail -n 1 "$tmp/cmp_$name.txt"
     grep FAIL "$tmp/cmp_$name.txt" || true
@@ -97,6 +104,35 @@ for dtype in bfloat16 float8; do
         ./test/build/compare_debug_state "$tmp/gpu96_$dtype.bin" "$tmp/cpu96_$dtype.bin" "$tmp/cpu96_float32.bin" \
             >"$tmp/cmp96_$dtype.txt" 2>&1
     result $? "C = 96 (biases of layer 1 less aligned than layer 0's): GPU $dtype matches the CPU reference"
+done
+llama=(--arch llama --model_size d2 --channels 128 --heads 4 --kv_heads 2 --vocab 256 --seq_len 64 --batch_size 8
+       --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)
+./train_cpu "${llama[@]}" --steps 6 --output_dir "" --dtype float32 --debug_state "$tmp/cpu_llama_float32.bin" >/dev/null
+pair_model=llama pair_float32=$tmp/cpu_llama_float32.bin
+run_pair llama_bfloat16 --dtype bfloat16
+run_pair llama_float8_delayed --dtype float8 --fp8_recipe delayed
+run_pair llama_float8_current --dtype float8 --fp8_recipe current
+pair_model=model pair_float32=$tmp/cpu_float32.bin
+for dtype in bfloat16 float8; do
+    "$TRAIN" "${llama[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/llama_again_$dtype.bin" >/dev/null
+    ./test/build/compare_debug_state --exact "$tmp/gpu_llama_$dtype$([ $dtype = float8 ] && echo _delayed).bin" \
+        "$tmp/llama_again_$dtype.bin" >/dev/null
+    result $? "Llama: two GPU runs give bitwise-identical results ($dtype)"
+    "$TRAIN" "${llama[@]}" --steps 6 --output_dir "$tmp/llama_zero_0_0_$dtype" --dtype $dtype >/dev/null
+    for run in 1:0 3:0 0:1; do
+        IFS=: read -r zero recompute <<<"$run"
+        "$TRAIN" "${llama[@]}" --steps 6 --output_dir "$tmp/llama_zero_${zero}_${recompute}_$dtype" --dtype $dtype \
+            --zero_stage $zero --recompute $recompute >/dev/null
+        cmp -s "$tmp/llama_zero_0_0_$dtype/model_00000006.bin" "$tmp/llama_zero_${zero}_${recompute}_$dtype/model_00000006.bin"
+        result $? "Llama: --zero_stage $zero --recompute $recompute in one process gives ZeRO-0's weights ($dtype)"
+    done
+done
+for refused in "--dtype float8 --fp8_recipe blockwise:--arch llama: " "--attention fast:--attention fast: grouped-query"; do
+    read -r -a extra <<<"${refused%%:*}"
+    mapfile -d '' refused_run < <(merge_flags "${llama[@]}" -- "${extra[@]}" --steps 1 --output_dir "")
+    refusal=$("$TRAIN" "${refused_run[@]}" 2>&1 >/dev/null | tail -n 1)
+    [[ "$refusal" == "error: ${refused#*:}"* ]]
+    result $? "Llama: ${refused%%:*} is refused with one line"
 done
 for dtype in bfloat16 float8; do
     "$TRAIN" "${model[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/again_$dtype.bin" >/dev/null
