@@ -21,7 +21,9 @@
 #   - float8 with ZeRO-1/3 gathers the FP8 weights and only the BF16 tensors a float8 pass reads, and the
 #     BF16 shadow check (which reads them all) gives ZeRO-0's losses and model file bit for bit;
 #   - shard groups (--shard_group_size 2 of 4 processes, ZeRO-1 and ZeRO-3): train_emu = train_cpu within
-#     the same bounds, and their bytes per step = the plan's (with the all-reduce across the groups).
+#     the same bounds, and their bytes per step = the plan's (with the all-reduce across the groups);
+#   - Llama: 2 processes, ZeRO-1 and ZeRO-3, float8, train_emu = train_cpu within the same bounds, and the
+#     bytes per step = the plan's (float8 ZeRO-3 with accumulation, bfloat16 ZeRO-1).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -84,6 +86,21 @@ for zero in 1 3; do
     result $? "train_emu = train_cpu, 4 processes in 2 shard groups of 2, ZeRO-$zero, float8"
 done
 
+# Llama (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, untied head): 2 processes, ZeRO-1 and 3
+run cpu32_llama ./train_cpu 2 --dtype float32 --arch llama
+for zero in 1 3; do
+    run "cpu_llama_z$zero" ./train_cpu 2 --dtype float8 --arch llama --zero_stage "$zero"
+    status=0
+    run "emu_llama_z$zero" ./train_emu 2 --dtype float8 --arch llama --zero_stage "$zero" || status=$?
+    if [ $status != 0 ]; then sed 's/^/     | /' "$TMP/emu_llama_z$zero.out" | tail -5; fi
+    status=0
+    out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_llama_z$zero.jsonl" "$(model "cpu_llama_z$zero")" \
+        --run "$TMP/emu_llama_z$zero.jsonl" "$(model "emu_llama_z$zero")" \
+        --float32 "$TMP/cpu32_llama.jsonl" "$(model cpu32_llama)" --dtype float8 --rows 256 --lr $LR) || status=$?
+    echo "     $out" | head -3
+    result $status "train_emu = train_cpu, 2 processes, ZeRO-$zero, float8, Llama"
+done
+
 status=0 # the emulated run of 2 processes against the reference of 4 (twice the global batch): must fail
 "$PY" test/compare_runs.py --ref "$TMP/cpu_np4_z1.jsonl" "$(model cpu_np4_z1)" --run "$TMP/emu_np2_z1.jsonl" \
     "$(model emu_np2_z1)" --float32 "$TMP/cpu32_np4.jsonl" "$(model cpu32_np4)" --dtype float8 --rows 512 --lr $LR \
@@ -126,10 +143,11 @@ step_bytes() { # REPORT KIND: the total of KIND in the step range
 }
 layers4=(--layers 4) # layers 2 and 3 are gathered in each pass (0 and 1 stay in their slots)
 for config in "bfloat16 0 0 2 0 0" "float8 1 0 2 0 0" "float8 3 0 2 0 0" "bfloat16 3 512 2 0 0" \
-    "float8 3 512 2 0 0" "float8 3 1024 4 2 0" "bfloat16 1 0 4 2 0" "float8 3 512 2 0 1" "bfloat16 3 1024 4 2 1"; do
-    read -r dtype zero total np group keep <<<"$config"
+    "float8 3 512 2 0 0" "float8 3 1024 4 2 0" "bfloat16 1 0 4 2 0" "float8 3 512 2 0 1" "bfloat16 3 1024 4 2 1" \
+    "float8 3 512 2 0 0 llama" "bfloat16 1 0 2 0 0 llama"; do
+    read -r dtype zero total np group keep arch <<<"$config"
     flags=(--dtype "$dtype" --zero_stage "$zero" --total_batch_size "$total" --shard_group_size "$group"
-           --keep_gathered "$keep" "${layers4[@]}")
+           --keep_gathered "$keep" --arch "${arch:-gpt2}" "${layers4[@]}")
     for steps in 1 3; do
         rm -f "$TMP/bytes_$steps"_*.txt
         mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --steps $steps --output_dir "")
@@ -150,7 +168,7 @@ for config in "bfloat16 0 0 2 0 0" "float8 1 0 2 0 0" "float8 3 0 2 0 0" "bfloat
         planned+="$kind$(printf " %s" $(seq "$np" | sed "s/.*/$plan/")); "
     done
     [ "$counted" = "$planned" ]
-    result $? "$dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep: bytes per step, counted on each rank = planned: $counted"
+    result $? "${arch:-gpt2} $dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep: bytes per step, counted on each rank = planned: $counted"
 done
 
 # float8 with ZeRO-1/3 gathers only the BF16 tensors a float8 pass reads (the FP8 weights beside them); the
