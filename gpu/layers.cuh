@@ -658,6 +658,24 @@ inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const i
                                                          dout, B, T, C);
 }
 
+namespace layers_impl {
+// The forward launch both norms share (RMS: Llama's RMSNorm, no mean and no bias): one pack width for the sum
+// and the rows read back, layernorm_forward's on sum_out, so that the sums run in the same order either way.
+template <bool RMS>
+inline void residual_norm_forward(bf16 *out, float *mean, float *rstd, bf16 *sum_out, const bf16 *inp,
+                                  const bf16 *add, const bf16 *weight, const bf16 *bias, int N, int C,
+                                  cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return;
+    const int grid = ceil_div(N, LN_WARPS);
+    if (pack_width(C, out, sum_out, weight, bias) == 8 && pack_width(C, inp, add) == 8)
+        launch<layernorm_forward_kernel<8, RMS>>({grid, 32 * LN_WARPS, 0, stream}, out, mean, rstd, sum_out,
+                                                 inp, add, weight, bias, N, C);
+    else
+        launch<layernorm_forward_kernel<1, RMS>>({grid, 32 * LN_WARPS, 0, stream}, out, mean, rstd, sum_out,
+                                                 inp, add, weight, bias, N, C);
+}
+} // namespace layers_impl
+
 // ---------------------------------------------------------------------------------------------------------
 // LayerNorm
 
@@ -667,18 +685,7 @@ inline void encoder_backward(float *dwte, float *dwpe, const bf16 *dout, const i
 inline void residual_layernorm_forward(bf16 *out, float *mean, float *rstd, bf16 *sum_out, const bf16 *inp,
                                        const bf16 *add, const bf16 *weight, const bf16 *bias, int N, int C,
                                        cudaStream_t stream) {
-    if (N <= 0 || C <= 0) return;
-    const int grid = ceil_div(N, layers_impl::LN_WARPS);
-    // layernorm_forward's pack width on sum_out, so that its sums run in the same order
-    if (layers_impl::pack_width(C, out, sum_out, weight, bias) == 8 &&
-        layers_impl::pack_width(C, inp, add) == 8)
-        launch<layers_impl::layernorm_forward_kernel<8, false>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
-                                                                out, mean, rstd, sum_out, inp, add, weight,
-                                                                bias, N, C);
-    else
-        launch<layers_impl::layernorm_forward_kernel<1, false>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
-                                                                out, mean, rstd, sum_out, inp, add, weight,
-                                                                bias, N, C);
+    layers_impl::residual_norm_forward<false>(out, mean, rstd, sum_out, inp, add, weight, bias, N, C, stream);
 }
 
 // out (N,C) = bf16((inp - mean) * rstd * weight + bias); mean, rstd (N) FP32 for the backward. out NULL:
@@ -717,17 +724,8 @@ inline void layernorm_backward(bf16 *dresidual, float *dweight, float *dbias, co
 // backward, x the input or the sum.
 inline void residual_rmsnorm_forward(bf16 *out, float *rstd, bf16 *sum_out, const bf16 *inp, const bf16 *add,
                                      const bf16 *weight, int N, int C, cudaStream_t stream) {
-    if (N <= 0 || C <= 0) return;
-    const int grid = ceil_div(N, layers_impl::LN_WARPS);
-    // one pack width for the sum and the rows read back, so that the sums run in the same order either way
-    if (layers_impl::pack_width(C, out, sum_out, weight) == 8 && layers_impl::pack_width(C, inp, add) == 8)
-        launch<layers_impl::layernorm_forward_kernel<8, true>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
-                                                               out, nullptr, rstd, sum_out, inp, add, weight,
-                                                               nullptr, N, C);
-    else
-        launch<layers_impl::layernorm_forward_kernel<1, true>>({grid, 32 * layers_impl::LN_WARPS, 0, stream},
-                                                               out, nullptr, rstd, sum_out, inp, add, weight,
-                                                               nullptr, N, C);
+    layers_impl::residual_norm_forward<true>(out, nullptr, rstd, sum_out, inp, add, weight, nullptr, N, C,
+                                             stream);
 }
 
 inline size_t rmsnorm_backward_scratch_floats(int N, int C) {
