@@ -16,10 +16,10 @@
 //
 // Both implementations read qkv (B,T,QKV) laid out [q | k | v], NH query heads then KVH key heads then KVH
 // value heads of HS = C/NH each (QKV = (NH + 2 KVH) HS; GPT-2: KVH = NH, QKV = 3C), query head h reading
-// key and value head h / (NH/KVH) (grouped-query attention, Llama; the exact kernels only: cuDNN's is later
-// work), write out (B,T,C) and lse (B,NH,T) = max + ln(sum exp) of each row's scaled scores. cuDNN's "Stats"
-// output has that definition and layout, so a forward of either kind feeds a backward of either. The
-// backward writes every element of dqkv (B,T,QKV). No (T,T) buffer in either.
+// key and value head h / (NH/KVH) (grouped-query attention, Llama), write out (B,T,C) and lse (B,NH,T) = max
+// + ln(sum exp) of each row's scaled scores. cuDNN's "Stats" output has that definition and layout, so a
+// forward of either kind feeds a backward of either. The backward writes every element of dqkv (B,T,QKV). No
+// (T,T) buffer in either.
 #ifndef GPU_ATTENTION_CUH
 #define GPU_ATTENTION_CUH
 
@@ -399,30 +399,23 @@ typedef struct {
 // Picks the attention for --attention (AttentionChoice, cli.h) at shape (B,T,C,NH,KVH) and builds what it
 // needs (cuDNN's graphs and their workspace: allocated here, never in a step). auto: fast where this build
 // has cuDNN and cuDNN runs the shape on this device, else exact, saying why; fast: that or a one-line error.
-// Grouped-query heads (KVH < NH) run the exact kernels only: the fast path's graphs read qkv as (B,T,3C).
+// Grouped-query heads (KVH < NH) alike: cuDNN's graphs take them.
 inline void attention_setup(Attention *att, int choice, int B, int T, int C, int NH, int KVH) {
     memset(att, 0, sizeof(*att));
     att->B = B, att->T = T, att->C = C, att->NH = NH, att->KVH = KVH;
     check_attention_shape(C, NH); // the exact kernels' shapes: the fallback must exist
-    if (choice == ATTENTION_FAST && KVH != NH)
-        fail("--attention fast: grouped-query attention (%d query heads, %d key/value heads) runs on the "
-             "exact "
-             "kernels only for now (cuDNN's is later work); --attention exact or auto runs them",
-             NH, KVH);
-    if (choice == ATTENTION_EXACT || KVH != NH) {
-        snprintf(att->description, sizeof att->description, "%s",
-                 choice == ATTENTION_EXACT ? "exact" : "exact (grouped-query heads: no fast path yet)");
+    if (choice == ATTENTION_EXACT) {
+        snprintf(att->description, sizeof att->description, "exact");
         return;
     }
 #ifdef USE_CUDNN
     char why[128];
-    att->graphs = cudnn_attention_create(B, T, C, NH, why, sizeof why);
+    att->graphs = cudnn_attention_create(B, T, C, NH, KVH, why, sizeof why);
     if (!att->graphs) {
         if (choice == ATTENTION_FAST)
             fail("--attention fast: cuDNN %s runs no deterministic fused attention for B %d, T %d, %d heads "
-                 "of "
-                 "%d on this device (%s); --attention exact does",
-                 cudnn_attention_version(), B, T, NH, C / NH, why);
+                 "(%d key/value heads) of %d on this device (%s); --attention exact does",
+                 cudnn_attention_version(), B, T, NH, KVH, C / NH, why);
         snprintf(att->description, sizeof att->description, "exact (cuDNN %s declined: %s)",
                  cudnn_attention_version(), why);
         return;

@@ -3,10 +3,13 @@
 // out, FP32 inside). Host code only, compiled once by the host compiler (nvcc passes .cpp files to it) and
 // linked into every build with cuDNN: the frontend's headers take minutes to compile.
 //
-// The graphs view our tensors in place, no copies: q, k and v are (B,NH,T,HS) strided views of qkv (B,T,3C)
-// at column offsets 0, C and 2C; out, dout and dqkv likewise. The backward is cuDNN's deterministic one
-// (no floating-point atomics across blocks), so that a run is reproducible bit for bit, as the project's
-// resume tests require of every path.
+// The graphs view our tensors in place, no copies: q (B,NH,T,HS), k and v (B,KVH,T,HS) are strided views of
+// qkv (B,T,QKV), QKV = (NH + 2 KVH) HS, at column offsets 0, NH HS and (NH + KVH) HS; out, dout and dqkv
+// likewise (GPT-2, KVH = NH: offsets 0, C and 2C of rows of 3C). Grouped-query attention (Llama, KVH < NH)
+// is cuDNN's own: given k and v with fewer heads than q (NH a multiple of KVH, cudnn-frontend's rule), query
+// head h reads key/value head h / (NH/KVH), as our exact kernels do, and the backward sums each group's dk
+// and dv. The backward is cuDNN's deterministic one (no floating-point atomics across blocks), so that a run
+// is reproducible bit for bit, as the project's resume tests require of every path.
 #include <stdint.h>
 #include <string.h>
 
@@ -27,7 +30,7 @@ struct AttentionGraphs {
     std::shared_ptr<cudnn_frontend::graph::Graph> forward, backward;
     void *workspace;
     size_t workspace_bytes;
-    int C; // the column offset of k in a qkv row (v at 2C)
+    int NH, KVH, HS; // the qkv rows' layout, for the columns of k and v (column_of)
 };
 
 namespace attention_impl {
@@ -36,36 +39,43 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 using TensorMap = std::unordered_map<int64_t, TensorPtr>; // the graph's tensors by uid (AttentionTensor)
 
-// The column of its buffer's rows at which a tensor starts: k and v (and their gradients) lie at C and 2C
-// of a qkv (or dqkv) row.
-static size_t column_of(int64_t uid, int C) {
-    return uid == ATT_K || uid == ATT_DK ? C : uid == ATT_V || uid == ATT_DV ? 2 * (size_t)C : 0;
+// The column of its buffer's rows at which a tensor starts: k and v (and their gradients) lie after the NH
+// query heads of a qkv (or dqkv) row, v after the KVH key heads.
+static size_t column_of(int64_t uid, int NH, int KVH, int HS) {
+    return uid == ATT_K || uid == ATT_DK   ? (size_t)NH * HS
+           : uid == ATT_V || uid == ATT_DV ? (size_t)(NH + KVH) * HS
+                                           : 0;
 }
 
-// cuDNN's (B,NH,T,HS) view of a row-major (B,T,width) tensor whose head h starts at column h*HS: the
-// strides, in elements, of b, h, t and d. q, k and v are such views of qkv (width 3C) at offsets 0, C, 2C.
+// The width of a qkv row: NH query heads, KVH key heads, KVH value heads.
+static int qkv_width(int NH, int KVH, int HS) {
+    return (NH + 2 * KVH) * HS;
+}
+
+// cuDNN's (B,heads,T,HS) view of a row-major (B,T,width) tensor whose head h starts at column h*HS: the
+// strides, in elements, of b, h, t and d. q, k and v are such views of qkv at their columns (column_of).
 static std::vector<int64_t> head_strides(int T, int width, int HS) {
     return {(int64_t)T * width, HS, width, 1};
 }
 
-static std::vector<int64_t> head_dims(int B, int NH, int T, int HS) {
-    return {B, NH, T, HS};
+static std::vector<int64_t> head_dims(int B, int heads, int T, int HS) {
+    return {B, heads, T, HS};
 }
 
 static TensorPtr head_input(fe::graph::Graph &graph, TensorMap &tensors, const char *name, int64_t uid, int B,
-                            int NH, int T, int HS, int width) {
+                            int heads, int T, int HS, int width) {
     return tensors[uid] = graph.tensor(fe::graph::Tensor_attributes()
                                            .set_name(name)
                                            .set_uid(uid)
-                                           .set_dim(head_dims(B, NH, T, HS))
+                                           .set_dim(head_dims(B, heads, T, HS))
                                            .set_stride(head_strides(T, width, HS)));
 }
 
-static void head_output(TensorMap &tensors, const TensorPtr &tensor, int64_t uid, int B, int NH, int T,
+static void head_output(TensorMap &tensors, const TensorPtr &tensor, int64_t uid, int B, int heads, int T,
                         int HS, int width) {
     tensor->set_output(true)
         .set_uid(uid)
-        .set_dim(head_dims(B, NH, T, HS))
+        .set_dim(head_dims(B, heads, T, HS))
         .set_stride(head_strides(T, width, HS));
     tensors[uid] = tensor;
 }
@@ -117,13 +127,13 @@ static std::string build_graph(fe::graph::Graph &graph, cudnnHandle_t handle) {
     return "";
 }
 
-// q, k and v: the (B,NH,T,HS) views of qkv (B,T,3C), inputs of both graphs.
+// q (B,NH,T,HS), k and v (B,KVH,T,HS): the views of qkv (B,T,QKV), inputs of both graphs.
 static std::array<TensorPtr, 3> qkv_inputs(fe::graph::Graph &graph, TensorMap &tensors, int B, int T, int C,
-                                           int NH) {
-    const int HS = C / NH;
-    return {head_input(graph, tensors, "q", ATT_Q, B, NH, T, HS, 3 * C),
-            head_input(graph, tensors, "k", ATT_K, B, NH, T, HS, 3 * C),
-            head_input(graph, tensors, "v", ATT_V, B, NH, T, HS, 3 * C)};
+                                           int NH, int KVH) {
+    const int HS = C / NH, width = qkv_width(NH, KVH, HS);
+    return {head_input(graph, tensors, "q", ATT_Q, B, NH, T, HS, width),
+            head_input(graph, tensors, "k", ATT_K, B, KVH, T, HS, width),
+            head_input(graph, tensors, "v", ATT_V, B, KVH, T, HS, width)};
 }
 
 // lse as cuDNN's softmax statistics: FP32 (B,NH,T,1), an output of the forward, an input of the backward.
@@ -134,12 +144,12 @@ static void stats_attributes(fe::graph::Tensor_attributes &stats, int B, int NH,
         .set_stride(stats_strides(NH, T));
 }
 
-// out (B,T,C), lse (B,NH,T) <- qkv (B,T,3C), causal, scores scaled by 1/sqrt(HS).
-static std::shared_ptr<fe::graph::Graph> forward_graph(int B, int T, int C, int NH, int sm_version,
+// out (B,T,C), lse (B,NH,T) <- qkv (B,T,QKV), causal, scores scaled by 1/sqrt(HS).
+static std::shared_ptr<fe::graph::Graph> forward_graph(int B, int T, int C, int NH, int KVH, int sm_version,
                                                        TensorMap &tensors) {
     const int HS = C / NH;
     auto graph = new_graph(sm_version);
-    auto [q, k, v] = qkv_inputs(*graph, tensors, B, T, C, NH);
+    auto [q, k, v] = qkv_inputs(*graph, tensors, B, T, C, NH, KVH);
     auto options = fe::graph::SDPA_attributes()
                        .set_name("attention_forward")
                        .set_generate_stats(true)
@@ -152,12 +162,12 @@ static std::shared_ptr<fe::graph::Graph> forward_graph(int B, int T, int C, int 
     return graph;
 }
 
-// dqkv (B,T,3C) <- dout (B,T,C), qkv, out and lse of the forward; deterministic.
-static std::shared_ptr<fe::graph::Graph> backward_graph(int B, int T, int C, int NH, int sm_version,
+// dqkv (B,T,QKV) <- dout (B,T,C), qkv, out and lse of the forward; deterministic.
+static std::shared_ptr<fe::graph::Graph> backward_graph(int B, int T, int C, int NH, int KVH, int sm_version,
                                                         TensorMap &tensors) {
-    const int HS = C / NH;
+    const int HS = C / NH, width = qkv_width(NH, KVH, HS);
     auto graph = new_graph(sm_version);
-    auto [q, k, v] = qkv_inputs(*graph, tensors, B, T, C, NH);
+    auto [q, k, v] = qkv_inputs(*graph, tensors, B, T, C, NH, KVH);
     TensorPtr o = head_input(*graph, tensors, "o", ATT_O, B, NH, T, HS, C);
     TensorPtr dout = head_input(*graph, tensors, "dout", ATT_DOUT, B, NH, T, HS, C);
     fe::graph::Tensor_attributes lse;
@@ -170,9 +180,9 @@ static std::shared_ptr<fe::graph::Graph> backward_graph(int B, int T, int C, int
                        .set_attn_scale(1.0f / sqrtf((float)HS))
                        .set_deterministic_algorithm(true);
     auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, options);
-    head_output(tensors, dq, ATT_DQ, B, NH, T, HS, 3 * C);
-    head_output(tensors, dk, ATT_DK, B, NH, T, HS, 3 * C);
-    head_output(tensors, dv, ATT_DV, B, NH, T, HS, 3 * C);
+    head_output(tensors, dq, ATT_DQ, B, NH, T, HS, width);
+    head_output(tensors, dk, ATT_DK, B, KVH, T, HS, width);
+    head_output(tensors, dv, ATT_DV, B, KVH, T, HS, width);
     return graph;
 }
 
@@ -190,14 +200,14 @@ static void execute(const AttentionGraphs *graphs, const fe::graph::Graph &graph
 }
 } // namespace attention_impl
 
-AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, char *why, size_t why_size) {
+AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, int KVH, char *why, size_t why_size) {
     using namespace attention_impl;
     AttentionGraphs *graphs = new AttentionGraphs();
-    graphs->C = C;
+    graphs->NH = NH, graphs->KVH = KVH, graphs->HS = C / NH;
     TensorMap tensors;
     cudnn_check(cudnnCreate(&graphs->handle));
-    graphs->forward = forward_graph(B, T, C, NH, 0, tensors);
-    graphs->backward = backward_graph(B, T, C, NH, 0, tensors);
+    graphs->forward = forward_graph(B, T, C, NH, KVH, 0, tensors);
+    graphs->backward = backward_graph(B, T, C, NH, KVH, 0, tensors);
     std::string reason = build_graph(*graphs->forward, graphs->handle);
     if (reason.empty()) reason = build_graph(*graphs->backward, graphs->handle);
     if (!reason.empty()) {
@@ -215,11 +225,13 @@ AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, char *why, 
     return graphs;
 }
 
-int cudnn_attention_validate(int B, int T, int C, int NH, int sm_version, char *why, size_t why_size) {
+int cudnn_attention_validate(int B, int T, int C, int NH, int KVH, int sm_version, char *why,
+                             size_t why_size) {
     using namespace attention_impl;
     TensorMap tensors;
-    const std::shared_ptr<fe::graph::Graph> graphs[2] = {forward_graph(B, T, C, NH, sm_version, tensors),
-                                                         backward_graph(B, T, C, NH, sm_version, tensors)};
+    const std::shared_ptr<fe::graph::Graph> graphs[2] = {
+        forward_graph(B, T, C, NH, KVH, sm_version, tensors),
+        backward_graph(B, T, C, NH, KVH, sm_version, tensors)};
     for (const auto &graph : graphs) {
         fe::error_t status = graph->validate();
         if (!status.is_good()) {
@@ -250,46 +262,46 @@ const char *cudnn_attention_version(void) {
 // The variant pack: each tensor's device pointer, its buffer's base moved to the tensor's column (BF16
 // elements are 2 bytes; lse starts at its base).
 static std::unordered_map<int64_t, void *>
-variant_pack(const std::vector<std::pair<int64_t, const void *>> &bases, int C) {
+variant_pack(const AttentionGraphs *graphs, const std::vector<std::pair<int64_t, const void *>> &bases) {
     std::unordered_map<int64_t, void *> pack;
     for (const auto &[uid, base] : bases)
-        pack[uid] = (void *)((const uint16_t *)base + attention_impl::column_of(uid, C));
+        pack[uid] = (void *)((const uint16_t *)base +
+                             attention_impl::column_of(uid, graphs->NH, graphs->KVH, graphs->HS));
     return pack;
 }
 
 void cudnn_attention_forward(const AttentionGraphs *graphs, void *out, float *lse, const void *qkv,
                              cudaStream_t stream) {
     auto pack =
-        variant_pack({{ATT_Q, qkv}, {ATT_K, qkv}, {ATT_V, qkv}, {ATT_O, out}, {ATT_STATS, lse}}, graphs->C);
+        variant_pack(graphs, {{ATT_Q, qkv}, {ATT_K, qkv}, {ATT_V, qkv}, {ATT_O, out}, {ATT_STATS, lse}});
     attention_impl::execute(graphs, *graphs->forward, pack, stream);
 }
 
 void cudnn_attention_backward(const AttentionGraphs *graphs, void *dqkv, const void *dout, const void *qkv,
                               const void *out, const float *lse, cudaStream_t stream) {
-    auto pack = variant_pack({{ATT_Q, qkv},
-                              {ATT_K, qkv},
-                              {ATT_V, qkv},
-                              {ATT_O, out},
-                              {ATT_DOUT, dout},
-                              {ATT_STATS, lse},
-                              {ATT_DQ, dqkv},
-                              {ATT_DK, dqkv},
-                              {ATT_DV, dqkv}},
-                             graphs->C);
+    auto pack = variant_pack(graphs, {{ATT_Q, qkv},
+                                      {ATT_K, qkv},
+                                      {ATT_V, qkv},
+                                      {ATT_O, out},
+                                      {ATT_DOUT, dout},
+                                      {ATT_STATS, lse},
+                                      {ATT_DQ, dqkv},
+                                      {ATT_DK, dqkv},
+                                      {ATT_DV, dqkv}});
     attention_impl::execute(graphs, *graphs->backward, pack, stream);
 }
 
-int cudnn_attention_layout(int B, int T, int C, int NH, int tensor, int64_t dims[4], int64_t strides[4],
-                           size_t *column) {
+int cudnn_attention_layout(int B, int T, int C, int NH, int KVH, int tensor, int64_t dims[4],
+                           int64_t strides[4], size_t *column) {
     using namespace attention_impl;
     TensorMap tensors;
-    forward_graph(B, T, C, NH, 90, tensors);
-    backward_graph(B, T, C, NH, 90, tensors);
+    forward_graph(B, T, C, NH, KVH, 90, tensors);
+    backward_graph(B, T, C, NH, KVH, 90, tensors);
     auto found = tensors.find(tensor);
     if (found == tensors.end()) return 0;
     const std::vector<int64_t> &d = found->second->get_dim(), &s = found->second->get_stride();
     if (d.size() != 4 || s.size() != 4) return 0;
     for (int i = 0; i < 4; i++) dims[i] = d[i], strides[i] = s[i];
-    *column = column_of(tensor, C);
+    *column = column_of(tensor, NH, KVH, C / NH);
     return 1;
 }
