@@ -856,14 +856,13 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
 }
 
 // float8's steady state (the delayed recipe once every history holds a step): the input casts of qkv, fc
-// (LayerNormValues) and fcproj (GeluValues) compute the LayerNorm and GELU outputs themselves, from the
-// LayerNorm's statistics and fc's output, and fc's output-gradient cast the GELU's backward
-// (GeluBackwardValues), so those BF16 tensors are neither written nor read back. The current recipe and a
-// first step measure the stored tensor's amax before casting: two passes there.
-// Llama's RMSNorm and SwiGLU have no such casts: its casts read the stored tensors.
+// (LayerNormValues; Llama RmsNormValues) and fcproj (GeluValues; SwigluValues) compute the norm and
+// activation outputs themselves, from the norm's statistics and fc's output, and fc's output-gradient cast
+// the activation's backward (GeluBackwardValues; SwigluBackwardValues), so those BF16 tensors are neither
+// written nor read back. The current recipe and a first step measure the stored tensor's amax before casting:
+// two passes there.
 static int casts_compute_inputs(const GPT *model) {
-    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty &&
-           !model_is_llama(&model->config);
+    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty;
 }
 
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
@@ -1014,22 +1013,25 @@ static const bf16 *layer_input(GPT *model, int layer) {
 // else x = inp: the LayerNorm's output in ln, its statistics in stats (mean (N), rstd (N)); with
 // casts_compute_inputs the statistics only, the cast computing the output. gelu_out: as linear_forward's,
 // whose result it returns.
-// Llama: the RMSNorm (weight ln_weight, its rstd in stats), no fused cast.
+// Llama: the RMSNorm (weight ln_weight, its rstd in stats).
 static int layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, float *stats, bf16 *sum,
                                     const bf16 *inp, const bf16 *add, int linear, bf16 *out, bf16 *gelu_out,
                                     int record_amax) {
     int N = model->B * model->T, C = model->config.channels, fused = casts_compute_inputs(model);
-    const bf16 *weight = weight_bf16(model, ln_weight, l), *bias = weight_bf16(model, ln_weight + 1, l);
-    const bf16 *x = add ? sum : inp;
-    if (model_is_llama(&model->config)) {
-        residual_rmsnorm_forward(ln, stats, sum, inp, add, weight, N, C, model->stream);
-        return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
-    }
-    residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
-                               model->stream);
+    int llama = model_is_llama(&model->config);
+    const bf16 *weight = weight_bf16(model, ln_weight, l), *x = add ? sum : inp;
+    const bf16 *bias = llama ? NULL : weight_bf16(model, ln_weight + 1, l);
+    if (llama)
+        residual_rmsnorm_forward(fused ? NULL : ln, stats, sum, inp, add, weight, N, C, model->stream);
+    else
+        residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
+                                   model->stream);
     if (!fused) return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
-    fp8_linear_forward(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
-                       record_amax);
+    if (llama)
+        fp8_linear_forward(model, l, linear, out, RmsNormValues{x, stats, weight}, record_amax);
+    else
+        fp8_linear_forward(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
+                           record_amax);
     return 0;
 }
 
@@ -1041,7 +1043,10 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T;
     if (casts_compute_inputs(model)) {
-        fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
+        if (model_is_llama(cfg))
+            fp8_linear_forward(model, l, LIN_FCPROJ, out, SwigluValues{fch, model_ffn_dim(cfg)}, record_amax);
+        else
+            fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
         return;
     }
     if (model_is_llama(cfg))
@@ -1182,10 +1187,16 @@ static void layer_backward(GPT *model, int l) {
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d backward", l);
     if (model_is_llama(cfg)) {
-        // SwiGLU's output gradient (N,F) over its output, which only fcproj's weight gradient read
+        // SwiGLU's output gradient (N,F) over its output, which only fcproj's weight gradient read (and with
+        // casts_compute_inputs no kernel wrote: the buffer is free)
+        int F = model_ffn_dim(cfg);
         linear_backward(model, l, LIN_FCPROJ, a.fch_gelu, model->dresidual, a.fch_gelu, NULL);
-        swiglu_backward(model->dfch, a.fch_gelu, a.fch, N, model_ffn_dim(cfg), stream);
-        linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
+        if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
+            fp8_linear_backward(model, l, LIN_FC, model->dc, SwigluBackwardValues{a.fch_gelu, a.fch, F});
+        } else {
+            swiglu_backward(model->dfch, a.fch_gelu, a.fch, N, F, stream);
+            linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
+        }
     } else {
         // in bfloat16 fcproj's data-gradient GEMM applies the GELU's backward
         int gelu_done =

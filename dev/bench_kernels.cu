@@ -1,7 +1,7 @@
 // dev/bench_kernels.cu: checks the kernels of gpu/layers.cuh, both attentions (gpu/attention.cuh) and AdamW
-// (gpu/fp8.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm
-// and GELU outputs on the way against the kernels and the casts they replace, and the residual add fused
-// with the LayerNorm after it against the two kernels.
+// (gpu/fp8.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm,
+// RMSNorm, GELU and SwiGLU outputs (and the GELU's and SwiGLU's backward) on the way against the kernels and
+// the casts they replace, and the residual add fused with the LayerNorm after it against the two kernels.
 //
 // The reference is train_gpt.c itself, included below (its functions are static, so including it is how
 // they are reached): the GPU is checked against the oracle the project trusts, not against a second copy of
@@ -457,6 +457,19 @@ static void bench_layernorm(const Shape *s, cudaStream_t stream) {
     check_exact("residual+ln", "rstd", get_f32(d_rstd2, N), get_f32(d_rstd, N));
     time_kernel("residual+ln", "separate", NC * 2.0 * 6, stream, separate);
     time_kernel("residual+ln", "fused", NC * 2.0 * 4, stream, fused);
+    // Llama's qkv and fc inputs: the RMSNorm (fc's with the residual add before it) writing rstd alone, the
+    // cast computing the output from the sum and rstd (bytes: the add's two reads and the sum's write on both
+    // sides; the output's write, or the cast's read of the sum)
+    check_cast_values(
+        "rmsnorm cast", N, C,
+        [&] {
+            residual_rmsnorm_forward(d_out, d_rstd, d_sum, d_inp, d_add, d_weight, N, C, stream);
+            return (const bf16 *)d_out;
+        },
+        [&] { residual_rmsnorm_forward(NULL, d_rstd2, d_sum2, d_inp, d_add, d_weight, N, C, stream); },
+        RmsNormValues{d_sum2, d_rstd2, d_weight}, NC * 2.0 * 4, NC * 2.0 * 4, stream);
+    check_exact("rmsnorm", "sum alone", get_bf16(d_sum2, NC), get_bf16(d_sum, NC));
+    check_exact("rmsnorm", "rstd alone", get_f32(d_rstd2, N), get_f32(d_rstd, N));
 
     // The backward gets the CPU's mean and rstd, so that it is checked on its own.
     Vec dout = randn(NC, 0.0f, 0.1f, 1), dres0 = randn(NC, 0.0f, 0.1f, 1), dweight0 = randn(C, 0.0f, 1.0f, 0),
@@ -547,6 +560,27 @@ static void bench_elementwise(const Shape *s, cudaStream_t stream) {
             return (const bf16 *)d_dgelu;
         },
         [] {}, GeluBackwardValues{d_grad, d_pre}, nf * 2.0 * 4, nf * 2.0, stream);
+    // Llama's fcproj input: the cast computing SwiGLU of fc's output (rows [up | gate], 2F wide; F = 3C is
+    // not a multiple of 32 for C = 100); fc's output gradient: the cast computing SwiGLU's backward from
+    // fcproj's input gradient (N,F) and fc's output
+    const int F = 3 * s->C;
+    const size_t nh = (size_t)rows * F;
+    bf16 *d_fch = new_bf16(randn(2 * nh, 0.0f, 2.0f, 1)), *d_h = dev_alloc<bf16>(nh),
+         *d_dh = new_bf16(randn(nh, 0.0f, 4.0f, 1)), *d_dfch = dev_alloc<bf16>(2 * nh);
+    check_cast_values(
+        "swiglu cast", rows, F,
+        [&] {
+            swiglu_forward(d_h, d_fch, rows, F, stream);
+            return (const bf16 *)d_h;
+        },
+        [] {}, SwigluValues{d_fch, F}, nh * 2.0 * 3, nh * 2.0 * 2, stream);
+    check_cast_values(
+        "swiglu bwd cast", rows, 2 * F,
+        [&] {
+            swiglu_backward(d_dfch, d_dh, d_fch, rows, F, stream);
+            return (const bf16 *)d_dfch;
+        },
+        [] {}, SwigluBackwardValues{d_dh, d_fch, F}, nh * 2.0 * 5, nh * 2.0 * 3, stream);
     dev_free_all();
 }
 

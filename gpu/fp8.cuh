@@ -119,7 +119,8 @@ template <> __device__ inline float to_float<bf16>(bf16 x) {
 #define CAST_TILE 32
 
 // What a cast reads at element i = row * cols + col: a stored tensor's value, or (Load types elsewhere:
-// gpu/layers.cuh's GeluValues, LayerNormValues) the value its producing kernel would have stored, computed
+// gpu/layers.cuh's GeluValues, LayerNormValues, RmsNormValues, SwigluValues) the value its producing kernel
+// would have stored, computed
 // on the way instead, so that the tensor is never written and read back.
 template <typename T> struct StoredValues {
     const T *in;

@@ -406,7 +406,22 @@ __device__ __forceinline__ float sigmoid_value(float g) {
     return fdiv(1.0f, fadd(1.0f, expf(-g)));
 }
 
-// out = silu(g) * u = g / (1 + exp(-g)) * u, in the CPU's order
+// silu(g) * u = g / (1 + exp(-g)) * u, in the CPU's order
+__device__ __forceinline__ float swiglu_value(float u, float g) {
+    return fmul(fdiv(g, fadd(1.0f, expf(-g))), u);
+}
+
+// The up gradient dout * g * sigmoid(g), in the CPU's order
+__device__ __forceinline__ float swiglu_backward_up(float dout, float g) {
+    return fmul(fmul(dout, g), sigmoid_value(g));
+}
+
+// The gate gradient dout * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))), in the CPU's order
+__device__ __forceinline__ float swiglu_backward_gate(float dout, float u, float g) {
+    const float sigmoid = sigmoid_value(g);
+    return fmul(fmul(fmul(dout, u), sigmoid), fadd(1.0f, fmul(g, fsub(1.0f, sigmoid))));
+}
+
 template <int W> static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *fch, int N, int F) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
     if (i >= (size_t)N * F) return;
@@ -414,15 +429,11 @@ template <int W> static __global__ void swiglu_forward_kernel(bf16 *out, const b
     const Bf16Pack<W> u = load_pack<W>(up), g = load_pack<W>(up + F);
     Bf16Pack<W> o;
 #pragma unroll
-    for (int k = 0; k < W; k++) {
-        const float gk = bf2f(g.v[k]);
-        o.v[k] = f2bf(fmul(fdiv(gk, fadd(1.0f, expf(-gk))), bf2f(u.v[k])));
-    }
+    for (int k = 0; k < W; k++) o.v[k] = f2bf(swiglu_value(bf2f(u.v[k]), bf2f(g.v[k])));
     store_pack<W>(out + i, o);
 }
 
-// dfch (N,2F) = [du | dg] given dout (N,F): du = dout * g * sigmoid(g), dg = dout * u * sigmoid(g) *
-// (1 + g * (1 - sigmoid(g))), in the CPU's order
+// dfch (N,2F) = [du | dg] given dout (N,F)
 template <int W>
 static __global__ void swiglu_backward_kernel(bf16 *dfch, const bf16 *dout, const bf16 *fch, int N, int F) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
@@ -432,10 +443,8 @@ static __global__ void swiglu_backward_kernel(bf16 *dfch, const bf16 *dout, cons
     Bf16Pack<W> du, dg;
 #pragma unroll
     for (int k = 0; k < W; k++) {
-        const float gk = bf2f(g.v[k]), dyk = bf2f(dy.v[k]), sigmoid = sigmoid_value(gk);
-        du.v[k] = f2bf(fmul(fmul(dyk, gk), sigmoid));
-        dg.v[k] =
-            f2bf(fmul(fmul(fmul(dyk, bf2f(u.v[k])), sigmoid), fadd(1.0f, fmul(gk, fsub(1.0f, sigmoid)))));
+        du.v[k] = f2bf(swiglu_backward_up(bf2f(dy.v[k]), bf2f(g.v[k])));
+        dg.v[k] = f2bf(swiglu_backward_gate(bf2f(dy.v[k]), bf2f(u.v[k]), bf2f(g.v[k])));
     }
     store_pack<W>(dfch + at, du);
     store_pack<W>(dfch + at + F, dg);
@@ -721,7 +730,7 @@ inline void layernorm_backward(bf16 *dresidual, float *dweight, float *dbias, co
 
 // residual_forward then rmsnorm_forward of its output in one pass (add NULL: of inp alone): sum_out (N,C) =
 // bf16(inp + add), out (N,C) = bf16(x * rstd * weight), rstd (N) = 1 / sqrt(mean(x^2) + eps) FP32 for the
-// backward, x the input or the sum.
+// backward, x the input or the sum. out NULL: rstd only (an FP8 cast computes the output: RmsNormValues).
 inline void residual_rmsnorm_forward(bf16 *out, float *rstd, bf16 *sum_out, const bf16 *inp, const bf16 *add,
                                      const bf16 *weight, int N, int C, cudaStream_t stream) {
     layers_impl::residual_norm_forward<true>(out, nullptr, rstd, sum_out, inp, add, weight, nullptr, N, C,
@@ -804,6 +813,18 @@ struct LayerNormValues {
     }
 };
 
+// residual_rmsnorm_forward's output at element (row, col) from its rstd, computed where an FP8 cast reads it
+// instead of stored and read back: the same bits.
+struct RmsNormValues {
+    const bf16 *inp;    // (N,C): the norm's input (with the residual add, the sum it wrote)
+    const float *rstd;  // (N), as residual_rmsnorm_forward wrote it
+    const bf16 *weight; // (C)
+    __device__ float operator()(size_t i, int row, int col) const {
+        using namespace layers_impl;
+        return bf2f(f2bf(rmsnorm_value(bf2f(inp[i]), rstd[row], weight[col])));
+    }
+};
+
 // dinout: the output gradient in, bf16(output gradient * gelu'(inp)) out
 inline void gelu_backward(bf16 *dinout, const bf16 *inp, size_t n, cudaStream_t stream) {
     if (n == 0) return;
@@ -837,6 +858,32 @@ inline void swiglu_backward(bf16 *dfch, const bf16 *dout, const bf16 *fch, int N
     else
         launch<layers_impl::swiglu_backward_kernel<1>>({grid, 256, 0, stream}, dfch, dout, fch, N, F);
 }
+
+// swiglu_forward's output at element (row, col) of (N,F), computed where an FP8 cast reads it instead of
+// stored and read back: the same bits.
+struct SwigluValues {
+    const bf16 *fch; // (N,2F), each row [up | gate]
+    int F;
+    __device__ float operator()(size_t, int row, int col) const {
+        using namespace layers_impl;
+        const bf16 *up = fch + (size_t)row * 2 * F + col;
+        return bf2f(f2bf(swiglu_value(bf2f(up[0]), bf2f(up[F]))));
+    }
+};
+
+// swiglu_backward's output at element (row, col) of (N,2F) ([du | dg]), computed where an FP8 cast reads it
+// instead of stored: the same bits.
+struct SwigluBackwardValues {
+    const bf16 *dout, *fch; // (N,F) the gradient of SwiGLU's output, (N,2F) its input
+    int F;
+    __device__ float operator()(size_t, int row, int col) const {
+        using namespace layers_impl;
+        const int c = col < F ? col : col - F;
+        const bf16 *up = fch + (size_t)row * 2 * F + c;
+        const float dy = bf2f(dout[(size_t)row * F + c]), u = bf2f(up[0]), g = bf2f(up[F]);
+        return bf2f(f2bf(col < F ? swiglu_backward_up(dy, g) : swiglu_backward_gate(dy, u, g)));
+    }
+};
 
 // ---------------------------------------------------------------------------------------------------------
 // Cross-entropy
