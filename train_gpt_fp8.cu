@@ -208,7 +208,7 @@ static void carve_block_factors(GPT *model, char *base) {
     const GPTConfig *cfg = &model->config;
     int recipe = model->recipe;
     size_t counted = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 3, N = (size_t)model->B * model->T;
-    size_t kept = model->recompute ? 1 : cfg->num_layers, C = cfg->channels;
+    size_t kept = model->recompute ? 1 : cfg->num_layers, W = model_widest_features(cfg);
     model->block_scale_min = (float *)base;
     model->block_scale_max = model->block_scale_min + counted;
     model->weight_factors = (char *)(model->block_scale_max + counted);
@@ -216,7 +216,7 @@ static void carve_block_factors(GPT *model, char *base) {
         model->weight_factors + cfg->num_layers * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS);
     model->cast_factors =
         model->input_factors_t + kept * input_factor_offset(cfg, recipe, N, NUM_BLOCK_LINEARS);
-    model->cast_factors_t = model->cast_factors + fp8_tile_factor_bytes(recipe, N, 4 * C);
+    model->cast_factors_t = model->cast_factors + fp8_tile_factor_bytes(recipe, N, W);
 }
 
 // Every device pointer of the model, carved out of memory (the plan's total bytes) by the plan, and
@@ -1938,10 +1938,6 @@ int main(int argc, char **argv) {
         dist_finalize(&dist);
         return status;
     }
-    if (model_is_llama(&cfg) && opts.dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts.fp8_recipe))
-        fail("--arch llama: the CUDA trainer runs the per-tensor recipes (delayed, current) only for now; "
-             "--fp8_recipe %s runs on train_cpu",
-             opts.fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise");
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;

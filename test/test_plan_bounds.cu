@@ -14,7 +14,8 @@
 //                 world size does not divide included: their chunks carry padding);
 //   70B:          float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute 0/1: sizes only;
 //   block recipes: blockwise (C = 128, 256) and mxfp8 (also C = 32, 96), 1-3 layers, B = 1-3 of T = 128,
-//                 recompute 0/1: every block-factor view inside its buffer, aligned, none overlapping;
+//                 recompute 0/1: every block-factor view inside its buffer, aligned, none overlapping (Llama
+//                 at C = 128, 256: its block-factor views only);
 //   self-test:    the checker flags a region one element past a buffer's end, before its start, misaligned,
 //                 from a buffer the plan leaves empty, and whole layouts carved for other settings than
 //                 the model's (a model planned with --recompute 1 but run without; a rank past the world).
@@ -179,7 +180,7 @@ static void check_fp8_weights(GPT *m) {
 // them), and no two overlapping (the carving could put two views on the same bytes and stay in bounds).
 static void check_block_factors(GPT *m) {
     const GPTConfig *cfg = &m->config;
-    size_t N = (size_t)m->B * m->T, C = cfg->channels,
+    size_t N = (size_t)m->B * m->T, W = model_widest_features(cfg),
            counted = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 3;
     int recipe = m->recipe;
     std::vector<std::pair<const char *, size_t>> regions; // start, bytes
@@ -198,8 +199,8 @@ static void check_block_factors(GPT *m) {
                     fp8_tile_factor_bytes(recipe, IC, N));
         }
     scope_label[0] = '\0';
-    add("cast factors", m->cast_factors, fp8_tile_factor_bytes(recipe, N, 4 * C));
-    add("cast_t factors", m->cast_factors_t, fp8_tile_factor_bytes(recipe, 4 * C, N));
+    add("cast factors", m->cast_factors, fp8_tile_factor_bytes(recipe, N, W));
+    add("cast_t factors", m->cast_factors_t, fp8_tile_factor_bytes(recipe, W, N));
     add("block_scale_min", m->block_scale_min, counted * sizeof(float));
     add("block_scale_max", m->block_scale_max, counted * sizeof(float));
     std::sort(regions.begin(), regions.end());
@@ -436,11 +437,18 @@ static void carve(GPT *m, const GPTConfig *cfg, const TrainOptions *opts, int wo
              opts->zero_stage, world_size, rank, opts->recompute);
 }
 
-static GPTConfig small_config(int layers, int channels, int heads) {
+// GPT-2, or Llama with half as many key/value heads and F = 3C (fc's output 6C: wider than GPT-2's 4C).
+static GPTConfig small_config(int layers, int channels, int heads, int llama) {
     TrainOptions opts = layout_options(DTYPE_BFLOAT16, 0, 0, 1, 1);
     opts.layers = layers;
     opts.channels = channels;
     opts.heads = heads;
+    if (llama) {
+        snprintf(opts.model_size, sizeof(opts.model_size), "d2"); // a preset either architecture takes
+        opts.arch = ARCH_CHOICE_LLAMA;
+        opts.kv_heads = heads / 2;
+        opts.ffn_dim = 3 * channels;
+    }
     opts.max_seq_len = 64;
     opts.vocab = 250; // padded to 256
     GPTConfig cfg = config_from_options(&opts);
@@ -454,7 +462,7 @@ static int check_small_models(long *padded_units) {
     int layouts = 0;
     for (int li = 0; li < 4; li++)
         for (int wi = 0; wi < 4; wi++) {
-            GPTConfig cfg = small_config(layers[li], widths[wi][0], widths[wi][1]);
+            GPTConfig cfg = small_config(layers[li], widths[wi][0], widths[wi][1], 0);
             for (int si = 0; si < 2; si++)
                 for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++)
                     for (int zi = 0; zi < 3; zi++)
@@ -479,16 +487,17 @@ static int check_small_models(long *padded_units) {
 }
 
 // The block recipes (ZeRO-0 only in the CUDA trainer) on the shapes they take: channels and B*T multiples of
-// the block.
+// the block (Llama's qkv and fc widths too: C = 128, 256).
 static int check_block_layouts(void) {
     static const int widths[][2] = {{128, 2}, {256, 4}}, mx_widths[][2] = {{32, 1}, {96, 3}};
     int layouts = 0;
     for (int layers = 1; layers <= 3; layers++)
         for (int recipe = FP8_RECIPE_BLOCKWISE; recipe <= FP8_RECIPE_MXFP8; recipe++)
-            for (int wi = 0; wi < 4; wi++) {
-                const int *w = wi < 2 ? widths[wi] : mx_widths[wi - 2];
-                if (wi >= 2 && recipe != FP8_RECIPE_MXFP8) continue;
-                GPTConfig cfg = small_config(layers, w[0], w[1]);
+            for (int wi = 0; wi < 6; wi++) {
+                int llama = wi >= 4;
+                const int *w = wi < 2 || llama ? widths[wi % 2] : mx_widths[wi - 2];
+                if (wi >= 2 && !llama && recipe != FP8_RECIPE_MXFP8) continue;
+                GPTConfig cfg = small_config(layers, w[0], w[1], llama);
                 for (int recompute = 0; recompute <= 1; recompute++)
                     for (int B = 1; B <= 3; B++) {
                         TrainOptions opts = layout_options(DTYPE_FLOAT8, 0, recompute, B, 128);
@@ -496,7 +505,11 @@ static int check_block_layouts(void) {
                         check_fp8_recipe_shape(&opts, &cfg, opts.batch_size, opts.seq_len);
                         GPT m;
                         carve(&m, &cfg, &opts, 1, 0);
-                        check_layout(&m);
+                        // Llama: its block factors alone (check_layout restates GPT-2's activation widths)
+                        if (llama)
+                            check_block_factors(&m);
+                        else
+                            check_layout(&m);
                         layouts++;
                     }
             }
@@ -533,7 +546,7 @@ static long planted_failures(GPT *m) {
 // The checker must not pass what is wrong: single regions at and past the edges of a real buffer, then whole
 // layouts carved for other settings than the model's.
 static void self_test(void) {
-    GPTConfig cfg = small_config(2, 64, 2);
+    GPTConfig cfg = small_config(2, 64, 2, 0);
     TrainOptions opts = layout_options(DTYPE_FLOAT8, 3, 1, 2, 16);
     GPT m;
     carve(&m, &cfg, &opts, 3, 2);
