@@ -332,8 +332,9 @@ GPT_HD static inline size_t linear_weight_size(const GPTConfig *cfg, int linear)
     return (size_t)linear_out_features(cfg, linear) * linear_in_features(cfg, linear);
 }
 
-// The width of the widest activation row of a block (the fc linear's output) and of its MLP's hidden
-// activation (GELU's or SwiGLU's output, fcproj's input).
+// The widest output row of a block's linears: the fc linear's (GPT-2 4C, Llama 2F) or qkv's, whichever is
+// wider. It bounds every linear's input too (fcproj's F is at most fc's output), so it sizes the scratch that
+// holds any one linear's input or output gradient.
 static inline int model_widest_features(const GPTConfig *cfg) {
     int fc = linear_out_features(cfg, LIN_FC), qkv = model_qkv_features(cfg);
     return fc > qkv ? fc : qkv;
