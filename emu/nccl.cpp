@@ -410,6 +410,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
         MPI_Comm_size(c->mpi, &c->nranks);
         if (c->nranks == 1) MPI_Comm_free(&c->mpi);
     }
+#else
+    (void)key; // one process: the new communicator is this rank alone, whatever its key
 #endif
     if (!config || config->blocking != 0) {
         *newcomm = c;
