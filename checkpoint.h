@@ -4,9 +4,10 @@
 //    GPT-2: 256 int32 header [0]=20240326 [1]=version [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the
 //    16 tensors in llm.c's tensor-major order, wte with Vp rows.
 //    Llama (llm.c's Llama 3 file): 256 int32 [0]=20240803 [1]=version [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH
-//    [7]=C [8]=multiple_of [9]=use_scaled_rope [10,11]=Llama version, then 256 float32 [0]=ffn_dim_multiplier
-//    [1]=norm_eps [2]=rope_theta, then wte (V,C) ln1w qkvw attprojw ln2w fcw fcgatew fcprojw lnfw lmhead
-//    (V,C), the vocabulary unpadded. F = multiple_of * ceil(int(multiplier * int(8C/3)) / multiple_of).
+//    [7]=C [8]=multiple_of [9]=use_scaled_rope (Llama 3.1's wavelengths) [10,11]=Llama version, then 256
+//    float32 [0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta, then wte (V,C) ln1w qkvw attprojw ln2w fcw
+//    fcgatew fcprojw lnfw lmhead (V,C), the vocabulary unpadded. F = multiple_of * ceil(int(multiplier *
+//    int(8C/3)) / multiple_of).
 //  - Training state, one file per rank: a 64 x int64 header (magic, version, position, shapes), then
 //    the AdamW moments of this rank's parameters, the FP8 amax histories and the step guard's window
 //    of recent losses and norms (health.h). Scales are not stored:
@@ -254,7 +255,7 @@ static inline void llama_file_header(const GPTConfig *cfg, int header[2 * MODEL_
     header[6] = cfg->num_kv_heads;
     header[7] = cfg->channels;
     header[8] = F;
-    header[9] = 0;  // use_scaled_rope: Llama 3.1's long-context wavelengths, not used here
+    header[9] = cfg->scaled_rope;
     header[10] = 3; // the Llama version llm.c's writer records
     header[11] = 1;
     memcpy(header + MODEL_FILE_HEADER_INTS, floats, sizeof(floats));
@@ -338,12 +339,10 @@ static inline GPTConfig read_llama_header(FILE *f, const char *path,
         header[2],  header[3], pad_vocab(header[3] > 0 && header[3] <= MODEL_MAX_VOCAB ? header[3] : 1),
         header[4],  header[5], header[7],
         ARCH_LLAMA, header[6], 0,
-        floats[2]};
-    if (header[9] != 0)
-        fail(
-            "%s: uses Llama 3.1's scaled rotary embeddings (use_scaled_rope %d), which this trainer does not "
-            "compute",
-            path, header[9]);
+        floats[2],  header[9]};
+    if (header[9] != 0 && header[9] != 1)
+        fail("%s: use_scaled_rope %d is neither 0 nor 1 (Llama 3.1's scaled rotary wavelengths)", path,
+             header[9]);
     if (floats[1] != LLAMA_NORM_EPS)
         fail("%s: RMSNorm epsilon %g; this trainer computes with %g", path, floats[1], LLAMA_NORM_EPS);
     if (!(floats[2] > 0.0f && floats[2] <= 1e9f))
@@ -377,9 +376,9 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, int *versio
     int llama = header[0] == LLAMA_MODEL_FILE_MAGIC;
     if (llama && size < 2 * (int64_t)sizeof(header))
         fail("%s: too short for a Llama model file header (%ld bytes)", path, (long)size);
-    GPTConfig cfg =
-        llama ? read_llama_header(f, path, header)
-              : (GPTConfig){header[2], header[3], header[7], header[4], header[5], header[6], 0, 0, 0, 0.0f};
+    GPTConfig cfg = llama ? read_llama_header(f, path, header)
+                          : (GPTConfig){header[2], header[3], header[7], header[4], header[5], header[6],
+                                        0,         0,         0,         0.0f,      0};
     // the flags' ranges (cli.h) bound every dimension, so the sizes computed from them cannot overflow
     if (cfg.max_seq_len <= 0 || cfg.max_seq_len > MODEL_MAX_SEQ_LEN || cfg.vocab_size <= 1 ||
         cfg.vocab_size > MODEL_MAX_VOCAB || cfg.num_layers <= 0 || cfg.num_layers > MODEL_MAX_LAYERS ||
@@ -428,9 +427,12 @@ static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
 
 static inline void check_model_shape(const char *path, const GPTConfig *cfg, const GPTConfig *expected) {
     if (memcmp(cfg, expected, sizeof(*cfg)) != 0)
-        fail("%s: model shape (%s L %d C %d NH %d KVH %d F %d V %d maxT %d) differs from this run's flags",
+        fail("%s: model shape (%s L %d C %d NH %d KVH %d F %d V %d maxT %d theta %g%s) differs from this "
+             "run's "
+             "flags",
              path, model_is_llama(cfg) ? "llama" : "gpt2", cfg->num_layers, cfg->channels, cfg->num_heads,
-             model_kv_heads(cfg), model_ffn_dim(cfg), cfg->vocab_size, cfg->max_seq_len);
+             model_kv_heads(cfg), model_ffn_dim(cfg), cfg->vocab_size, cfg->max_seq_len, cfg->rope_theta,
+             cfg->scaled_rope ? " scaled" : "");
 }
 
 // The model file of a checkpoint this run continues: refused if its shape is not this run's.

@@ -369,6 +369,7 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
                   : opts->channels ? llama_default_ffn_dim(cfg.channels)
                                    : preset->ffn_dim;
     cfg.rope_theta = opts->rope_theta ? opts->rope_theta : preset->rope_theta;
+    cfg.scaled_rope = preset->scaled_rope;
     if (cfg.num_heads % cfg.num_kv_heads != 0)
         fail("--kv_heads: %d does not divide the %d query heads", cfg.num_kv_heads, cfg.num_heads);
     if ((cfg.channels / cfg.num_heads) % 2 != 0)

@@ -65,6 +65,7 @@ static inline void debug_state_write(const char *path, const DebugState *d) {
     header[13] = cfg->num_kv_heads;
     header[14] = cfg->ffn_dim;
     memcpy(&header[15], &cfg->rope_theta, sizeof(float));
+    header[16] = cfg->scaled_rope;
     size_t N = (size_t)d->B * d->T;
     fwrite_check(header, sizeof(int), 256, f, tmp);
     fwrite_check(d->inputs, sizeof(int), N, f, tmp);
@@ -84,10 +85,11 @@ static inline void debug_state_read(const char *path, DebugState *d) {
     fread_check(header, sizeof(int), 256, f, path);
     if (header[0] != DEBUG_STATE_MAGIC || header[1] != 1)
         fail("%s: not a debug state file (magic/version)", path);
-    GPTConfig cfg = {header[11], header[9],  header[4],  header[7],  header[10],
-                     header[8],  header[12], header[13], header[14], 0.0f};
+    GPTConfig cfg = {header[11], header[9],  header[4],  header[7], header[10], header[8],
+                     header[12], header[13], header[14], 0.0f,      header[16]};
     memcpy(&cfg.rope_theta, &header[15], sizeof(float));
     if (cfg.num_layers <= 0 || cfg.channels <= 0 || cfg.num_heads <= 0 || cfg.arch < 0 || cfg.arch > 1 ||
+        cfg.scaled_rope < 0 || cfg.scaled_rope > 1 ||
         (cfg.arch == ARCH_LLAMA &&
          (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads || cfg.ffn_dim <= 0)) ||
         cfg.padded_vocab_size < cfg.vocab_size || header[2] <= 0 || header[3] <= 0 || header[5] <= 0)

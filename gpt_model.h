@@ -34,6 +34,7 @@ typedef struct {
     int num_kv_heads; // KVH: key/value heads, each shared by NH/KVH query heads (grouped-query attention)
     int ffn_dim;      // F: hidden features of the SwiGLU MLP
     float rope_theta; // base of the rotary embeddings' wavelengths
+    int scaled_rope;  // 1: Llama 3.1's long-context rescaling of those wavelengths (llm.c's use_scaled_rope)
 } GPTConfig;
 
 GPT_HD static inline int model_is_llama(const GPTConfig *cfg) {
@@ -79,6 +80,7 @@ typedef struct {
     // as Llama (zero for GPT-2-only presets)
     int num_kv_heads, ffn_dim;
     float rope_theta;
+    int scaled_rope;
 } ModelPreset;
 
 #define GPT2_VOCAB_SIZE 50257
@@ -86,27 +88,32 @@ typedef struct {
 #define LLAMA3_VOCAB_SIZE 128256
 
 // Tiny sizes for tests and CPU studies, in either architecture; GPT-2 sizes; GPT-architecture models at the
-// widths of the usual large sizes (7B, 13B, 70B); Llama 2 and Llama 3 at their published shapes.
+// widths of the usual large sizes (7B, 13B, 70B); Llama 2, 3 and 3.1 at their published shapes (3.1: 3's,
+// with the scaled rotary wavelengths of its 128K-token context).
 static const ModelPreset MODEL_PRESETS[] = {
-    {"d2", ARCH_EITHER, 2, 64, 2, 256, GPT2_VOCAB_SIZE, 1, 192, 10000.0f},
-    {"d4", ARCH_EITHER, 4, 128, 4, 256, GPT2_VOCAB_SIZE, 2, 384, 10000.0f},
-    {"d6", ARCH_EITHER, 6, 384, 6, 1024, GPT2_VOCAB_SIZE, 3, 1024, 10000.0f},
-    {"124M", ARCH_GPT2, 12, 768, 12, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"350M", ARCH_GPT2, 24, 1024, 16, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"774M", ARCH_GPT2, 36, 1280, 20, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"1.5B", ARCH_GPT2, 48, 1600, 25, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"7B", ARCH_GPT2, 32, 4096, 32, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"13B", ARCH_GPT2, 40, 5120, 40, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"70B", ARCH_GPT2, 80, 8192, 64, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f},
-    {"llama2-7B", ARCH_LLAMA, 32, 4096, 32, 4096, LLAMA2_VOCAB_SIZE, 32, 11008, 10000.0f},
-    {"llama2-13B", ARCH_LLAMA, 40, 5120, 40, 4096, LLAMA2_VOCAB_SIZE, 40, 13824, 10000.0f},
-    {"llama2-70B", ARCH_LLAMA, 80, 8192, 64, 4096, LLAMA2_VOCAB_SIZE, 8, 28672, 10000.0f},
-    {"llama3-8B", ARCH_LLAMA, 32, 4096, 32, 8192, LLAMA3_VOCAB_SIZE, 8, 14336, 500000.0f},
-    {"llama3-70B", ARCH_LLAMA, 80, 8192, 64, 8192, LLAMA3_VOCAB_SIZE, 8, 28672, 500000.0f},
+    {"d2", ARCH_EITHER, 2, 64, 2, 256, GPT2_VOCAB_SIZE, 1, 192, 10000.0f, 0},
+    {"d4", ARCH_EITHER, 4, 128, 4, 256, GPT2_VOCAB_SIZE, 2, 384, 10000.0f, 0},
+    {"d6", ARCH_EITHER, 6, 384, 6, 1024, GPT2_VOCAB_SIZE, 3, 1024, 10000.0f, 0},
+    {"124M", ARCH_GPT2, 12, 768, 12, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"350M", ARCH_GPT2, 24, 1024, 16, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"774M", ARCH_GPT2, 36, 1280, 20, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"1.5B", ARCH_GPT2, 48, 1600, 25, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"7B", ARCH_GPT2, 32, 4096, 32, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"13B", ARCH_GPT2, 40, 5120, 40, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"70B", ARCH_GPT2, 80, 8192, 64, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"llama2-7B", ARCH_LLAMA, 32, 4096, 32, 4096, LLAMA2_VOCAB_SIZE, 32, 11008, 10000.0f, 0},
+    {"llama2-13B", ARCH_LLAMA, 40, 5120, 40, 4096, LLAMA2_VOCAB_SIZE, 40, 13824, 10000.0f, 0},
+    {"llama2-70B", ARCH_LLAMA, 80, 8192, 64, 4096, LLAMA2_VOCAB_SIZE, 8, 28672, 10000.0f, 0},
+    {"llama3-8B", ARCH_LLAMA, 32, 4096, 32, 8192, LLAMA3_VOCAB_SIZE, 8, 14336, 500000.0f, 0},
+    {"llama3-70B", ARCH_LLAMA, 80, 8192, 64, 8192, LLAMA3_VOCAB_SIZE, 8, 28672, 500000.0f, 0},
+    {"llama3.1-8B", ARCH_LLAMA, 32, 4096, 32, 131072, LLAMA3_VOCAB_SIZE, 8, 14336, 500000.0f, 1},
+    {"llama3.1-70B", ARCH_LLAMA, 80, 8192, 64, 131072, LLAMA3_VOCAB_SIZE, 8, 28672, 500000.0f, 1},
 };
 #define NUM_MODEL_PRESETS ((int)(sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0])))
 #define MODEL_PRESET_NAMES                                                                                   \
-    "d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B llama2-7B llama2-13B llama2-70B llama3-8B llama3-70B"
+    "d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B llama2-7B llama2-13B llama2-70B llama3-8B llama3-70B "          \
+    "llama3.1-8B "                                                                                           \
+    "llama3.1-70B"
 
 static inline const ModelPreset *find_model_preset(const char *name) {
     for (int i = 0; i < NUM_MODEL_PRESETS; i++)
@@ -345,15 +352,36 @@ static inline int model_widest_features(const GPTConfig *cfg) {
 // rotated by the angle t * theta^(-2i/hs), llm.c's and Meta's interleaved convention. The table of (cos,
 // sin) is computed once, in double then rounded, so both trainers rotate by the same floats.
 
+// Llama 3.1's rescaling (Meta's reference, fixed constants, which llm.c's file records as one flag): pairs
+// that turn more than 4 times within the 8192 positions Llama 3 was trained on keep their frequency, pairs
+// that turn less than once have it divided by 8 (their wavelengths then span the 8x longer context), and
+// those between blend the two linearly in the number of turns, so the frequencies stay monotonic.
+#define LLAMA31_ROPE_FACTOR 8.0
+#define LLAMA31_ROPE_LOW_FREQ_TURNS 1.0
+#define LLAMA31_ROPE_HIGH_FREQ_TURNS 4.0
+#define LLAMA31_ROPE_ORIGINAL_CONTEXT 8192.0
+
+static inline double llama31_rope_frequency(double frequency) {
+    double turns = LLAMA31_ROPE_ORIGINAL_CONTEXT * frequency / (2 * acos(-1.0));
+    if (turns > LLAMA31_ROPE_HIGH_FREQ_TURNS) return frequency;
+    if (turns < LLAMA31_ROPE_LOW_FREQ_TURNS) return frequency / LLAMA31_ROPE_FACTOR;
+    double smooth =
+        (turns - LLAMA31_ROPE_LOW_FREQ_TURNS) / (LLAMA31_ROPE_HIGH_FREQ_TURNS - LLAMA31_ROPE_LOW_FREQ_TURNS);
+    return (1 - smooth) * frequency / LLAMA31_ROPE_FACTOR + smooth * frequency;
+}
+
 // table (maxT, hs/2, 2): cos and sin of each position's angle for each pair.
 static inline void rope_table(float *table, const GPTConfig *cfg) {
     int hs = cfg->channels / cfg->num_heads, pairs = hs / 2;
-    for (int t = 0; t < cfg->max_seq_len; t++)
-        for (int i = 0; i < pairs; i++) {
-            double angle = t * pow((double)cfg->rope_theta, -2.0 * i / hs);
+    for (int i = 0; i < pairs; i++) {
+        double frequency = pow((double)cfg->rope_theta, -2.0 * i / hs);
+        if (cfg->scaled_rope) frequency = llama31_rope_frequency(frequency);
+        for (int t = 0; t < cfg->max_seq_len; t++) {
+            double angle = t * frequency;
             table[((size_t)t * pairs + i) * 2] = (float)cos(angle);
             table[((size_t)t * pairs + i) * 2 + 1] = (float)sin(angle);
         }
+    }
 }
 
 // ----------------------------------------------------------------------------

@@ -1529,8 +1529,8 @@ int main(int argc, char **argv) {
 #endif
     char arch[96] = "";
     if (model_is_llama(&cfg))
-        snprintf(arch, sizeof(arch), "llama KVH=%d F=%d theta=%g ", cfg.num_kv_heads, cfg.ffn_dim,
-                 cfg.rope_theta);
+        snprintf(arch, sizeof(arch), "llama KVH=%d F=%d theta=%g%s ", cfg.num_kv_heads, cfg.ffn_dim,
+                 cfg.rope_theta, cfg.scaled_rope ? " scaled" : "");
     printf(
         "train_cpu | model %sL=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
         "%d threads, GEMM %s | %d processes, ZeRO-%d%s\n",

@@ -134,7 +134,7 @@ def llama_edit(name, offset, fmt, value):  # one value of the Llama header (ints
     model_file(name, llama[:4 * offset] + struct.pack(fmt, value) + llama[4 * offset + 4:])
 model_file("llama_truncated.bin", llama[:-100])
 model_file("llama_short_header.bin", llama[:1500])
-llama_edit("llama_scaled_rope.bin", 9, "<i", 1)
+llama_edit("llama_bad_scaled_rope.bin", 9, "<i", 2)  # use_scaled_rope is a flag: 0 or 1
 llama_edit("llama_bad_kv_heads.bin", 6, "<i", 3)  # NH = 2
 llama_edit("llama_bad_eps.bin", 256 + 1, "<f", 1e-6)
 os.mkfifo(os.path.join(d, "fifo.bin"))

@@ -474,19 +474,23 @@ static void test_config(void) {
                "preset %s: L %d C %d NH %d maxT %d", tiny[i], c.num_layers, c.channels, c.num_heads,
                c.max_seq_len);
     }
-    // Llama 2 (Touvron et al. 2023) and Llama 3 (Dubey et al. 2024) shapes: layers, width, heads, key/value
-    // heads, FFN, vocabulary, context, rope theta; and the parameter counts their model cards give for 7B
-    // and 8B (6,738,415,616 and 8,030,261,248), which the untied head, RMSNorm and GQA all enter.
+    // Llama 2 (Touvron et al. 2023), Llama 3 and 3.1 (Dubey et al. 2024) shapes: layers, width, heads,
+    // key/value heads, FFN, vocabulary, context, rope theta, 3.1's scaled wavelengths; and the parameter
+    // counts their model cards give for 7B and 8B (6,738,415,616 and 8,030,261,248; 3.1 8B has 3 8B's
+    // shape), which the untied head, RMSNorm and GQA all enter.
     struct {
         const char *name;
         int L, C, NH, KVH, F, V, maxT;
         float theta;
+        int scaled;
         size_t params;
-    } llama[] = {{"llama2-7B", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0f, 6738415616u},
-                 {"llama2-13B", 40, 5120, 40, 40, 13824, 32000, 4096, 10000.0f, 0},
-                 {"llama2-70B", 80, 8192, 64, 8, 28672, 32000, 4096, 10000.0f, 0},
-                 {"llama3-8B", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 8030261248u},
-                 {"llama3-70B", 80, 8192, 64, 8, 28672, 128256, 8192, 500000.0f, 0}};
+    } llama[] = {{"llama2-7B", 32, 4096, 32, 32, 11008, 32000, 4096, 10000.0f, 0, 6738415616u},
+                 {"llama2-13B", 40, 5120, 40, 40, 13824, 32000, 4096, 10000.0f, 0, 0},
+                 {"llama2-70B", 80, 8192, 64, 8, 28672, 32000, 4096, 10000.0f, 0, 0},
+                 {"llama3-8B", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0f, 0, 8030261248u},
+                 {"llama3-70B", 80, 8192, 64, 8, 28672, 128256, 8192, 500000.0f, 0, 0},
+                 {"llama3.1-8B", 32, 4096, 32, 8, 14336, 128256, 131072, 500000.0f, 1, 8030261248u},
+                 {"llama3.1-70B", 80, 8192, 64, 8, 28672, 128256, 131072, 500000.0f, 1, 0}};
     for (size_t i = 0; i < sizeof(llama) / sizeof(llama[0]); i++) {
         TrainOptions o;
         parse(&o, 2, "--model_size", llama[i].name);
@@ -495,10 +499,11 @@ static void test_config(void) {
                    c.num_heads == llama[i].NH && c.num_kv_heads == llama[i].KVH && c.ffn_dim == llama[i].F &&
                    c.vocab_size == llama[i].V && c.padded_vocab_size == llama[i].V &&
                    c.max_seq_len == llama[i].maxT && c.rope_theta == llama[i].theta &&
+                   c.scaled_rope == llama[i].scaled &&
                    (!llama[i].params || param_count(&c) == llama[i].params),
-               "preset %s: L %d C %d NH %d KVH %d F %d V %d maxT %d theta %g, %zu parameters", llama[i].name,
-               c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.vocab_size, c.max_seq_len,
-               c.rope_theta, param_count(&c));
+               "preset %s: L %d C %d NH %d KVH %d F %d V %d maxT %d theta %g scaled %d, %zu parameters",
+               llama[i].name, c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.vocab_size,
+               c.max_seq_len, c.rope_theta, c.scaled_rope, param_count(&c));
     }
     TrainOptions o;
     // the tiny presets in Llama's shape: --arch llama; --heads alone gives full heads, --channels the 8C/3
@@ -1008,10 +1013,65 @@ static void test_llama_model_file(void) {
     for (size_t i = 0; i < P; i++) range[i] = 1.0f; // the padding must come back as zeros, not as left here
     load_model_range(path, &c, 0, P, range);
     expect(memcmp(range, params, P * sizeof(float)) == 0, "load_model_range of a Llama file differs");
+    // Llama 3.1's scaled wavelengths: llm.c's flag in header[9], read back into the configuration
+    GPTConfig scaled = c;
+    scaled.scaled_rope = 1;
+    save_model_file(path, params, &scaled);
+    f = fopen(path, "rb");
+    expect(fread(header, sizeof(int), 256, f) == 256 && header[9] == 1,
+           "scaled Llama header: use_scaled_rope %d", header[9]);
+    fclose(f);
+    free(back);
+    back = load_model_file(path, &loaded);
+    expect(memcmp(&loaded, &scaled, sizeof(scaled)) == 0, "loaded scaled Llama config: scaled_rope %d",
+           loaded.scaled_rope);
     free(range);
     free(back);
     free(file);
     free(params);
+}
+
+// Llama 3.1's rotary wavelengths against Meta's rule, stated here in wavelengths (2 pi / frequency) rather
+// than in gpt_model.h's turns per context: a pair whose wavelength is under 8192/4 positions keeps its
+// angles bit for bit, one over 8192 turns 8 times slower, one between turns at a rate between those two;
+// the rate is continuous at both edges. hs = 16 and theta 10000 put pairs 0-5 in the first band (wavelengths
+// 6 to 1987), pair 6 between (6283) and pair 7 in the last (19869).
+static void test_scaled_rope(void) {
+    GPTConfig plain = make_llama_config(1, 64, 4, 2, 192, 256, 64), scaled = plain;
+    scaled.scaled_rope = 1;
+    const int pairs = 8, T = plain.max_seq_len;
+    float *a = (float *)malloc((size_t)T * pairs * 2 * sizeof(float)),
+          *b = (float *)malloc((size_t)T * pairs * 2 * sizeof(float));
+    rope_table(a, &plain);
+    rope_table(b, &scaled);
+    const double two_pi = 2 * acos(-1.0);
+    int ok = 1;
+    for (int i = 0; i < pairs; i++) {
+        double frequency = pow(10000.0, -2.0 * i / 16), wavelength = two_pi / frequency;
+        double expected_low = frequency / 8, rate = llama31_rope_frequency(frequency);
+        int band = wavelength < 8192.0 / 4 ? 0 : wavelength > 8192.0 ? 2 : 1;
+        ok &= band == (i <= 5 ? 0 : i == 6 ? 1 : 2);
+        for (int t = 0; t < T; t++) {
+            const float *pa = a + ((size_t)t * pairs + i) * 2, *pb = b + ((size_t)t * pairs + i) * 2;
+            if (band == 0) ok &= memcmp(pa, pb, 2 * sizeof(float)) == 0;
+            if (band == 2)
+                ok &= pb[0] == (float)cos(t * expected_low) && pb[1] == (float)sin(t * expected_low);
+        }
+        if (band == 1) ok &= rate > expected_low && rate < frequency;
+        if (band == 1) ok &= b[((size_t)(T - 1) * pairs + i) * 2 + 1] == (float)sin((T - 1) * rate);
+    }
+    expect(ok, "scaled rope table: pairs 0-5 unchanged, pair 6 between f/8 and f, pair 7 at f/8");
+    // continuity at the band edges: frequencies of wavelengths just inside and outside 2048 and 8192
+    double edge_gap = 0;
+    for (int k = 0; k < 2; k++) {
+        double edge = two_pi / (k ? 8192.0 : 2048.0), inside = llama31_rope_frequency(edge * (1 + 1e-9)),
+               outside = llama31_rope_frequency(edge * (1 - 1e-9));
+        double gap = fabs(inside - outside) / edge;
+        edge_gap = gap > edge_gap ? gap : edge_gap;
+    }
+    expect(edge_gap < 1e-8, "scaled rope frequencies jump by %.2e (relative) at a band edge", edge_gap);
+    free(a);
+    free(b);
 }
 
 int main(void) {
@@ -1027,6 +1087,7 @@ int main(void) {
     test_config();
     test_model_files();
     test_llama_model_file();
+    test_scaled_rope();
     test_state_files();
     test_reshard();
     char cmd[600];

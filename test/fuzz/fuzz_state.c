@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FILE *f = fopen_check(path, "wb");
     fwrite_check(data, 1, size, f, path);
     fclose(f);
-    GPTConfig cfg = {16, 256, 256, 1, 2, 16, ARCH_GPT2, 0, 0, 0.0f};
+    GPTConfig cfg = {16, 256, 256, 1, 2, 16, ARCH_GPT2, 0, 0, 0.0f, 0};
     TrainOptions opts;
     options_defaults(&opts);
     opts.dtype = DTYPE_FLOAT8;
