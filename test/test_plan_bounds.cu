@@ -8,17 +8,23 @@
 // (GEMM operands, outputs, biases, the workspace) and where the attention and cross-entropy kernels refuse
 // less (qkv, dc, logits), naturally aligned elsewhere; and that no planned buffer goes unchecked. Regions
 // that only the trainer's CUDA-calling functions compute (the gathers, the reduce-scatters, the tokens area)
-// are restated from those functions, next to their names below.
-//   small models: layers 1-4 x widths 32-128 x two batch shapes x bfloat16/float8 x ZeRO 0/1/3 x world sizes
-//                 1-8, every rank x recompute 0/1 x (ZeRO-3) --keep_gathered 0/1 (parameter units that the
-//                 world size does not divide included: their chunks carry padding);
-//   70B:          float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute 0/1: sizes only;
+// are restated from those functions, next to their names below. Extents are the kernels' own, per
+// architecture (gpt_model.h's shapes): GPT-2's qkv 3C, fc 4C, LayerNorm's two statistics, biases; Llama's
+// grouped-query qkv (NH + 2 KVH) hs, fc [up | gate] 2F and hidden F, RMSNorm's one statistic, no biases, its
+// own LM head and the RoPE table.
+//   small models: GPT-2 and Llama x layers 1-4 x widths 32-128 x two batch shapes x bfloat16/float8 x ZeRO
+//                 0/1/3 x world sizes 1-8, every rank x recompute 0/1 x (ZeRO-3) --keep_gathered 0/1
+//                 (parameter units that the world size does not divide included: their chunks carry padding);
+//   70B:          GPT-2's 70B and llama2-70B, float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute
+//                 0/1: sizes only;
 //   block recipes: blockwise (C = 128, 256) and mxfp8 (also C = 32, 96), 1-3 layers, B = 1-3 of T = 128,
-//                 recompute 0/1: every block-factor view inside its buffer, aligned, none overlapping (Llama
-//                 at C = 128, 256: its block-factor views only);
+//                 recompute 0/1, GPT-2 and (C = 128, 256) Llama: the whole layout, and every block-factor
+//                 view inside its buffer, aligned, none overlapping;
 //   self-test:    the checker flags a region one element past a buffer's end, before its start, misaligned,
 //                 from a buffer the plan leaves empty, and whole layouts carved for other settings than
-//                 the model's (a model planned with --recompute 1 but run without; a rank past the world).
+//                 the model's (a model planned with --recompute 1 but run without; a rank past the world;
+//                 Llama with more key/value heads or a larger F than planned; GPT-2's plan used by Llama and
+//                 Llama's by GPT-2).
 #define TRAIN_GPT_FP8_NO_MAIN
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function" // the trainer's loop, I/O and device-side functions
@@ -104,10 +110,17 @@ static size_t max_size(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
-// The tensors cuBLASLt takes: the linear weights and biases and wte (the LM head).
+// The tensors cuBLASLt takes: the linear weights and biases, wte (GPT-2's LM head) and Llama's own head.
 static int is_gemm_tensor(int tensor) {
-    return tensor == PT_WTE || (param_is_per_layer(tensor) && tensor != PT_LN1W && tensor != PT_LN1B &&
-                                tensor != PT_LN2W && tensor != PT_LN2B);
+    return tensor == PT_WTE || tensor == PT_LMHEAD ||
+           (param_is_per_layer(tensor) && tensor != PT_LN1W && tensor != PT_LN1B && tensor != PT_LN2W &&
+            tensor != PT_LN2B);
+}
+
+// Floats a norm's forward writes per token for its backward: LayerNorm's mean then rstd (stats, stats + N),
+// RMSNorm's rstd alone.
+static size_t norm_stats_per_token(const GPTConfig *cfg) {
+    return model_is_llama(cfg) ? 1 : 2;
 }
 
 // The unit holding tensor (layer) and where the trainer gathers its weights and reduces its gradients:
@@ -120,14 +133,16 @@ static ShardUnit unit_of(GPT *m, int tensor, int layer, size_t *gathered_at, siz
     return shard_map_unit(&m->shards, unit);
 }
 
-// weight_bf16 and grad_of of every tensor of every layer, and with ZeRO-1/3 exactly where the gathers put
-// the tensor in its unit (a slot mixed up stays in bounds: this catches it).
+// weight_bf16 and grad_of of every tensor of every layer the architecture has (the trainer never takes the
+// others: linear_bias is NULL), and with ZeRO-1/3 exactly where the gathers put the tensor in its unit (a
+// slot mixed up stays in bounds: this catches it).
 static void check_weights(GPT *m) {
     const GPTConfig *cfg = &m->config;
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+        size_t n = param_tensor_size(cfg, t);
+        if (n == 0) continue;
         for (int l = 0; l < (param_is_per_layer(t) ? cfg->num_layers : 1); l++) {
             snprintf(scope_label, sizeof(scope_label), " | tensor %d layer %d", t, l);
-            size_t n = param_tensor_size(cfg, t);
             int gemm = is_gemm_tensor(t);
             const bf16 *w = weight_bf16(m, t, l);
             float *g = grad_of(m, t, l);
@@ -145,6 +160,34 @@ static void check_weights(GPT *m) {
                           "weight_bf16 / grad_of: not where the gather puts the tensor");
         }
     }
+}
+
+// Each linear's weight as the bfloat16 GEMMs read it and its gradient as every weight-gradient GEMM writes
+// it: (OC, IC) from the weight tensor on, which for Llama's fc is [up; gate], fcw then fcgatew (2F, C) in one
+// operand; inside the unit the gathers fill with ZeRO-1/3.
+static void check_linear_weights(GPT *m) {
+    const GPTConfig *cfg = &m->config;
+    size_t F = model_ffn_dim(cfg), C = cfg->channels;
+    for (int l = 0; l < cfg->num_layers; l++)
+        for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
+            snprintf(scope_label, sizeof(scope_label), " | layer %d linear %d", l, lin);
+            int tensor = linear_weight_tensor(lin);
+            size_t n = linear_weight_size(cfg, lin);
+            const bf16 *w = weight_bf16(m, tensor, l);
+            float *g = grad_of(m, tensor, l);
+            GEMM_IN_BUFFER(m, BUF_PARAMS_BF16, w, n);
+            GEMM_IN_BUFFER(m, BUF_GRADS, g, n);
+            if (model_is_llama(cfg) && lin == LIN_FC)
+                expect_layout(weight_bf16(m, PT_FCGATEW, l) == w + F * C &&
+                                  grad_of(m, PT_FCGATEW, l) == g + F * C,
+                              "fc's gate rows do not follow its up rows");
+            if (m->zero_stage == 0) continue;
+            size_t at, reduced_at;
+            ShardUnit u = unit_of(m, tensor, l, &at, &reduced_at);
+            IN_REGION(w, n, m->params_bf16 + at, u.chunk * m->shards.ways);
+            IN_REGION(g, n, m->grads + reduced_at, u.chunk * m->shards.ways);
+        }
+    scope_label[0] = '\0';
 }
 
 // float8: W, W^T and the saved transposed inputs of every linear.
@@ -211,22 +254,28 @@ static void check_block_factors(GPT *m) {
 }
 
 // Every layer's activations (layer_acts: kept per layer, or one layer with --recompute), its input and
-// output.
+// output, at the widths the kernels use: qkv the qkv linear's output, which the attention reads as NH query
+// heads then KVH key and KVH value heads (Llama's RoPE rotates the first NH + KVH in place); fch fc's output
+// (GPT-2 4C; Llama 2F, SwiGLU's rows [up | gate]); fch_gelu the MLP's hidden F (GELU's or SwiGLU's output,
+// fcproj's input; Llama's fcproj data gradient (N, F) is written over it); the norms' statistics; one
+// log-sum-exp per query head.
 static void check_activations(GPT *m) {
     const GPTConfig *cfg = &m->config;
-    size_t N = (size_t)m->B * m->T, NC = N * cfg->channels;
+    size_t N = (size_t)m->B * m->T, NC = N * cfg->channels, stats = N * norm_stats_per_token(cfg);
+    size_t QKV = linear_out_features(cfg, LIN_QKV), FC = linear_out_features(cfg, LIN_FC),
+           F = linear_in_features(cfg, LIN_FCPROJ);
     for (int l = 0; l < cfg->num_layers; l++) {
         snprintf(scope_label, sizeof(scope_label), " | layer %d", l);
         LayerActs a = layer_acts(m, l);
         GEMM_IN_BUFFER(m, BUF_LN1, a.ln1, NC);
-        GEMM_IN_BUFFER(m, BUF_QKV, a.qkv, 3 * NC);
+        GEMM_IN_BUFFER(m, BUF_QKV, a.qkv, N * QKV);
         GEMM_IN_BUFFER(m, BUF_ATTY, a.atty, NC);
         IN_BUFFER(m, BUF_RESIDUAL2, a.residual2, NC);
         GEMM_IN_BUFFER(m, BUF_LN2, a.ln2, NC);
-        GEMM_IN_BUFFER(m, BUF_FCH, a.fch, 4 * NC);
-        GEMM_IN_BUFFER(m, BUF_FCH_GELU, a.fch_gelu, 4 * NC);
-        IN_BUFFER(m, BUF_LN1_STATS, a.ln1_stats, 2 * N);
-        IN_BUFFER(m, BUF_LN2_STATS, a.ln2_stats, 2 * N);
+        GEMM_IN_BUFFER(m, BUF_FCH, a.fch, N * FC);
+        GEMM_IN_BUFFER(m, BUF_FCH_GELU, a.fch_gelu, N * F);
+        IN_BUFFER(m, BUF_LN1_STATS, a.ln1_stats, stats);
+        IN_BUFFER(m, BUF_LN2_STATS, a.ln2_stats, stats);
         IN_BUFFER(m, BUF_ATT_LSE, a.att_lse, N * cfg->num_heads);
         IN_BUFFER(m, l == 0 ? BUF_ENCODED : BUF_RESIDUAL3, layer_input(m, l), NC);
         IN_BUFFER(m, BUF_RESIDUAL3, m->residual3 + l * NC, NC); // layer_forward's output
@@ -234,8 +283,9 @@ static void check_activations(GPT *m) {
     scope_label[0] = '\0';
 }
 
-// The buffers of the whole model: head, backward scratch (each sized for the widest linear it serves),
-// reductions' scratch, tokens, step values, GEMM workspace.
+// The buffers of the whole model: head, backward scratch (each sized for the widest linear it serves:
+// dqkv the attention's input gradient, dfch fc's output gradient (GPT-2's GELU backward, Llama's SwiGLU
+// backward writes it)), reductions' scratch, Llama's RoPE table, tokens, step values, GEMM workspace.
 static void check_model_buffers(GPT *m) {
     const GPTConfig *cfg = &m->config;
     size_t N = (size_t)m->B * m->T, C = cfg->channels, NC = N * C, widest = 0;
@@ -244,26 +294,34 @@ static void check_model_buffers(GPT *m) {
     }
     IN_BUFFER(m, BUF_ENCODED, m->encoded, NC);
     GEMM_IN_BUFFER(m, BUF_LNF, m->lnf, NC);
-    IN_BUFFER(m, BUF_LNF_STATS, m->lnf_stats, 2 * N);
+    IN_BUFFER(m, BUF_LNF_STATS, m->lnf_stats, N * norm_stats_per_token(cfg));
     GEMM_IN_BUFFER(m, BUF_LOGITS, m->logits, N * cfg->padded_vocab_size);
     IN_BUFFER(m, BUF_LOSSES, m->losses, N);
     GEMM_IN_BUFFER(m, BUF_DRESIDUAL, m->dresidual, NC);
     GEMM_IN_BUFFER(m, BUF_DC, m->dc, NC);
-    GEMM_IN_BUFFER(m, BUF_DQKV, m->dqkv, 3 * NC);
-    GEMM_IN_BUFFER(m, BUF_DFCH, m->dfch, 4 * NC);
+    GEMM_IN_BUFFER(m, BUF_DQKV, m->dqkv, N * linear_out_features(cfg, LIN_QKV));
+    GEMM_IN_BUFFER(m, BUF_DFCH, m->dfch, N * linear_out_features(cfg, LIN_FC));
     IN_BUFFER(m, BUF_ATT_DELTA, m->att_delta, N * cfg->num_heads);
     if (m->dtype == DTYPE_FLOAT8) {
         GEMM_IN_BUFFER(m, BUF_CAST_FP8, m->cast_fp8, N * widest);
         GEMM_IN_BUFFER(m, BUF_CAST_FP8_T, m->cast_fp8_t, N * widest);
     }
-    // the largest *_scratch_floats of a kernel the trainer gives it; global_norm_squared keeps doubles
-    size_t scratch = layernorm_backward_scratch_floats((int)N, (int)C);
+    // the largest *_scratch_floats of a kernel the trainer gives it: the norms' backward (LayerNorm's or
+    // RMSNorm's), the bias gradients of the linears that have one (the float8 casts' column sums alike),
+    // global_norm_squared (doubles), encoder_backward
+    size_t scratch = model_is_llama(cfg) ? rmsnorm_backward_scratch_floats((int)N, (int)C)
+                                         : layernorm_backward_scratch_floats((int)N, (int)C);
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
-        scratch = max_size(scratch, bias_backward_scratch_floats((int)N, linear_out_features(cfg, lin)));
+        if (param_tensor_size(cfg, linear_weight_tensor(lin) + 1))
+            scratch = max_size(scratch, bias_backward_scratch_floats((int)N, linear_out_features(cfg, lin)));
     scratch = max_size(scratch, global_norm_squared_scratch_floats(m->shard_floats));
     scratch = max_size(scratch, encoder_backward_scratch_floats(m->B, m->T, (int)C));
     expect_in_buffer(m, BUF_REDUCE_SCRATCH, "reduce_scratch", m->reduce_scratch, scratch * sizeof(float),
                      sizeof(double));
+    // gpt_alloc: rope_table writes (maxT, hs/2) pairs of cos and sin into a host buffer of the plan's
+    // bytes, copied whole; the kernel reads its first T rows (cli.h refuses T > maxT)
+    if (model_is_llama(cfg))
+        IN_BUFFER(m, BUF_ROPE_TABLE, m->rope, (size_t)cfg->max_seq_len * (C / cfg->num_heads / 2) * 2);
     // upload_batch, gpt_loss, encoder_backward: inputs, targets, then the buckets' positions, tokens, starts
     // (N + 1) and count
     IN_BUFFER(m, BUF_TOKENS, m->tokens, N);
@@ -398,6 +456,7 @@ static void check_layout(GPT *m) {
     memset(buffer_used, 0, sizeof(buffer_used));
     scope_label[0] = '\0';
     check_weights(m);
+    check_linear_weights(m);
     if (m->fp8_weights) check_fp8_weights(m);
     if (m->block_scale_min) check_block_factors(m);
     check_activations(m);
@@ -432,12 +491,14 @@ static void carve(GPT *m, const GPTConfig *cfg, const TrainOptions *opts, int wo
     gpt_plan(m, cfg, opts, opts->batch_size, opts->seq_len, 1, &comm, NULL);
     gpt_carve(m, FAKE_BASE);
     snprintf(config_label, sizeof(config_label),
-             "L=%d C=%d NH=%d B=%d T=%d %s zero %d world %d rank %d recompute %d", cfg->num_layers,
-             cfg->channels, cfg->num_heads, opts->batch_size, opts->seq_len, dtype_name(opts->dtype),
-             opts->zero_stage, world_size, rank, opts->recompute);
+             "%s L=%d C=%d NH=%d KVH=%d F=%d B=%d T=%d %s zero %d world %d rank %d recompute %d",
+             model_is_llama(cfg) ? "llama" : "gpt2", cfg->num_layers, cfg->channels, cfg->num_heads,
+             model_kv_heads(cfg), model_ffn_dim(cfg), opts->batch_size, opts->seq_len,
+             dtype_name(opts->dtype), opts->zero_stage, world_size, rank, opts->recompute);
 }
 
-// GPT-2, or Llama with half as many key/value heads and F = 3C (fc's output 6C: wider than GPT-2's 4C).
+// GPT-2, or Llama with half as many key/value heads (one head: its own) and F = 3C (fc's output 6C: wider
+// than GPT-2's 4C).
 static GPTConfig small_config(int layers, int channels, int heads, int llama) {
     TrainOptions opts = layout_options(DTYPE_BFLOAT16, 0, 0, 1, 1);
     opts.layers = layers;
@@ -460,29 +521,31 @@ static int check_small_models(long *padded_units) {
     static const int layers[] = {1, 2, 3, 4}, widths[][2] = {{32, 1}, {64, 2}, {96, 3}, {128, 2}},
                      shapes[][2] = {{2, 16}, {3, 48}}, zero_stages[] = {0, 1, 3};
     int layouts = 0;
-    for (int li = 0; li < 4; li++)
-        for (int wi = 0; wi < 4; wi++) {
-            GPTConfig cfg = small_config(layers[li], widths[wi][0], widths[wi][1], 0);
-            for (int si = 0; si < 2; si++)
-                for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++)
-                    for (int zi = 0; zi < 3; zi++)
-                        for (int world = 1; world <= 8; world++)
-                            for (int rank = 0; rank < world; rank++)
-                                for (int recompute = 0; recompute <= 1; recompute++)
-                                    for (int keep = 0; keep <= (zero_stages[zi] == 3); keep++) {
-                                        TrainOptions opts = layout_options(dtype, zero_stages[zi], recompute,
-                                                                           shapes[si][0], shapes[si][1]);
-                                        opts.keep_gathered = keep;
-                                        check_fp8_shapes(&cfg, opts.batch_size, opts.seq_len);
-                                        GPT m;
-                                        carve(&m, &cfg, &opts, world, rank);
-                                        check_layout(&m);
-                                        for (int unit = 0; unit < m.num_units; unit++)
-                                            *padded_units +=
-                                                shard_map_unit(&m.shards, unit).size % m.shards.ways != 0;
-                                        layouts++;
-                                    }
-        }
+    for (int llama = 0; llama <= 1; llama++)
+        for (int li = 0; li < 4; li++)
+            for (int wi = 0; wi < 4; wi++) {
+                GPTConfig cfg = small_config(layers[li], widths[wi][0], widths[wi][1], llama);
+                for (int si = 0; si < 2; si++)
+                    for (int dtype = DTYPE_BFLOAT16; dtype <= DTYPE_FLOAT8; dtype++)
+                        for (int zi = 0; zi < 3; zi++)
+                            for (int world = 1; world <= 8; world++)
+                                for (int rank = 0; rank < world; rank++)
+                                    for (int recompute = 0; recompute <= 1; recompute++)
+                                        for (int keep = 0; keep <= (zero_stages[zi] == 3); keep++) {
+                                            TrainOptions opts =
+                                                layout_options(dtype, zero_stages[zi], recompute,
+                                                               shapes[si][0], shapes[si][1]);
+                                            opts.keep_gathered = keep;
+                                            check_fp8_shapes(&cfg, opts.batch_size, opts.seq_len);
+                                            GPT m;
+                                            carve(&m, &cfg, &opts, world, rank);
+                                            check_layout(&m);
+                                            for (int unit = 0; unit < m.num_units; unit++)
+                                                *padded_units +=
+                                                    shard_map_unit(&m.shards, unit).size % m.shards.ways != 0;
+                                            layouts++;
+                                        }
+            }
     return layouts;
 }
 
@@ -505,22 +568,18 @@ static int check_block_layouts(void) {
                         check_fp8_recipe_shape(&opts, &cfg, opts.batch_size, opts.seq_len);
                         GPT m;
                         carve(&m, &cfg, &opts, 1, 0);
-                        // Llama: its block factors alone (check_layout restates GPT-2's activation widths)
-                        if (llama)
-                            check_block_factors(&m);
-                        else
-                            check_layout(&m);
+                        check_layout(&m);
                         layouts++;
                     }
             }
     return layouts;
 }
 
-// 70B in float8 on 32 GPUs with ZeRO-3, B=1, T=2048: every rank.
-static int check_70b(void) {
+// A 70B preset (GPT-2's "70B", Llama 2's "llama2-70B" with its 8 key/value heads and F = 28672) in float8
+// on 32 GPUs with ZeRO-3, B=1, T=2048: every rank.
+static int check_70b(const char *preset) {
     TrainOptions opts = layout_options(DTYPE_FLOAT8, 3, 1, 1, 2048);
-    snprintf(opts.model_size, sizeof(opts.model_size), "70B");
-    opts.vocab = GPT2_VOCAB_SIZE;
+    snprintf(opts.model_size, sizeof(opts.model_size), "%s", preset);
     GPTConfig cfg = config_from_options(&opts);
     int layouts = 0;
     for (int recompute = 0; recompute <= 1; recompute++)
@@ -534,13 +593,41 @@ static int check_70b(void) {
     return layouts;
 }
 
-// Failures check_layout finds in a layout carved for other settings than the model now has.
-static long planted_failures(GPT *m) {
+// Failures a check (check_layout, or one of its parts) finds in a layout carved for other settings than the
+// model now has.
+static long planted_failures(GPT *m, void (*check_part)(GPT *)) {
     muted = 1;
     muted_failures = 0;
-    check_layout(m);
+    check_part(m);
     muted = 0;
     return muted_failures;
+}
+
+// Llama's widths: layouts carved for a narrower Llama (fewer key/value heads, a smaller F) or for GPT-2, each
+// checked as the model, and a Llama layout checked as GPT-2 (two norm statistics a token, not one).
+static void self_test_llama(void) {
+    GPTConfig llama = small_config(2, 128, 4, 1), gpt2 = small_config(2, 128, 4, 0);
+    TrainOptions opts = layout_options(DTYPE_FLOAT8, 0, 0, 2, 16);
+    GPT m;
+    carve(&m, &llama, &opts, 1, 0);
+    check(llama.num_kv_heads == 2 && llama.ffn_dim == 384,
+          "self-test: the Llama model has 2 of 4 kv heads and F = 384");
+    check(planted_failures(&m, check_layout) == 0, "self-test: the Llama layout passes as carved");
+    m.config.num_kv_heads = 4; // qkv (N, 8 hs) per layer, read as (N, 12 hs)
+    check(planted_failures(&m, check_activations) > 0,
+          "self-test: qkv planned for 2 kv heads, used with 4, is caught");
+    m.config = llama;
+    m.config.ffn_dim = 512; // fch (N, 2F) and fch_gelu (N, F) planned for F = 384
+    check(planted_failures(&m, check_activations) > 0,
+          "self-test: fch and fch_gelu planned for a smaller F are caught");
+    m.config = gpt2; // GPT-2's widths in a Llama plan's buffers: two norm statistics a token, not one
+    check(planted_failures(&m, check_layout) > 0, "self-test: a Llama layout checked as GPT-2 is caught");
+    carve(&m, &gpt2, &opts, 1, 0);
+    m.config = llama; // fch and dfch 4C wide, not 2F = 6C; no RoPE table
+    check(planted_failures(&m, check_activations) > 0,
+          "self-test: GPT-2's activations used by Llama are caught");
+    check(planted_failures(&m, check_model_buffers) > 0,
+          "self-test: GPT-2's dfch and missing RoPE table used by Llama are caught");
 }
 
 // The checker must not pass what is wrong: single regions at and past the edges of a real buffer, then whole
@@ -574,20 +661,22 @@ static void self_test(void) {
           "self-test: layer 1's fcproj W^T ends its buffer exactly");
     check(!region_fits(wt, fcproj + 1, GEMM_ALIGN, wt_lo, wt_bytes),
           "self-test: layer 1's fcproj W^T one element longer is caught");
-    check(planted_failures(&m) == 0, "self-test: the self-test's own layout passes as carved");
+    check(planted_failures(&m, check_layout) == 0, "self-test: the self-test's own layout passes as carved");
     m.recompute = 0; // planned with --recompute 1 (one layer of activations), run as if without
-    check(planted_failures(&m) > 0,
+    check(planted_failures(&m, check_layout) > 0,
           "self-test: activations of every layer in a --recompute 1 plan are caught");
     carve(&m, &cfg, &opts, 3, 2);
     m.shards.rank = 3; // a rank past the world: its chunks end past the gathered units
-    check(planted_failures(&m) > 0, "self-test: a rank past the world size is caught");
+    check(planted_failures(&m, check_layout) > 0, "self-test: a rank past the world size is caught");
+    self_test_llama();
 }
 
 int main(void) {
     double start = wall_time_ms();
     self_test();
     long padded_units = 0;
-    int small = check_small_models(&padded_units), big = check_70b(), block = check_block_layouts();
+    int small = check_small_models(&padded_units), big = check_70b("70B") + check_70b("llama2-70B"),
+        block = check_block_layouts();
     check(padded_units > 0,
           "some units' sizes are not multiples of the world size (their chunks carry padding)");
     printf("%d small layouts, %d 70B layouts, %d block-recipe layouts, %ld units with padded chunks, %ld "
