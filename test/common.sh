@@ -135,7 +135,7 @@ merge_flags() {
     [ ${#out[@]} -eq 0 ] || printf '%s\0' "${out[@]}"
 }
 
-finish() {
-    echo "$passed passed, $failed failed"
+finish() { # the time too (the script's, bash's SECONDS): where make test's minutes go, in every CI log
+    echo "$passed passed, $failed failed ($(basename "$0"), ${SECONDS} s)"
     [ "$failed" -eq 0 ]
 }

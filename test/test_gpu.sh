@@ -22,7 +22,8 @@
 #  8. Llama (RMSNorm, rotary embeddings, 4 query heads over 2 key/value heads, SwiGLU, an untied head):
 #     bfloat16 and float8 delayed, current, blockwise and mxfp8 (where the device has it) against the CPU
 #     reference as in 1; ZeRO-1, ZeRO-3 and --recompute 1 give ZeRO-0's weights; two runs are bitwise
-#     identical;
+#     identical; a file with Llama 3.1's scaled rotary wavelengths matches the CPU in bfloat16, and its
+#     logits differ from the same weights' unscaled;
 #  9. the fast attention (cuDNN: builds with it, on a GPU; elsewhere its one-line refusal, GPT-2's and
 #     Llama's): bfloat16 and float8 against the CPU reference with compare_debug_state --rounding_sites 2
 #     (its BF16 probabilities and their gradients are rounding sites the CPU does not have), Llama's
@@ -118,6 +119,32 @@ for recipe in "${block_recipes[@]}"; do
     device=h200; [ $recipe = mxfp8 ] && device=b200
     CUDA_EMU_DEVICE=$device run_pair llama_float8_$recipe --dtype float8 --fp8_recipe $recipe --ffn_dim 384
 done
+# Llama 3.1's scaled rotary wavelengths, the flag of an llm.c file (hs = 32, theta 10000: pairs 0-10 keep their
+# frequency, 11-12 blend, 13-15 turn 8 times slower): the GPU run of the flagged file matches the CPU's, and
+# its logits differ from the GPU run of the same weights unflagged (the flag reaches the GPU's table)
+./train_cpu "${llama[@]}" --steps 1 --dtype float32 --output_dir "$tmp/llama_init" >/dev/null
+python3 - "$tmp/llama_init/model_00000001.bin" "$tmp/llama_scaled.bin" <<'PY'
+import sys
+model = bytearray(open(sys.argv[1], "rb").read())
+model[4 * 9:4 * 10] = (1).to_bytes(4, "little")  # use_scaled_rope
+open(sys.argv[2], "wb").write(model)
+PY
+llama_scaled=("${llama[@]}" --init_from "$tmp/llama_scaled.bin")
+./train_cpu "${llama_scaled[@]}" --steps 6 --output_dir "" --dtype float32 --debug_state "$tmp/cpu_scaled_float32.bin" >/dev/null
+pair_model=llama_scaled pair_float32=$tmp/cpu_scaled_float32.bin
+run_pair llama_scaled_bfloat16 --dtype bfloat16
+"$TRAIN" "${llama[@]}" --init_from "$tmp/llama_init/model_00000001.bin" --steps 1 --output_dir "" --dtype bfloat16 \
+    --debug_state "$tmp/gpu_llama_unscaled_bfloat16.bin" >/dev/null
+python3 - "$tmp/gpu_llama_scaled_bfloat16.bin" "$tmp/gpu_llama_unscaled_bfloat16.bin" <<'PY'
+import struct, sys
+def logits(path):  # debug_state.h: 256 ints (B, T, Vp at 2, 3, 4), the inputs and targets, then the logits
+    data = open(path, "rb").read()
+    B, T, Vp = struct.unpack_from("<3i", data, 8)
+    start = 4 * (256 + 2 * B * T)
+    return data[start:start + 4 * B * T * Vp]
+sys.exit(0 if logits(sys.argv[1]) != logits(sys.argv[2]) else 1)
+PY
+result $? "Llama 3.1 scaled rotary embeddings: the GPU's logits differ from the unscaled file's"
 pair_model=model pair_float32=$tmp/cpu_float32.bin
 for dtype in bfloat16 float8; do
     "$TRAIN" "${llama[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/llama_again_$dtype.bin" >/dev/null
