@@ -28,7 +28,7 @@ transformers' GPT2LMHeadModel:
 The LM head is tied to wte (tie_word_embeddings), so there is no lm_head.weight.
 
 Llama (magic 20240803, llm.c's Llama 3 file): 256 x int32 [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH [7]=C
-[8]=multiple_of [9]=use_scaled_rope (must be 0) [10,11]=Llama version, then 256 x float32
+[8]=multiple_of [9]=use_scaled_rope (0 or 1) [10,11]=Llama version, then 256 x float32
 [0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta, then wte (V,C), ln1w (L,C), qkvw (L,(NH+2KVH)hs,C),
 attprojw (L,C,C), ln2w (L,C), fcw (L,F,C) (SwiGLU's up projection), fcgatew (L,F,C) (its gate),
 fcprojw (L,C,F), lnfw (C), lmhead (V,C); hs = C/NH, F = multiple_of * ceil(int(ffn_dim_multiplier *
@@ -51,6 +51,9 @@ convention); transformers' Llama rotates (x[i], x[i + hs/2]) (rotate_half), both
 t * theta^(-2i/hs). So within each q and k head the rows are reordered, even rows first, then odd rows:
 HF row i < hs/2 is our row 2i and HF row hs/2 + i our row 2i + 1. A query and its key are permuted alike,
 so their dot products, and everything after them, are unchanged. v_proj is not rotated and keeps its order.
+use_scaled_rope 1 (Llama 3.1's rescaled frequencies) is written as config.json's rope_scaling {"rope_type":
+"llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings":
+8192}, transformers' name for the same rescaling; use_scaled_rope 0 as rope_scaling null.
 
 Every tensor is BF16, rounded to nearest even from the fp32 values (a NaN becomes 0x7FFF), bit for bit as
 fp8_scaling.h's bf16_from_float.
@@ -278,9 +281,8 @@ def llama_header(path, h, floats):
     """(config, tensor shapes in file order) of a Llama file's integer header h and float header floats."""
     maxT, V, L, NH, KVH, C, multiple_of, scaled_rope = (int(v) for v in h[2:10])
     multiplier, eps, theta = (np.float32(v) for v in floats[:3])
-    if scaled_rope != 0:
-        raise ExportError(f"{path}: uses Llama 3.1's scaled rotary embeddings (use_scaled_rope {scaled_rope}), "
-                          "which the trainers do not compute")
+    if scaled_rope not in (0, 1):
+        raise ExportError(f"{path}: use_scaled_rope {scaled_rope} in the header is neither 0 nor 1")
     ok = (maxT > 0 and V > 1 and L > 0 and NH > 0 and KVH > 0 and NH % KVH == 0 and C > 0 and C % NH == 0 and
           (C // NH) % 2 == 0 and multiple_of > 0 and 0 < multiplier <= 16 and 0 < eps < 1 and 0 < theta <= 1e9)
     F = llama_ffn_dim(C, multiple_of, multiplier) if ok else 0
@@ -293,7 +295,7 @@ def llama_header(path, h, floats):
               ("fcw", (L, F, C)), ("fcgatew", (L, F, C)), ("fcprojw", (L, C, F)), ("lnfw", (C,)),
               ("lmhead", (V, C))]
     cfg = {"arch": "llama", "maxT": maxT, "V": V, "L": L, "NH": NH, "KVH": KVH, "C": C, "F": F,
-           "norm_eps": eps, "rope_theta": theta}
+           "norm_eps": eps, "rope_theta": theta, "scaled_rope": bool(scaled_rope)}
     return cfg, shapes
 
 
@@ -472,6 +474,11 @@ def gpt2_config(cfg, fp8, margin):
     return config
 
 
+# llm.c's use_scaled_rope in transformers' terms, as Llama 3.1's own config.json writes it: pairs of wavelength
+# below 8192/4 positions keep their frequency, above 8192/1 it is divided by 8, and between the two it is blended
+LLAMA31_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192}
+
 # the special tokens of the Llama tokenizers the presets name, by vocabulary size: (bos, eos)
 LLAMA_SPECIAL_TOKENS = {32000: (1, 2), 128256: (128000, 128001)}
 
@@ -497,7 +504,7 @@ def llama_config(cfg, fp8, margin):
         "hidden_act": "silu",
         "rms_norm_eps": float32_json(cfg["norm_eps"]),
         "rope_theta": float32_json(cfg["rope_theta"]),
-        "rope_scaling": None,
+        "rope_scaling": LLAMA31_ROPE_SCALING if cfg["scaled_rope"] else None,
         "attention_bias": False,
         "mlp_bias": False,
         "attention_dropout": 0.0,

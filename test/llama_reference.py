@@ -12,6 +12,8 @@ The model, with transformers' names: x = embed_tokens[tokens]; per layer
     q, k, v = q_proj(h), k_proj(h), v_proj(h)   NH query heads, KVH key and value heads, of hs = C/NH
     q, k = rope(q), rope(k)               x * cos + rotate_half(x) * sin, rotate_half(x) = (-x[hs/2:], x[:hs/2]):
                                           the pair (x[i], x[i + hs/2]) at position t turns by t * theta^(-2i/hs)
+                                          (rope_scaling of rope_type "llama3": that frequency rescaled by
+                                          wavelength, as transformers' _compute_llama3_parameters does)
     k, v = repeat_kv(k), repeat_kv(v)     query head j reads key/value head j // (NH/KVH)
     x += o_proj(causal softmax(q k^T / sqrt(hs)) v)
     h = post_attention_layernorm(x)
@@ -20,7 +22,8 @@ then logits = lm_head(norm(x)), lm_head its own matrix (tie_word_embeddings fals
 
 load_llmc reads the trainer's file with its own reader and converts it here, apart from the export: the
 trainer rotates interleaved pairs (x[2i], x[2i+1]), so each q and k head's rows are taken even rows first,
-then odd rows (by index lists, where the export reshapes). The safetensors parser and the number formats
+then odd rows (by index lists, where the export reshapes); its use_scaled_rope 1 becomes the rope_scaling
+of Llama 3.1's config.json (LLAMA31_ROPE_SCALING). The safetensors parser and the number formats
 are gpt2_reference.py's, written independently of the export.
 
     python3 test/llama_reference.py DIR_OR_MODEL.bin [token ...]   prints the logits' shape and argmax
@@ -37,6 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference  # noqa: E402  (beside this file)
 
 LLAMA_MAGIC = 20240803
+# what Llama 3.1's config.json holds for the rescaled rotary frequencies that llm.c's use_scaled_rope 1 selects
+LLAMA31_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192}
 
 
 def load_export(directory):
@@ -61,7 +67,9 @@ def load_llmc(path, permute=True):
     h = struct.unpack("<256i", data[:1024])
     if h[0] != LLAMA_MAGIC or h[1] not in (3, 5):
         raise ValueError(f"{path}: not an llm.c Llama model file")
-    maxT, V, L, NH, KVH, C, multiple_of = h[2:9]
+    maxT, V, L, NH, KVH, C, multiple_of, scaled_rope = h[2:10]
+    if scaled_rope not in (0, 1):
+        raise ValueError(f"{path}: use_scaled_rope {scaled_rope} is neither 0 nor 1")
     multiplier, eps, theta = struct.unpack("<3f", data[1024:1036])
     # llm.c's F, the product in float32 as its C reader computes it
     hidden = int(np.float32(multiplier) * np.float32(8 * C // 3))
@@ -98,8 +106,29 @@ def load_llmc(path, permute=True):
         w[a + "mlp.down_proj.weight"] = p["fcprojw"][l]
     cfg = {"vocab_size": V, "max_position_embeddings": maxT, "hidden_size": C, "intermediate_size": F,
            "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KVH, "rms_norm_eps": eps,
-           "rope_theta": theta}
+           "rope_theta": theta, "rope_scaling": dict(LLAMA31_ROPE_SCALING) if scaled_rope else None}
     return cfg, w
+
+
+def rope_inv_freq(cfg, hs):
+    """The hs/2 rotary frequencies theta^(-2i/hs) in float64, rescaled by config.json's rope_scaling if it has one.
+    rope_type "llama3" (transformers' _compute_llama3_parameters) works in wavelengths 2 pi / f: pairs shorter than
+    original_max_position_embeddings / high_freq_factor keep f, pairs longer than original / low_freq_factor take
+    f / factor, and between the two f is blended, (1 - smooth) f / factor + smooth f with smooth = (original /
+    wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor), 0 at the long end, 1 at the short."""
+    inv_freq = float(cfg["rope_theta"]) ** (-np.arange(0, hs, 2) / hs)
+    scaling = cfg.get("rope_scaling")
+    if scaling is None:
+        return inv_freq
+    if scaling.get("rope_type") != "llama3":
+        raise ValueError(f"rope_scaling {scaling!r}: only rope_type \"llama3\" is implemented here")
+    factor, low, high = (float(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
+    original = float(scaling["original_max_position_embeddings"])
+    wavelength = 2 * np.pi / inv_freq
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return np.where(wavelength < original / high, inv_freq,
+                    np.where(wavelength > original / low, inv_freq / factor, blended))
 
 
 def rms_norm(x, weight, eps):
@@ -120,9 +149,9 @@ def forward(cfg, w, tokens, dtype=np.float32):
     eps = dtype(cfg["rms_norm_eps"])
     hs = C // NH
     g = {k: np.asarray(v, dtype=dtype) for k, v in w.items()}
-    # (T, hs) angles t * theta^(-2i/hs) for i < hs/2, repeated for the second half (HF's cat(freqs, freqs));
-    # in float64, then rounded, as the trainer's table is
-    inv_freq = float(cfg["rope_theta"]) ** (-np.arange(0, hs, 2) / hs)
+    # (T, hs) angles t * f_i for i < hs/2, repeated for the second half (HF's cat(freqs, freqs)); in float64,
+    # then rounded, as the trainer's table is
+    inv_freq = rope_inv_freq(cfg, hs)
     angles = np.arange(T)[:, None] * np.concatenate([inv_freq, inv_freq])[None]
     cos, sin = np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
     mask = np.triu(np.ones((T, T), dtype=bool), 1)

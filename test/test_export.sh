@@ -18,7 +18,10 @@
 #      from the trainer's interleaved rotary pairs to rotate_half's halves is exact: without it the logits move
 #      > 10 x that tolerance, checked); the BF16 and FP8 exports' bytes equal the reference's own conversion
 #      (FP8: one scale per trainer GEMM, shared by q/k/v and by up/gate) and fp8_scaling.h's; logits within
-#      the bounds of (2) and (3); bad Llama headers (truncated, short, scaled RoPE, KVH not dividing NH).
+#      the bounds of (2) and (3); Llama 3.1's scaled rotary embeddings (use_scaled_rope 1): the export's
+#      config.json has transformers' "llama3" rope_scaling, and the reference applying it reproduces the trainer's
+#      float32 logits of the BF16 model to float32 accuracy (without it they move > 10 x that tolerance, checked);
+#      bad Llama headers (truncated, short, use_scaled_rope 2, KVH not dividing NH).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -56,11 +59,29 @@ h[1] = 5
 codes = ref.bf16_round_codes(np.frombuffer(data[2048:], "<f4")).astype("<u2")
 open(sys.argv[2], "wb").write(h.tobytes() + codes.tobytes())
 EOF2
+patch_int() { # FILE OUT INDEX VALUE: OUT = FILE with header int INDEX set to VALUE
+    "$PY" - "$@" <<'EOF2'
+import sys
+d = bytearray(open(sys.argv[1], "rb").read())
+i = 4 * int(sys.argv[3])
+d[i:i + 4] = int(sys.argv[4]).to_bytes(4, "little")
+open(sys.argv[2], "wb").write(d)
+EOF2
+}
+# the BF16 model again with Llama 3.1's scaled rotary embeddings (use_scaled_rope 1), its BF16 export lossless too
+patch_int "$tmp/lv5.bin" "$tmp/lrope.bin" 9 1
 for m in "$lmodel" "$tmp/lv5.bin"; do
     ./train_cpu --init_from "$m" --dtype float32 --steps 1 "${data[@]}" --output_dir "" \
         --debug_state "$tmp/dbg_$(basename "$m")" >"$tmp/debug.txt" 2>&1 ||
         { cat "$tmp/debug.txt"; bad "train_cpu: the --debug_state run of $m failed"; finish; }
 done
+# over the model's whole maxT = 256 positions: scaling changes only the pairs of wavelength > 2048 positions
+# (here the two of frequency 1e-3 and 3.2e-4), whose angles at t < 32 move by < 0.025 rad, which moved the logits
+# only 16 x the float32 tolerance in a trial; at t < 256 eight times as far (125 x; the check prints it)
+./train_cpu --init_from "$tmp/lrope.bin" --dtype float32 --steps 1 --train_data "$tmp/data/text_train_*.bin" \
+    --val_data "" --seq_len 256 --batch_size 4 --output_dir "" --debug_state "$tmp/dbg_lrope.bin" \
+    >"$tmp/debug.txt" 2>&1 ||
+    { cat "$tmp/debug.txt"; bad "train_cpu: the --debug_state run of lrope.bin failed"; finish; }
 
 # --- fp8_scaling.h itself, as the oracle of the conversions ---------------------------------------------------
 # conv bf16|e4m3 IN OUT: codes of the float32s in IN. conv quant MARGIN IN OUT: the trainer's weight cast of the
@@ -128,6 +149,7 @@ export_ok "export a version 5 (bf16) model file" "$tmp/v5.bin" "$tmp/hf_v5"
 export_ok "llama: export bf16" "$lmodel" "$tmp/hf_llama"
 export_ok "llama: export fp8" "$lmodel" "$tmp/hf_llama_fp8" --fp8
 export_ok "llama: export a version 5 (bf16) model file" "$tmp/lv5.bin" "$tmp/hf_llama_v5"
+export_ok "llama: export scaled rotary embeddings (use_scaled_rope 1)" "$tmp/lrope.bin" "$tmp/hf_llama_rope"
 
 # --- the numerical checks: one line per check, "PASS<tab>what" or "FAIL<tab>what", and "info<tab>..." ---------
 checks_rc=0
@@ -439,12 +461,13 @@ check("(5) llama: the float32 tolerance separates float32 from BF16 weights",
       lambda: (lE_bf16_all > 10 * TOL32, f"BF16 effect {lE_bf16_all:.2e} > 10 x {TOL32}"))
 
 
-def check_llama_config(directory, fp8):
+def check_llama_config(directory, fp8, rope_scaling=None):
     c = json.load(open(os.path.join(directory, "config.json")))
     want = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": V, "hidden_size": lC,
             "intermediate_size": lF, "num_hidden_layers": lL, "num_attention_heads": lNH,
             "num_key_value_heads": lKVH, "head_dim": lhs, "hidden_act": "silu", "rms_norm_eps": 1e-5,
-            "rope_theta": 10000.0, "rope_scaling": None, "max_position_embeddings": lcfg["max_position_embeddings"],
+            "rope_theta": 10000.0, "rope_scaling": rope_scaling,
+            "max_position_embeddings": lcfg["max_position_embeddings"],
             "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16"}
     bad = [k for k, v in want.items() if c.get(k) != v]
     q = c.get("quantization_config")
@@ -466,6 +489,43 @@ le_v = rel(lref.forward(lcfg_v, lw_v, lv_tokens), lv_trainer)
 print(f"info\tllama: bf16 export of BF16 weights vs the trainer's float32 logits of them {le_v:.2e}")
 check("(5) llama: the BF16 export of a BF16 model reproduces the trainer's float32 logits to float32 accuracy",
       lambda: (le_v < TOL32, f"{le_v:.2e} < {TOL32}"))
+
+# (5) Llama 3.1's scaled rotary embeddings: the same BF16 model with use_scaled_rope 1, its logits over T = 256
+# positions. The trainer rescales in turns per 8192 positions (gpt_model.h), the reference as transformers does,
+# in wavelengths from config.json's rope_scaling; both in float64, the table rounded to float32 once, so the
+# argument of (1) holds again (attention now sums 256 terms: sqrt(256) u = 1e-6): TOL32. The negative control,
+# the reference without rope_scaling, must miss it by more than 10x, or this check could not tell the two apart.
+LLAMA31_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192}
+lr_tokens, lr_trainer = debug_state("dbg_lrope.bin")
+lcfg_r, lw_r = lref.load_export(os.path.join(tmp, "hf_llama_rope"))
+lcfg_rl, lw_rl = lref.load_llmc(os.path.join(tmp, "lrope.bin"))
+le_r = rel(lref.forward(lcfg_r, lw_r, lr_tokens, np.float64), lr_trainer)
+le_rl = rel(lref.forward(lcfg_rl, lw_rl, lr_tokens, np.float64), lr_trainer)
+le_r_unscaled = rel(lref.forward({**lcfg_r, "rope_scaling": None}, lw_r, lr_tokens, np.float64), lr_trainer)
+print(f"info\tllama scaled rope (T={lr_tokens.shape[1]}): reference (float64) vs trainer: on the bf16 export "
+      f"{le_r:.2e}, on the model file {le_rl:.2e}; without rope_scaling {le_r_unscaled:.2e}")
+check("(5) llama scaled rope: config.json has transformers' llama3 rope_scaling",
+      lambda: check_llama_config(os.path.join(tmp, "hf_llama_rope"), False, LLAMA31_ROPE_SCALING))
+check("(5) llama scaled rope: load_llmc carries use_scaled_rope 1 as that rope_scaling",
+      lambda: (lcfg_rl["rope_scaling"] == LLAMA31_ROPE_SCALING, str(lcfg_rl["rope_scaling"])))
+check("(5) llama scaled rope: the reference on the BF16 export reproduces the trainer's float32 logits",
+      lambda: (le_r < TOL32, f"{le_r:.2e} < {TOL32}"))
+check("(5) llama scaled rope: the reference on the model file reproduces the trainer's float32 logits",
+      lambda: (le_rl < TOL32, f"{le_rl:.2e} < {TOL32}"))
+check("(5) llama scaled rope: without rope_scaling the reference misses the float32 tolerance by more than 10x",
+      lambda: (le_r_unscaled > 10 * TOL32, f"{le_r_unscaled:.2e} > 10 x {TOL32}"))
+
+
+def unknown_rope_type_refused():
+    try:
+        lref.forward({**lcfg_r, "rope_scaling": {**LLAMA31_ROPE_SCALING, "rope_type": "yarn"}}, lw_r, lr_tokens[:, :2])
+    except ValueError as e:
+        return True, str(e)
+    return False, "computed logits"
+
+
+check("(5) llama: the reference refuses a rope_scaling it does not implement", unknown_rope_type_refused)
 lst, lmeta = ref.read_safetensors(os.path.join(tmp, "hf_llama", "model.safetensors"))
 check("(5) llama bf16: config.json", lambda: check_llama_config(os.path.join(tmp, "hf_llama"), False))
 check("(5) llama bf16: directory holds config.json and model.safetensors only",
@@ -577,24 +637,14 @@ refused "shorter than a header" "$tmp/short.bin" "$tmp/out_bad" "short.bin: too 
 refused "unsupported version" "$tmp/version.bin" "$tmp/out_bad" "version.bin: unsupported model file version 4"
 refused "missing file" "$tmp/missing.bin" "$tmp/out_bad" "missing.bin: cannot open"
 refused "OUT_DIR is a file" "$model" "$tmp/a_file" "a_file: exists and is not a directory"
-# Llama headers: the two-part header cut short, use_scaled_rope set (Llama 3.1's wavelengths, not computed here),
-# KVH = 3 not dividing NH = 4
+# Llama headers: the two-part header cut short, use_scaled_rope 2 (a flag, 0 or 1), KVH = 3 not dividing NH = 4
 lsize=$(wc -c <"$lmodel")
 head -c $((lsize - 100)) "$lmodel" >"$tmp/ltruncated.bin"
 head -c 1500 "$lmodel" >"$tmp/lshort.bin"
-patch_int() { # FILE OUT INDEX VALUE: OUT = FILE with header int INDEX set to VALUE
-    "$PY" - "$@" <<'EOF2'
-import sys
-d = bytearray(open(sys.argv[1], "rb").read())
-i = 4 * int(sys.argv[3])
-d[i:i + 4] = int(sys.argv[4]).to_bytes(4, "little")
-open(sys.argv[2], "wb").write(d)
-EOF2
-}
-patch_int "$lmodel" "$tmp/lrope.bin" 9 1
+patch_int "$lmodel" "$tmp/lrope2.bin" 9 2
 patch_int "$lmodel" "$tmp/lkvh.bin" 6 3
 refused "llama: truncated model file" "$tmp/ltruncated.bin" "$tmp/out_bad" "ltruncated.bin: size .* does not match"
 refused "llama: shorter than its two headers" "$tmp/lshort.bin" "$tmp/out_bad" "lshort.bin: too short for a Llama"
-refused "llama: scaled rotary embeddings" "$tmp/lrope.bin" "$tmp/out_bad" "lrope.bin: uses Llama 3.1's scaled rotary"
+refused "llama: use_scaled_rope neither 0 nor 1" "$tmp/lrope2.bin" "$tmp/out_bad" "lrope2.bin: use_scaled_rope 2 "
 refused "llama: KVH not dividing NH" "$tmp/lkvh.bin" "$tmp/out_bad" "lkvh.bin: header describes an invalid Llama model"
 finish
