@@ -245,6 +245,8 @@ def load_model(path):
         cfg, params = export_hf.read_model(path)
     except export_hf.ExportError as e:
         die(str(e))
+    if cfg["arch"] != "gpt2":
+        die(f"{path}: a {cfg['arch']} model file; this peer trains GPT-2 only")
     model = GPT(cfg)
     with torch.no_grad():
         for name, tensors in tensor_map(model):

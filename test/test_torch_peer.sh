@@ -13,7 +13,8 @@
 #   3. negative control: the peer with twice the learning rate fails the same comparison; where torchao is
 #      installed, --dtype float8 converts every block linear and runs;
 #   4. bad inputs: a truncated model file, a shard with another magic, a token id outside the vocabulary,
-#      a --total_batch_size that is not a multiple of B*T: one line "error: ..." naming it, exit status 1.
+#      a --total_batch_size that is not a multiple of B*T, a Llama model file: one line "error: ..." naming
+#      it, exit status 1.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -109,4 +110,8 @@ raw.tofile(sys.argv[2])
 EOF
 refused "outside the model's vocabulary of 100" "a token id outside the vocabulary" --init_from "$TMP/v100.bin"
 refused "--total_batch_size: 300" "--total_batch_size not a multiple of B*T" --total_batch_size 300
+./train_cpu --arch llama --model_size d2 --vocab 256 --seq_len 32 --batch_size 2 --steps 1 --train_data "$TMP/data/text_train_*.bin" \
+    --val_data "" --output_dir "$TMP/llama" >/dev/null
+refused "model_00000001.bin: a llama model file" "a Llama model file (the peer is GPT-2's)" \
+    --init_from "$TMP/llama/model_00000001.bin"
 finish
