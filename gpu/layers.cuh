@@ -898,8 +898,13 @@ inline void crossentropy_forward_backward(bf16 *logits_inout, float *losses, con
     if (V <= 0 || V > Vp || Vp % 8 != 0 || !layers_impl::aligned16(logits_inout))
         fail("crossentropy: needs 0 < V (%d) <= Vp (%d), Vp a multiple of 8 and 16-byte aligned logits", V,
              Vp);
-    launch<layers_impl::crossentropy_kernel>({N, layers_impl::CE_THREADS, 0, stream}, logits_inout, losses,
-                                             targets, dloss, V, Vp, write_dlogits);
+    // Threads past one per real 8-column pack would only join the block's reductions with nothing to add: a
+    // small vocabulary (byte-level text, the tests) gets one warp per 256 columns, and its sums stay bit for
+    // bit those of CE_THREADS threads (an idle thread's share is an exact 0, and -inf to the max).
+    const int real_packs = (V + 7) / 8,
+              threads = std::min(layers_impl::CE_THREADS, (real_packs + 31) / 32 * 32);
+    launch<layers_impl::crossentropy_kernel>({N, threads, 0, stream}, logits_inout, losses, targets, dloss, V,
+                                             Vp, write_dlogits);
 }
 
 // ---------------------------------------------------------------------------------------------------------
