@@ -2,7 +2,7 @@
 // with --debug_state PATH, writes the first step's inputs, targets, logits, loss and accumulated
 // gradients, and the loss of every step; test/compare_debug_state reads two (or three) of them.
 //   header: 256 int32 [0]=20261201 [1]=1 [2]=B [3]=T [4]=Vp [5]=steps [6]=dtype [7]=L [8]=C [9]=V [10]=NH
-//   [11]=maxT [12]=arch [13]=KVH [14]=F [15]=rope theta (float bits) (12-15: zero for GPT-2)
+//   [11]=maxT [12]=arch [13]=KVH [14]=F [15]=rope theta (float bits) [16]=scaled rope (12-16: zero for GPT-2)
 //   then inputs (B*T int32), targets (B*T int32), logits (B*T*Vp float), loss (float),
 //   gradients (param_count float, in the trainers' parameter layout), step losses (steps float)
 #ifndef DEBUG_STATE_H

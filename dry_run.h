@@ -471,7 +471,8 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     size_t needed = plan.total + RUNTIME_RESERVE_BYTES;
     char llama[64] = "";
     if (model_is_llama(cfg))
-        snprintf(llama, sizeof(llama), " llama KVH=%d F=%d", model_kv_heads(cfg), model_ffn_dim(cfg));
+        snprintf(llama, sizeof(llama), " llama KVH=%d F=%d theta=%g%s", model_kv_heads(cfg),
+                 model_ffn_dim(cfg), cfg->rope_theta, cfg->scaled_rope ? " scaled" : "");
     printf("dry run | model L=%d C=%d NH=%d V=%d maxT=%d%s | %zu parameters | dtype %s | B=%d T=%d | "
            "world size %d | ZeRO-%d | recompute %d | amax history %d\n",
            cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len, llama,

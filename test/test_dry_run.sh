@@ -144,7 +144,7 @@ declare -A llama_step
 for dtype in bfloat16 float8; do
     out=$(dry "${llama[@]}" --dtype $dtype)
     verdict "$out" $? 0 '^fits: ' "llama2-70B $dtype, 32 processes, ZeRO-3, B=8 T=4096 recompute: fits 141 GB"
-    grep -q '^dry run | model L=80 C=8192 NH=64 V=32000 maxT=4096 llama KVH=8 F=28672 | 68976648192 parameters' <<<"$out" &&
+    grep -q '^dry run | model L=80 C=8192 NH=64 V=32000 maxT=4096 llama KVH=8 F=28672 theta=10000 | 68976648192 parameters' <<<"$out" &&
         grep -q 'wte, lmhead, lnf' <<<"$out" && grep -q 'RMSNorm 1/rms per token' <<<"$out"
     result $? "llama2-70B $dtype: the header names Llama's shapes and 68976648192 parameters"
     printf '%s\n' "$out" | grep -E '^(total per process:|  step )'
