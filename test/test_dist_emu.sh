@@ -54,34 +54,33 @@ run() { # NAME BINARY PROCESSES FLAGS...: out dir, log and stdout under $TMP/NAM
         >"$TMP/$name.out" 2>&1
 }
 model() { echo "$TMP/$1/model_$(printf %08d "${2:-$STEPS}").bin"; }
+# emu_vs_cpu NAME FLOAT32 PROCESSES FLAGS...: train_cpu (cpu_NAME) and train_emu (emu_NAME) in float8 with FLAGS,
+# then compare_runs.py of the two against the float32 run FLOAT32 (128 rows a process); prints its verdict and
+# returns its status. A failed emulated run shows its last lines.
+emu_vs_cpu() {
+    local name=$1 float32=$2 np=$3 status=0 out
+    shift 3
+    run "cpu_$name" ./train_cpu "$np" --dtype float8 "$@"
+    run "emu_$name" ./train_emu "$np" --dtype float8 "$@" || sed 's/^/     | /' "$TMP/emu_$name.out" | tail -5
+    out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_$name.jsonl" "$(model "cpu_$name")" \
+        --run "$TMP/emu_$name.jsonl" "$(model "emu_$name")" --float32 "$TMP/$float32.jsonl" "$(model "$float32")" \
+        --dtype float8 --rows $((np * 128)) --lr $LR) || status=$?
+    echo "     $out" | head -3
+    return $status
+}
 
 for np in 2 4; do
     run "cpu32_np$np" ./train_cpu "$np" --dtype float32
     for zero in $([ "$np" = 2 ] && echo 0 1 3 || echo 1 3); do
-        run "cpu_np${np}_z$zero" ./train_cpu "$np" --dtype float8 --zero_stage "$zero"
         status=0
-        run "emu_np${np}_z$zero" ./train_emu "$np" --dtype float8 --zero_stage "$zero" || status=$?
-        if [ $status != 0 ]; then sed 's/^/     | /' "$TMP/emu_np${np}_z$zero.out" | tail -5; fi
-        status=0
-        out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_np${np}_z$zero.jsonl" "$(model "cpu_np${np}_z$zero")" \
-            --run "$TMP/emu_np${np}_z$zero.jsonl" "$(model "emu_np${np}_z$zero")" \
-            --float32 "$TMP/cpu32_np$np.jsonl" "$(model "cpu32_np$np")" --dtype float8 --rows $((np * 128)) \
-            --lr $LR) || status=$?
-        echo "     $out" | head -3
+        emu_vs_cpu "np${np}_z$zero" "cpu32_np$np" "$np" --zero_stage "$zero" || status=$?
         result $status "train_emu = train_cpu, $np processes, ZeRO-$zero, float8"
     done
 done
 # shard groups: 4 processes in 2 groups of 2 (the shards over a group, summed across the groups once a step)
 for zero in 1 3; do
-    run "cpu_hybrid_z$zero" ./train_cpu 4 --dtype float8 --zero_stage "$zero" --shard_group_size 2
     status=0
-    run "emu_hybrid_z$zero" ./train_emu 4 --dtype float8 --zero_stage "$zero" --shard_group_size 2 || status=$?
-    if [ $status != 0 ]; then sed 's/^/     | /' "$TMP/emu_hybrid_z$zero.out" | tail -5; fi
-    status=0
-    out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_hybrid_z$zero.jsonl" "$(model "cpu_hybrid_z$zero")" \
-        --run "$TMP/emu_hybrid_z$zero.jsonl" "$(model "emu_hybrid_z$zero")" \
-        --float32 "$TMP/cpu32_np4.jsonl" "$(model cpu32_np4)" --dtype float8 --rows 512 --lr $LR) || status=$?
-    echo "     $out" | head -3
+    emu_vs_cpu "hybrid_z$zero" cpu32_np4 4 --zero_stage "$zero" --shard_group_size 2 || status=$?
     grep -q "zero_stage $zero in 2 groups of 2" "$TMP/emu_hybrid_z$zero.out" && [ $status = 0 ]
     result $? "train_emu = train_cpu, 4 processes in 2 shard groups of 2, ZeRO-$zero, float8"
 done
@@ -89,15 +88,8 @@ done
 # Llama (RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, untied head): 2 processes, ZeRO-1 and 3
 run cpu32_llama ./train_cpu 2 --dtype float32 --arch llama
 for zero in 1 3; do
-    run "cpu_llama_z$zero" ./train_cpu 2 --dtype float8 --arch llama --zero_stage "$zero"
     status=0
-    run "emu_llama_z$zero" ./train_emu 2 --dtype float8 --arch llama --zero_stage "$zero" || status=$?
-    if [ $status != 0 ]; then sed 's/^/     | /' "$TMP/emu_llama_z$zero.out" | tail -5; fi
-    status=0
-    out=$("$PY" test/compare_runs.py --ref "$TMP/cpu_llama_z$zero.jsonl" "$(model "cpu_llama_z$zero")" \
-        --run "$TMP/emu_llama_z$zero.jsonl" "$(model "emu_llama_z$zero")" \
-        --float32 "$TMP/cpu32_llama.jsonl" "$(model cpu32_llama)" --dtype float8 --rows 256 --lr $LR) || status=$?
-    echo "     $out" | head -3
+    emu_vs_cpu "llama_z$zero" cpu32_llama 2 --arch llama --zero_stage "$zero" || status=$?
     result $status "train_emu = train_cpu, 2 processes, ZeRO-$zero, float8, Llama"
 done
 
