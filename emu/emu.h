@@ -51,6 +51,25 @@ void parallel_for(size_t n, const std::function<void(size_t begin, size_t end)> 
 // The name of the function at address (from the executable's symbol table), or its address.
 std::string function_name(const void *address);
 
+// The executable's thread-local variables (__shared__ ones among them): the name of the one at `offset` in
+// the static TLS block, and where it starts (*start), or "" when none; and the offset of one by its mangled
+// name.
+std::string tls_symbol_at(size_t offset, size_t *start);
+size_t tls_symbol_offset(const char *mangled);
+
+// The race checker (emu/racecheck.cpp), active in a program compiled with -fsanitize=thread (the race-check
+// build), else every call returns at once. The runtime tells it of device memory, of each launch and block,
+// and of the barriers a block passes; it checks every access the instrumented code makes.
+bool racecheck_active(void);
+void racecheck_device_allocated(const void *base, size_t bytes);
+void racecheck_device_freed(const void *base);
+void racecheck_launch_begin(const char *kernel, dim3 grid, dim3 block, const void *stacks,
+                            size_t stack_bytes);
+void racecheck_launch_end(void);
+void racecheck_block_begin(uint64_t block_linear, void *dynamic_shared, size_t dynamic_bytes);
+void racecheck_barrier(void);         // the block's threads passed a __syncthreads
+void racecheck_warp_synced(int warp); // every lane of the warp passed a __syncwarp
+
 // The emulated device's compute capability x 10: 90 (an H200, the default) or 100 (CUDA_EMU_DEVICE=b200, a
 // Blackwell: the same device with the architecture whose library paths differ, cuBLASLt's scale modes).
 int compute_capability(void);

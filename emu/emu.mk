@@ -4,6 +4,9 @@
 #   make train_emu              ./train_emu, the CUDA trainer on the CPU (with MPI when mpicc is present)
 #   make train_emu SANITIZE=1   the same under AddressSanitizer and UBSan (slower; kernels' out-of-bounds
 #                               accesses and undefined behaviour are reported)
+#   make train_emu RACECHECK=1  the same with the race checker (emu/racecheck.cpp; slower still): the
+#                               trainer's code compiled with -fsanitize=thread calls the checker at every
+#                               access, and races in shared and device memory are reported
 # Included by the main Makefile, which defines WARN, HEADERS, GPU_HEADERS, MPI_CFLAGS and MPI_LIBS.
 # -ffp-contract=off: the kernels' _rn intrinsics promise unfused IEEE operations, so the host compiler
 # must not fuse a product and a sum into an FMA either. -Wno-unknown-pragmas: nvcc's `#pragma unroll`
@@ -17,7 +20,7 @@ EMU_BASE_FLAGS := -std=c++17 -ffp-contract=off -fopenmp $(WARN) -Wno-unknown-pra
 EMU_LIBS := $(MPI_LIBS) -ldl -lpthread -lm
 EMU_HEADERS := emu/cuda_runtime.h emu/cuda_bf16.h emu/library_types.h emu/cublasLt.h emu/nccl.h \
                emu/nvtx3/nvToolsExt.h emu/emu.h
-EMU_SOURCES := runtime cublaslt nccl
+EMU_SOURCES := runtime cublaslt nccl racecheck
 
 # Two variants of the emulator's objects: plain (-O2) and sanitized.
 build/emu/%.o: emu/%.cpp $(EMU_HEADERS)
@@ -36,6 +39,12 @@ EMU_SANITIZE_OBJS := $(EMU_SOURCES:%=build/emu-sanitize/%.o)
 
 # An emulated program: $(call emu_link,sources,objects,extra flags)
 emu_link = $(EMU_CXX) $(EMU_BASE_FLAGS) $(3) -x c++ $(1) -x none $(2) -o $@ $(EMU_LIBS)
+# The race-check variant: the program's own code instrumented (-fsanitize=thread compiles a call to the race
+# checker into every access), linked against the plain objects without ThreadSanitizer's runtime, whose
+# hooks emu/racecheck.cpp provides: $(call emu_link_racecheck,source,objects)
+EMU_RACECHECK_FLAGS := -O2 -g -fsanitize=thread
+emu_link_racecheck = $(EMU_CXX) $(EMU_BASE_FLAGS) $(EMU_RACECHECK_FLAGS) -x c++ -c $(1) -o $@.o && \
+                     $(EMU_CXX) $(EMU_BASE_FLAGS) $@.o $(2) -o $@ $(EMU_LIBS) && rm -f $@.o
 
 # ./train_emu is one file for both variants: build/emu-variant names the one it holds, so that switching
 # SANITIZE rebuilds it.
@@ -43,6 +52,9 @@ ifeq ($(SANITIZE),1)
 TRAIN_EMU_VARIANT := sanitize
 TRAIN_EMU_OBJS := $(EMU_SANITIZE_OBJS)
 TRAIN_EMU_FLAGS := $(EMU_SANITIZE_FLAGS)
+else ifeq ($(RACECHECK),1)
+TRAIN_EMU_VARIANT := racecheck
+TRAIN_EMU_OBJS := $(EMU_OBJS)
 else
 TRAIN_EMU_VARIANT := plain
 TRAIN_EMU_OBJS := $(EMU_OBJS)
@@ -55,6 +67,10 @@ build/emu-variant: FORCE
 	@[ "$$(cat $@ 2>/dev/null)" = "$(TRAIN_EMU_VARIANT)" ] || echo "$(TRAIN_EMU_VARIANT)" >$@
 
 train_emu: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(TRAIN_EMU_OBJS) build/emu-variant
+ifeq ($(TRAIN_EMU_VARIANT),racecheck)
+	$(call emu_link_racecheck,train_gpt_fp8.cu,$(TRAIN_EMU_OBJS))
+else
 	$(call emu_link,train_gpt_fp8.cu,$(TRAIN_EMU_OBJS),$(TRAIN_EMU_FLAGS))
+endif
 
 .DEFAULT_GOAL := $(_emu_saved_goal)

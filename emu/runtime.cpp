@@ -54,10 +54,18 @@ namespace emu {
 
 enum StreamOrder { ORDER_ISSUE, ORDER_FIRST_STREAM, ORDER_LAST_STREAM, ORDER_RANDOM };
 
+// Which thread of a block runs when the running one waits (CUDA_EMU_SCHEDULE): the next in thread order
+// (round-robin: every warp advances one warp operation at a time), the next of its own warp first
+// (warp-ahead: a warp runs on until all its lanes wait at a __syncthreads or have exited), or any
+// (random:SEED, with the blocks of each launch in a random order too).
+enum Schedule { SCHEDULE_ROUND_ROBIN, SCHEDULE_WARP_AHEAD, SCHEDULE_RANDOM };
+
 struct Settings {
     StreamOrder order;       // CUDA_EMU_STREAM_ORDER: which ready stream (or graph branch) runs next
     uint64_t seed;           // random:SEED
     bool reverse_threads;    // CUDA_EMU_THREAD_ORDER=reverse: the threads of a block from the last
+    Schedule schedule;       // CUDA_EMU_SCHEDULE
+    uint64_t schedule_seed;  // random:SEED
     int host_threads;        // CUDA_EMU_THREADS: host threads that run blocks
     size_t stack_bytes;      // CUDA_EMU_STACK_KB: each CUDA thread's stack
     const char *report_path; // CUDA_EMU_REPORT: where the end-of-run report goes
@@ -89,6 +97,19 @@ static Settings read_settings(void) {
     if (threads && *threads && strcmp(threads, "forward") && strcmp(threads, "reverse"))
         fatal("CUDA_EMU_THREAD_ORDER=%s: not forward or reverse", threads);
     s.reverse_threads = threads && !strcmp(threads, "reverse");
+    const char *schedule = getenv("CUDA_EMU_SCHEDULE");
+    s.schedule = SCHEDULE_ROUND_ROBIN;
+    if (schedule && *schedule) {
+        char *end = NULL;
+        if (!strcmp(schedule, "warp-ahead")) {
+            s.schedule = SCHEDULE_WARP_AHEAD;
+        } else if (!strncmp(schedule, "random:", 7) &&
+                   (s.schedule_seed = strtoull(schedule + 7, &end, 10), 1) && end != schedule + 7 && !*end) {
+            s.schedule = SCHEDULE_RANDOM;
+        } else if (strcmp(schedule, "round-robin")) {
+            fatal("CUDA_EMU_SCHEDULE=%s: not one of round-robin, warp-ahead, random:SEED", schedule);
+        }
+    }
     const char *workers = getenv("CUDA_EMU_THREADS");
     s.host_threads = workers && *workers ? atoi(workers) : (int)std::thread::hardware_concurrency();
     if (s.host_threads < 1 || s.host_threads > 256) s.host_threads = workers && *workers ? -1 : 1;
@@ -112,8 +133,11 @@ static Settings read_settings(void) {
     return s;
 }
 
+static const Settings *settings_read = NULL; // once read_settings has returned (fatal reads it)
+
 static const Settings &settings(void) {
     static Settings s = read_settings();
+    settings_read = &s;
     return s;
 }
 
@@ -143,13 +167,31 @@ static void write_line(const char *prefix, const char *fmt, va_list args) {
     if (write(2, line, strlen(line)) < 0) return;
 }
 
+static void note(const char *fmt, ...);
+
 void fatal(const char *fmt, ...) {
     fflush(stdout);
     va_list args;
     va_start(args, fmt);
     write_line("cuda-emu: error: ", fmt, args);
     va_end(args);
+    const Settings *s = settings_read;
+    if (s && s->schedule == SCHEDULE_RANDOM)
+        note("cuda-emu: the threads ran in the schedule CUDA_EMU_SCHEDULE=random:%llu (set it again to "
+             "reproduce)",
+             (unsigned long long)s->schedule_seed);
+    if (s && s->order == ORDER_RANDOM)
+        note("cuda-emu: the streams ran in the order CUDA_EMU_STREAM_ORDER=random:%llu (set it again to "
+             "reproduce)",
+             (unsigned long long)s->seed);
     _exit(3);
+}
+
+static void note(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    write_line("", fmt, args);
+    va_end(args);
 }
 
 void explain(const char *fmt, ...) {
@@ -175,18 +217,64 @@ struct Symbol {
     std::string name;
 };
 
-static std::vector<Symbol> load_symbols(void) {
-    std::vector<Symbol> symbols;
+// "void f<8>(float*, int)" -> "f<8>": the demangled name without its parameter list and a template's return
+// type.
+static std::string short_name(const char *mangled) {
+    int status = 0;
+    char *demangled = abi::__cxa_demangle(mangled, NULL, NULL, &status);
+    std::string name = status == 0 && demangled ? demangled : mangled;
+    free(demangled);
+    int depth = 0;
+    size_t cut = name.size(), start = 0;
+    for (size_t c = 0; c < name.size(); c++) {
+        char ch = name[c];
+        if (ch == '<') depth++;
+        if (ch == '>') depth--;
+        if (ch == '(' && depth == 0 && c > 0) {
+            cut = c;
+            break;
+        }
+        if (ch == ' ' && depth == 0) start = c + 1;
+    }
+    if (start >= cut) start = 0;
+    return name.substr(start, cut - start);
+}
+
+// "f(float*, int)::red" -> "f::red": a function-local static's demangled name without parameter lists.
+static std::string variable_name(const char *mangled) {
+    int status = 0;
+    char *demangled = abi::__cxa_demangle(mangled, NULL, NULL, &status);
+    std::string full = status == 0 && demangled ? demangled : mangled, name;
+    free(demangled);
+    int depth = 0;
+    for (char ch : full) {
+        if (ch == '(') depth++;
+        if (depth == 0) name += ch;
+        if (ch == ')') depth--;
+    }
+    return name;
+}
+
+// The executable's functions (at their load addresses) and its thread-local variables (at their offsets in
+// the static TLS block: __shared__ variables are thread_local here), each sorted by start.
+struct SymbolTable {
+    std::vector<Symbol> functions, tls;
+    std::map<std::string, uintptr_t> tls_by_mangled_name;
+};
+
+static SymbolTable load_symbols(void) {
+    SymbolTable table;
+    std::vector<Symbol> &symbols = table.functions;
     int fd = open("/proc/self/exe", O_RDONLY);
-    if (fd < 0) return symbols;
+    if (fd < 0) return table;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);
-        return symbols;
+        return table;
     }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return symbols;
+    if (map == MAP_FAILED) return table;
     const char *file = (const char *)map;
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)file;
     Dl_info info;
@@ -199,48 +287,61 @@ static std::vector<Symbol> load_symbols(void) {
         const char *names = file + sections[sections[i].sh_link].sh_offset;
         size_t count = sections[i].sh_size / sizeof(Elf64_Sym);
         for (size_t k = 0; k < count; k++) {
-            if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_size == 0) continue;
+            const int type = ELF64_ST_TYPE(syms[k].st_info);
             const char *mangled = names + syms[k].st_name;
-            int status = 0;
-            char *demangled = abi::__cxa_demangle(mangled, NULL, NULL, &status);
-            std::string name = status == 0 && demangled ? demangled : mangled;
-            free(demangled);
-            // "void f<8>(float*, int)" -> "f<8>": drop the parameter list and a template's return type
-            int depth = 0;
-            size_t cut = name.size(), start = 0;
-            for (size_t c = 0; c < name.size(); c++) {
-                char ch = name[c];
-                if (ch == '<') depth++;
-                if (ch == '>') depth--;
-                if (ch == '(' && depth == 0 && c > 0) {
-                    cut = c;
-                    break;
-                }
-                if (ch == ' ' && depth == 0) start = c + 1;
+            if (type == STT_TLS) {
+                table.tls.push_back(Symbol{syms[k].st_value, syms[k].st_size, variable_name(mangled)});
+                table.tls_by_mangled_name[mangled] = syms[k].st_value;
             }
-            if (start >= cut) start = 0;
-            symbols.push_back(
-                Symbol{base + syms[k].st_value, syms[k].st_size, name.substr(start, cut - start)});
+            if (type != STT_FUNC || syms[k].st_size == 0) continue;
+            symbols.push_back(Symbol{base + syms[k].st_value, syms[k].st_size, short_name(mangled)});
         }
     }
     munmap(map, (size_t)st.st_size);
-    std::sort(symbols.begin(), symbols.end(),
-              [](const Symbol &a, const Symbol &b) { return a.start < b.start; });
-    return symbols;
+    auto by_start = [](const Symbol &a, const Symbol &b) { return a.start < b.start; };
+    std::sort(symbols.begin(), symbols.end(), by_start);
+    std::sort(table.tls.begin(), table.tls.end(), by_start);
+    return table;
+}
+
+static const SymbolTable &symbol_table(void) {
+    static std::mutex mutex;
+    static SymbolTable *table; // never destroyed: the report at exit still names functions
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!table) table = new SymbolTable(load_symbols());
+    return *table;
+}
+
+// The symbol of `symbols` that holds a, or NULL.
+static const Symbol *symbol_at(const std::vector<Symbol> &symbols, uintptr_t a) {
+    auto it = std::upper_bound(symbols.begin(), symbols.end(), a,
+                               [](uintptr_t v, const Symbol &s) { return v < s.start; });
+    if (it != symbols.begin() && a < (it - 1)->start + std::max<uintptr_t>((it - 1)->size, 1))
+        return &*(it - 1);
+    return NULL;
 }
 
 std::string function_name(const void *address) {
-    static std::mutex mutex;
-    static std::vector<Symbol> *symbols; // never destroyed: the report at exit still names functions
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!symbols) symbols = new std::vector<Symbol>(load_symbols());
-    uintptr_t a = (uintptr_t)address;
-    auto it = std::upper_bound(symbols->begin(), symbols->end(), a,
-                               [](uintptr_t v, const Symbol &s) { return v < s.start; });
-    if (it != symbols->begin() && a < (it - 1)->start + (it - 1)->size) return (it - 1)->name;
+    const Symbol *s = symbol_at(symbol_table().functions, (uintptr_t)address);
+    if (s) return s->name;
     char buf[32];
     snprintf(buf, sizeof(buf), "%p", address);
     return buf;
+}
+
+std::string tls_symbol_at(size_t offset, size_t *start) {
+    const Symbol *s = symbol_at(symbol_table().tls, offset);
+    if (!s) return "";
+    *start = s->start;
+    return s->name;
+}
+
+size_t tls_symbol_offset(const char *mangled) {
+    const SymbolTable &t = symbol_table();
+    auto it = t.tls_by_mangled_name.find(mangled);
+    if (it == t.tls_by_mangled_name.end())
+        fatal("the executable's symbol table has no TLS symbol %s", mangled);
+    return it->second;
 }
 
 // =========================================================================================================
@@ -394,6 +495,7 @@ static cudaError_t allocate(void **ptr, size_t bytes, AllocationKind kind) {
         device_peak_count = std::max(device_peak_count, device_live_count);
     }
     allocations[(uintptr_t)al.base] = al;
+    racecheck_device_allocated(al.base, bytes);
     *ptr = al.base;
     return cudaSuccess;
 }
@@ -410,6 +512,7 @@ static cudaError_t release(void *ptr, AllocationKind kind) {
     }
     Allocation al = it->second;
     allocations.erase(it);
+    racecheck_device_freed(al.base);
     if (kind == ALLOCATION_DEVICE) {
         device_live -= al.bytes;
         device_granted -= (al.bytes + ALLOCATION_GRANULE - 1) / ALLOCATION_GRANULE * ALLOCATION_GRANULE;
@@ -550,6 +653,7 @@ struct Worker {
     size_t scheduler_stack_size = 0;
     void *scheduler_fake_stack = NULL;
     char *signal_stack = NULL;
+    uint64_t random_state = 0; // CUDA_EMU_SCHEDULE=random's choices
 };
 
 static __thread Worker *this_worker;
@@ -590,6 +694,17 @@ static Worker *worker(void) {
         for (int i = MAX_THREADS_PER_BLOCK - 1; i >= 0; i--) w->free_stacks.push_back(i);
     }
     return w;
+}
+
+// The random schedule's next number (xorshift64, from the seed): one host thread runs every block then, so
+// that a seed always gives the same schedule.
+static uint64_t schedule_random(Worker *w) {
+    if (!w->random_state)
+        w->random_state = settings().schedule_seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+    w->random_state ^= w->random_state << 13;
+    w->random_state ^= w->random_state >> 7;
+    w->random_state ^= w->random_state << 17;
+    return w->random_state;
 }
 
 // The usable part of stack `index` (above its guard page).
@@ -635,10 +750,28 @@ static const char *warp_op_name(WarpOpKind kind) {
 
 [[noreturn]] static void report_deadlock(Block *b);
 
-// The next runnable fiber after `from` in the block's thread order (reversed with
-// CUDA_EMU_THREAD_ORDER=reverse), or NULL.
-static Fiber *next_runnable(Block *b, int from) {
+static uint64_t schedule_random(Worker *w);
+
+// The fiber to run after `from` waits, under the settings' schedule (CUDA_EMU_THREAD_ORDER=reverse walks the
+// thread order backwards), or NULL when none is runnable.
+static Fiber *next_runnable(Worker *w, Block *b, int from) {
     const int n = b->num_threads, step = settings().reverse_threads ? n - 1 : 1;
+    if (settings().schedule == SCHEDULE_RANDOM) {
+        int runnable = 0;
+        for (int i = 0; i < n; i++) runnable += b->fibers[i].state == FIBER_RUNNABLE;
+        if (!runnable) return NULL;
+        int pick = (int)(schedule_random(w) % (uint64_t)runnable);
+        for (int i = 0; i < n; i++)
+            if (b->fibers[i].state == FIBER_RUNNABLE && pick-- == 0) return &b->fibers[i];
+    }
+    if (settings().schedule == SCHEDULE_WARP_AHEAD) {
+        const int first = from / 32 * 32, lanes = std::min(32, n - first),
+                  wstep = settings().reverse_threads ? lanes - 1 : 1;
+        for (int i = 1, lane = from - first; i <= lanes; i++) {
+            lane = (lane + wstep) % lanes;
+            if (b->fibers[first + lane].state == FIBER_RUNNABLE) return &b->fibers[first + lane];
+        }
+    }
     for (int i = 1, j = from; i <= n; i++) {
         j = (j + step) % n;
         if (b->fibers[j].state == FIBER_RUNNABLE) return &b->fibers[j];
@@ -669,9 +802,9 @@ static void switch_fiber(Worker *w, Fiber *from, Fiber *to, bool save) {
 
 // The running fiber waits (at a barrier or a warp operation): the next runnable one runs.
 static void yield_fiber(Worker *w, Fiber *f) {
-    Fiber *next = next_runnable(&w->block, f->linear);
+    Fiber *next = next_runnable(w, &w->block, f->linear);
     if (!next) report_deadlock(&w->block);
-    switch_fiber(w, f, next, true);
+    if (next != f) switch_fiber(w, f, next, true); // f itself (the barrier it completed released it): go on
 }
 
 static bool same_site(const char *file_a, int line_a, const char *file_b, int line_b) {
@@ -697,7 +830,7 @@ static Fiber *finish_thread(Worker *w, Fiber *f) {
             fatal("%s has exited, but lanes of its warp wait for it at %s (%s:%d, mask 0x%08x)",
                   thread_label(b, f).c_str(), warp_op_name(p.kind), p.file, p.line, b->pending_mask[warp][g]);
     }
-    Fiber *next = next_runnable(b, f->linear);
+    Fiber *next = next_runnable(w, b, f->linear);
     if (!next && b->exited < b->num_threads) report_deadlock(b);
     return next;
 }
@@ -735,6 +868,7 @@ void block_barrier(const char *file, int line) {
     f->wait_line = line;
     if (++b->barrier_arrived == b->num_threads) {
         b->barrier_arrived = 0;
+        racecheck_barrier();
         for (int i = 0; i < b->num_threads; i++) b->fibers[i].state = FIBER_RUNNABLE;
     }
     yield_fiber(w, f);
@@ -811,6 +945,9 @@ static void complete_warp_op(Block *b, int warp, int g) {
         f->warp_result = result;
         f->state = FIBER_RUNNABLE;
     }
+    const int lanes = std::min(32, b->num_threads - warp * 32);
+    if (p->kind == WARP_SYNC && mask == (lanes == 32 ? 0xffffffffu : (1u << lanes) - 1))
+        racecheck_warp_synced(warp);
     b->pending_mask[warp][g] = 0;
 }
 
@@ -956,6 +1093,10 @@ static void run_block(Worker *w, const KernelLaunch &k, const char *kernel, uint
     if (k.shared_bytes) {
         w->dynamic_shared.assign(k.shared_bytes, (char)0xFF); // uninitialised on a GPU: NaN patterns here
     }
+    racecheck_block_begin(block_linear, w->dynamic_shared.data(), k.shared_bytes);
+    const int first = settings().schedule == SCHEDULE_RANDOM ? (int)(schedule_random(w) % (uint64_t)n)
+                      : settings().reverse_threads           ? n - 1
+                                                             : 0;
     for (int i = 0; i < n; i++) {
         Fiber *f = &b->fibers[i];
         f->linear = i;
@@ -969,14 +1110,16 @@ static void run_block(Worker *w, const KernelLaunch &k, const char *kernel, uint
         f->asan_fake_stack = NULL;
         f->stack = -1;
     }
-    switch_fiber(w, NULL, &b->fibers[settings().reverse_threads ? n - 1 : 0], true);
+    switch_fiber(w, NULL, &b->fibers[first], true);
 }
 
 // The host threads that run blocks: the calling thread and CUDA_EMU_THREADS - 1 helpers.
 class WorkerPool {
   public:
     void run(uint64_t count, const std::function<void(uint64_t)> &task) {
-        int helpers = settings().host_threads - 1;
+        // the race checker's shadow state has no locks; a random schedule is reproducible from its seed alone
+        const bool one_thread = racecheck_active() || settings().schedule == SCHEDULE_RANDOM;
+        int helpers = one_thread ? 0 : settings().host_threads - 1;
         if (count < 2 || helpers < 1) {
             for (uint64_t i = 0; i < count; i++) task(i);
             return;
@@ -1049,7 +1192,18 @@ static void execute_kernel(const KernelLaunch &k) {
     }
     count_execution();
     const uint64_t blocks = (uint64_t)k.grid.x * k.grid.y * k.grid.z;
-    pool().run(blocks, [&](uint64_t block) { run_block(worker(), k, name.c_str(), block); });
+    Worker *w = worker();
+    racecheck_launch_begin(name.c_str(), k.grid, k.block, w->stacks, w->stack_stride * MAX_THREADS_PER_BLOCK);
+    std::vector<uint64_t> order; // random: the blocks in a shuffled order
+    if (settings().schedule == SCHEDULE_RANDOM) {
+        order.resize(blocks);
+        for (uint64_t i = 0; i < blocks; i++) order[i] = i;
+        for (uint64_t i = blocks; i > 1; i--) std::swap(order[i - 1], order[schedule_random(w) % i]);
+    }
+    pool().run(blocks, [&](uint64_t block) {
+        run_block(worker(), k, name.c_str(), order.empty() ? block : order[block]);
+    });
+    racecheck_launch_end();
 }
 
 // The checks a GPU makes when a kernel is launched: the configuration against the device's limits, and

@@ -7,6 +7,8 @@
 #                           adversarial stream and thread orders, each cross-stream wait needed, launches per
 #                           step, device memory against --dry_run's plan, a run under the sanitizers
 #   make test_dist_emu      ./train_emu under mpirun (2 and 4 processes, ZeRO 0/1/3) against ./train_cpu
+#   make test_racecheck     the trainer under the emulation's race checker: every kernel, every recipe, both
+#                           architectures, no race (test/test_racecheck.sh)
 # Included by the main Makefile after emu/emu.mk. This fragment leaves the default goal as it was.
 _emu_test_saved_goal := $(.DEFAULT_GOAL)
 
@@ -26,11 +28,24 @@ test/build/train_emu_sanitize: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_
 	@mkdir -p $(@D)
 	$(call emu_link,train_gpt_fp8.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
 
-.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu
-test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/bench_kernels_emu
+test/build/train_emu_racecheck: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link_racecheck,train_gpt_fp8.cu,$(EMU_OBJS))
+
+test/build/bench_kernels_racecheck: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link_racecheck,dev/bench_kernels.cu,$(EMU_OBJS))
+
+test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) fp8_scaling.h $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link_racecheck,test/test_emu.cu,$(EMU_OBJS))
+
+.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck
+test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_racecheck test/build/bench_kernels_emu \
+          test/build/bench_kernels_racecheck
 	bash test/test_emu.sh
 
-test_gpu_emu: train_emu train_cpu test/build/compare_debug_state
+test_gpu_emu: train_emu train_cpu test/build/compare_debug_state test/build/check_state
 	DATA="$(DATA)" TRAIN=./train_emu bash test/test_gpu.sh
 
 test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
@@ -39,6 +54,9 @@ test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
 test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist_emu.sh
 
-test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu
+test_racecheck: test/build/train_emu_racecheck
+	DATA="$(DATA)" bash test/test_racecheck.sh
+
+test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck
 
 .DEFAULT_GOAL := $(_emu_test_saved_goal)

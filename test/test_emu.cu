@@ -8,6 +8,8 @@
 //                        enforces), one-rank NCCL and its in-place rules;
 //   test_emu FAULT       one planted fault (the names in FAULTS below): each must end the process with a
 //                        "cuda-emu: error:" line (exit 3), or under the sanitizer build an ASan report;
+//   test_emu schedule    a block reduction that lacks its closing barrier: prints the sums its warps
+//                        computed (right round-robin, wrong when a warp runs ahead: CUDA_EMU_SCHEDULE);
 //   test_emu streams     a producer on one stream and a consumer on another, with the event wait
 //                        (default) or without (argument "nowait"): prints the value the consumer read,
 //                        so that the script shows which stream orders expose the missing wait;
@@ -129,6 +131,75 @@ __global__ void far_out_of_bounds_kernel(float *x, int n) {
     if (threadIdx.x == 0) x[n + 1024] = 1.0f;
 }
 
+// Races, for the race checker (test_emu_racecheck): a block reduction whose partials are overwritten by the
+// next reduction while other warps still read them (the second barrier missing), in static shared memory...
+__global__ void shared_missing_barrier_kernel(float *out) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (lane == 0) partial[warp] = (float)warp;
+    __syncthreads();
+    float first = lane < warps ? partial[lane] : 0.0f;
+    if (lane == 0) partial[warp] = first + 1.0f; // the next reduction's partials, without a barrier between
+    __syncthreads();
+    out[threadIdx.x] = first + partial[0];
+}
+
+// The same bug as test_emu schedule shows it in results: each warp sums the warps' partials (0 + 1 + 2 + 3),
+// then overwrites its own with the next reduction's value before the barrier that should come first. Run
+// round-robin, every warp reads before any writes (they take turns at each shuffle); a warp that runs ahead
+// overwrites a partial another has yet to read.
+__global__ void unclosed_reduction_kernel(float *sums) {
+    __shared__ float partial[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (lane == 0) partial[warp] = (float)warp;
+    __syncthreads();
+    float v = lane < warps ? partial[lane] : 0.0f;
+    for (int k = 16; k > 0; k >>= 1) v += __shfl_xor_sync(0xffffffffu, v, k);
+    if (lane == 0) partial[warp] = 100.0f;
+    __syncthreads();
+    if (lane == 0) sums[warp] = v;
+}
+
+// ... and in dynamic shared memory (reverse_kernel without its barrier)
+__global__ void dynamic_missing_barrier_kernel(float *x) {
+    float *tile = (float *)emu::dynamic_shared_memory();
+    tile[threadIdx.x] = x[threadIdx.x];
+    x[threadIdx.x] = tile[blockDim.x - 1 - threadIdx.x];
+}
+
+// A max by plain read-compare-write from every block (atomicMax replaced): blocks race on *m.
+__global__ void plain_max_kernel(float *m, const float *x) {
+    const float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+    if (threadIdx.x == 0 && *m < v) *m = v;
+}
+
+// One thread's atomic against another thread's plain read of the same word, no barrier between.
+__global__ void atomic_and_plain_kernel(int *x) {
+    if (threadIdx.x == 0) atomicAdd(&x[0], 1);
+    if (threadIdx.x == 1) x[1] = x[0];
+}
+
+// Block 1 reads what block 0 writes in the same launch.
+__global__ void cross_block_kernel(float *x) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) x[0] = 1.0f;
+    if (blockIdx.x == 1 && threadIdx.x == 0) x[1] = x[0];
+}
+
+// No race, for the race checker to accept: adjacent bytes of one word written by different threads (FP8
+// codes), each lane's shared write ordered before other lanes' reads by a full __syncwarp, and atomics from
+// every block on one word. out: blockDim.x bytes; sums: blockDim.x floats.
+__global__ void ordered_accesses_kernel(uint8_t *out, float *sums, int *count) {
+    __shared__ float lanes[32];
+    const int lane = threadIdx.x % 32;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = (uint8_t)threadIdx.x;
+    if (threadIdx.x < 32) {
+        lanes[lane] = (float)lane;
+        __syncwarp();
+        sums[blockIdx.x * blockDim.x + threadIdx.x] = lanes[(lane + 1) % 32];
+    }
+    atomicAdd(count, 1);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Helpers
 
@@ -201,6 +272,35 @@ static void test_atomics(void) {
     expect(h == 64 * 8 * 32 * 4, "atomicAdd from 512 blocks (on several host threads) counts %llu of %d", h,
            64 * 8 * 32 * 4);
     cuda_check(cudaFree(d));
+}
+
+// Under the race checker (test_emu_racecheck) also: none of these is a race.
+static void test_ordered_accesses(void) {
+    const int blocks = 8, threads = 64;
+    uint8_t *bytes = NULL;
+    float *sums = NULL;
+    int *count = NULL;
+    cuda_check(cudaMalloc((void **)&bytes, blocks * threads));
+    cuda_check(cudaMalloc((void **)&sums, blocks * threads * sizeof(float)));
+    cuda_check(cudaMalloc((void **)&count, sizeof(int)));
+    cuda_check(cudaMemset(count, 0, sizeof(int)));
+    launch<ordered_accesses_kernel>({blocks, threads, 0, 0}, bytes, sums, count);
+    std::vector<uint8_t> b(blocks * threads);
+    std::vector<float> f(blocks * threads);
+    int c = 0;
+    cuda_check(cudaMemcpy(b.data(), bytes, b.size(), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(f.data(), sums, f.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(&c, count, sizeof(int), cudaMemcpyDeviceToHost));
+    int bad = c != blocks * threads;
+    for (int i = 0; i < blocks * threads; i++) {
+        bad += b[i] != (uint8_t)(i % threads);
+        if (i % threads < 32) bad += f[i] != (float)((i % threads + 1) % 32);
+    }
+    expect(bad == 0,
+           "bytes of one word from several threads, a __syncwarp-ordered exchange, atomics (%d wrong)", bad);
+    cuda_check(cudaFree(bytes));
+    cuda_check(cudaFree(sums));
+    cuda_check(cudaFree(count));
 }
 
 static void test_launch_limits(void) {
@@ -389,8 +489,11 @@ static std::vector<uint8_t> block_factors(int mode, int rows, int K) {
 // result is then rounded once to D's type (2^-9 relative for BF16), after scaling by the inverse scales.
 // Block-scaled: 128-element FP32 block sums (each within 128 u of sum |a b| over the block), each times a
 // factor product (two roundings) added to an FP32 accumulator (K/128 more): (128 + K/128 + 2) u <= 2 K u
-// for K >= 128, the same bound.
-static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
+// for K >= 128, the same bound. FP8 on Hopper (compute capability 9) also passes through the tensor cores'
+// partial sum, truncated to 13 fraction bits after each 32 products and promoted every 128 (fp8_scaling.h):
+// at most 4 truncations per promotion, each by less than 2^-13 of the partial, which is at most sum |a b|
+// over its 128 products: 4 * 2^-13 * sum |a b| more.
+static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K, bool hopper) {
     const bool fp8 = is_fp8_type(c.a_type);
     const size_t a_n = (size_t)M * K, b_n = (size_t)K * N;
     std::vector<uint8_t> a_bytes(a_n * 2), b_bytes(b_n * 2);
@@ -471,7 +574,7 @@ static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
             }
             if (c.bias) exact += bias_val[j];
             if (c.accumulate) exact += d_init[i * N + j];
-            double bound = 2 * K * 0x1p-24 * magnitude +
+            double bound = 2 * K * 0x1p-24 * magnitude + (fp8 && hopper ? 4 * 0x1p-13 * magnitude : 0.0) +
                            (c.d_type == CUDA_R_32F ? 0x1p-23 : 0x1p-8) * fabs(exact) + 1e-30;
             worst = fmax(worst, fabs(d[i * N + j] - exact) / bound);
         }
@@ -481,6 +584,54 @@ static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K) {
         "(%.2f of it)",
         gemm_type_name(c.a_type), gemm_type_name(c.b_type), gemm_type_name(c.d_type), c.trans_a, c.trans_b,
         c.bias ? ", bias" : "", c.accumulate ? ", accumulate" : "", c.a_mode, c.b_mode, worst);
+    cuda_check(cudaFree(mem));
+}
+
+// Hopper's FP8 accumulation as fp8_scaling.h documents it (truncation to 13 fraction bits after every 32
+// products, promotion to FP32 every 128 unless fast accumulation), on products chosen so that the result
+// shows each rule: K = 1024; product 0 is 1 (1 x 1), then in every MMA of 32 products the first 16 (the
+// first MMA: 15 more) are 2^-18 (2^-9 x 2^-9, E4M3's smallest subnormal) and the rest 0. An MMA's 16
+// products add 2^-14, below the 2^-13 resolution of a partial sum near 1:
+//   fast accumulation: the partial sum stays 1 through all 32 MMAs: exactly 1;
+//   promoted: the first 128 products give 1; each later 128 start from 0, keep their 4 x 2^-14 = 2^-12
+//     exactly and add it in FP32: 1 + 7 x 2^-12;
+//   FP32 sums (BF16, or FP8 on the emulated B200): the exact 1 + 511 x 2^-18.
+static void test_tensor_core_accumulation(void) {
+    cudaDeviceProp props;
+    cuda_check(cudaGetDeviceProperties(&props, 0));
+    const bool hopper = props.major == 9;
+    const int M = 16, N = 16, K = 1024;
+    std::vector<uint8_t> a(M * K), b(N * K);
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++) {
+            uint8_t code = k == 0 ? fp8_from_float(1.0f, FP8_E4M3) : k % 32 < 16 ? 0x01 : 0x00;
+            a[r * K + k] = code; // A (M,K) and B (N,K), row-major: op(B) = B^T
+            b[r * K + k] = code;
+        }
+    char *mem = NULL, *workspace = NULL;
+    cuda_check(cudaMalloc((void **)&mem, 1 << 16));
+    cuda_check(cudaMalloc((void **)&workspace, 1 << 20));
+    char *dA = mem, *dB = mem + M * K;
+    float *dD = (float *)(mem + (M + N) * K), *one = dD + M * N;
+    const float host_one = 1.0f;
+    cuda_check(cudaMemcpy(dA, a.data(), a.size(), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(dB, b.data(), b.size(), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(one, &host_one, sizeof(float), cudaMemcpyHostToDevice));
+    GemmContext ctx;
+    gemm_init(&ctx, workspace, 1 << 20);
+    const GemmOperand A = {dA, CUDA_R_8F_E4M3, one, 0}, B = {dB, CUDA_R_8F_E4M3, one, 0};
+    const float exact = 1.0f + 511.0f * 0x1p-18f;
+    for (int fast = 0; fast <= 1; fast++) {
+        gemm(&ctx, dD, CUDA_R_32F, A, 0, B, 1, M, N, K, NULL, 0, fast, 0);
+        std::vector<float> d = host_floats(dD, M * N);
+        const float want = !hopper ? exact : fast ? 1.0f : 1.0f + 7.0f * 0x1p-12f;
+        int bad = 0;
+        for (float v : d) bad += v != want;
+        expect(bad == 0, "FP8 GEMM, K = 1024, %s accumulation on %s: %.9g (want %.9g, exact %.9g)",
+               fast ? "fast" : "promoted", hopper ? "Hopper" : "Blackwell", d[0], want, exact);
+    }
+    gemm_destroy(&ctx);
+    cuda_check(cudaFree(workspace));
     cuda_check(cudaFree(mem));
 }
 
@@ -696,7 +847,8 @@ static void test_cublaslt(void) {
         {CUDA_R_8F_E5M2, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1, 0, 0},
         {CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_32F, 0, 1, 0, 0, 0, 0},
     };
-    for (const GemmCase &c : cases) check_gemm(&ctx, c, 48, 32, 80);
+    const bool hopper = props.major == 9;
+    for (const GemmCase &c : cases) check_gemm(&ctx, c, 48, 32, 80, hopper);
     // the blockwise recipe's three GEMMs: x (1x128) . W (128x128) + bias, dout (1x128) . W^T (128x128),
     // dout^T (1x128 along the tokens) . x^T (the same), accumulated in FP32
     const int VEC = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
@@ -714,9 +866,9 @@ static void test_cublaslt(void) {
         {CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_32F, 0, 1, 0, 1, MX, MX},
     };
     if (props.major >= 10)
-        for (const GemmCase &c : mx_cases) check_gemm(&ctx, c, 200, 136, 224);
+        for (const GemmCase &c : mx_cases) check_gemm(&ctx, c, 200, 136, 224, hopper);
     else
-        for (const GemmCase &c : block_cases) check_gemm(&ctx, c, 252, 136, 256);
+        for (const GemmCase &c : block_cases) check_gemm(&ctx, c, 252, 136, 256, hopper);
     gemm_destroy(&ctx);
     cuda_check(cudaFree(workspace));
 
@@ -1236,6 +1388,17 @@ static int streams_demo(bool wait) {
     return 0;
 }
 
+// test_emu schedule: the sums unclosed_reduction_kernel's four warps computed, as "sums 6 6 6 6".
+static int schedule_demo(void) {
+    float *sums = NULL;
+    cuda_check(cudaMalloc((void **)&sums, 4 * sizeof(float)));
+    launch<unclosed_reduction_kernel>({1, 128, 0, 0}, sums);
+    std::vector<float> h = host_floats(sums, 4);
+    printf("sums %g %g %g %g\n", h[0], h[1], h[2], h[3]);
+    cuda_check(cudaFree(sums));
+    return 0;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Planted faults: each must end the run with the emulator's error (or the sanitizer's report)
 
@@ -1263,6 +1426,19 @@ static int planted(const char *name) {
     else if (!strcmp(name, "host_pointer_argument")) {
         static float host[1000];
         launch<out_of_bounds_kernel>({1, 32, 0, 0}, host, 0);
+    } else if (!strcmp(name, "race_shared_missing_barrier")) {
+        launch<shared_missing_barrier_kernel>({1, 128, 0, 0}, floats);
+    } else if (!strcmp(name, "race_dynamic_missing_barrier")) {
+        launch<dynamic_missing_barrier_kernel>({1, 64, 64 * sizeof(float), 0}, floats);
+    } else if (!strcmp(name, "race_plain_max")) {
+        std::vector<float> values(256);
+        for (int i = 0; i < 256; i++) values[i] = (float)(i + 1); // every block's value beats the last
+        float *x = device_floats(values);
+        launch<plain_max_kernel>({4, 64, 0, 0}, floats, x);
+    } else if (!strcmp(name, "race_atomic_and_plain")) {
+        launch<atomic_and_plain_kernel>({1, 32, 0, 0}, ints);
+    } else if (!strcmp(name, "race_cross_block")) {
+        launch<cross_block_kernel>({2, 32, 0, 0}, floats);
     } else if (!strcmp(name, "host_reads_device")) {
         cuda_check(cudaDeviceSynchronize());
         printf("%g\n", floats[0]); // a device pointer dereferenced on the host
@@ -1339,14 +1515,17 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "nccl")) return nccl_ranks(argc == 3 && !strcmp(argv[2], "mismatch"));
     if (argc == 2 && !strcmp(argv[1], "streams")) return streams_demo(true);
     if (argc == 3 && !strcmp(argv[1], "streams") && !strcmp(argv[2], "nowait")) return streams_demo(false);
+    if (argc == 2 && !strcmp(argv[1], "schedule")) return schedule_demo();
     if (argc == 2) return planted(argv[1]);
     test_warp_ops();
     test_block_sum();
     test_atomics();
+    test_ordered_accesses();
     test_launch_limits();
     test_copies();
     test_graphs();
     test_cublaslt();
+    test_tensor_core_accumulation();
     test_gemm_plans();
     test_cublaslt_epilogues();
     test_gemm_fused();

@@ -14,7 +14,16 @@
 #      producer's value in the issue order, and the stale one when later streams run as early as their
 #      dependencies allow (CUDA_EMU_STREAM_ORDER=last-stream): the emulation exposes it;
 #   4. the kernels of gpu/layers.cuh, the exact attention and AdamW against the CPU reference trainer's
-#      functions (dev/bench_kernels.cu --small on the emulation: the same tolerances as on a GPU; the timings it prints are the emulation's).
+#      functions (dev/bench_kernels.cu --small on the emulation: the same tolerances as on a GPU; the timings
+#      it prints are the emulation's), in each thread schedule (round-robin, warp-ahead, random:SEED);
+#   5. the schedules: the semantics hold in each; a block reduction that lacks its closing barrier gives the
+#      right sums round-robin and the wrong ones when warps run ahead (CUDA_EMU_SCHEDULE=warp-ahead);
+#   6. the race checker (test_emu_racecheck, bench_kernels_racecheck: compiled with -fsanitize=thread against
+#      emu/racecheck.cpp): the semantics and every kernel check above without a report (no false race: barriers,
+#      __syncwarp, atomics, bytes of one word from several threads), and each planted race reported with its
+#      kernel, buffer and both threads' source lines: a missing barrier in static and in dynamic shared memory,
+#      a max by plain read-compare-write across blocks, an atomic against a plain read, a write one block makes
+#      and another reads.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -54,6 +63,25 @@ for fault in divergent_syncthreads shuffle_outside_mask; do # the sanitizer buil
     planted ./test/build/test_emu_sanitize $fault "cuda-emu: error: kernel"
 done
 
+for schedule in warp-ahead random:5; do
+    CUDA_EMU_SCHEDULE=$schedule ./test/build/test_emu >"$tmp/schedule.txt" 2>/dev/null
+    result $? "emulator semantics, CUDA_EMU_SCHEDULE=$schedule: $(tail -n 1 "$tmp/schedule.txt")"
+    grep FAIL "$tmp/schedule.txt"
+done
+sums() { CUDA_EMU_SCHEDULE=$1 ./test/build/test_emu schedule 2>/dev/null | sed -n 's/^sums //p'; }
+[ "$(sums round-robin)" = "6 6 6 6" ] && [ "$(sums warp-ahead)" != "6 6 6 6" ]
+result $? "a reduction without its closing barrier: round-robin hides it ($(sums round-robin)), warp-ahead exposes it ($(sums warp-ahead))"
+
+racecheck=./test/build/test_emu_racecheck
+$racecheck >"$tmp/racecheck.txt" 2>"$tmp/racecheck.err"
+result $? "emulator semantics under the race checker, no race reported: $(tail -n 1 "$tmp/racecheck.txt")"
+grep -m3 racecheck "$tmp/racecheck.err"
+planted $racecheck race_shared_missing_barrier "racecheck: race in kernel shared_missing_barrier_kernel on shared memory \`shared_missing_barrier_kernel::partial\`, byte 0: read by block (0,0,0) thread (32,0,0) at test/test_emu.cu"
+planted $racecheck race_dynamic_missing_barrier "racecheck: race in kernel dynamic_missing_barrier_kernel on dynamic shared memory"
+planted $racecheck race_plain_max "racecheck: race in kernel plain_max_kernel on global memory.*different blocks of one launch are not ordered"
+planted $racecheck race_atomic_and_plain "racecheck: race in kernel atomic_and_plain_kernel.*an atomic and a plain access"
+planted $racecheck race_cross_block "racecheck: race in kernel cross_block_kernel on global memory.*read by block (1,0,0) thread (0,0,0)"
+
 read_value() { CUDA_EMU_STREAM_ORDER=$1 ./test/build/test_emu streams ${2:-} 2>/dev/null | sed -n 's/^consumer read //p'; }
 good=1
 for order in issue first-stream last-stream random:1; do [ "$(read_value $order)" = 42 ] || good=0; done
@@ -61,7 +89,12 @@ result $((1 - good)) "with its cudaStreamWaitEvent, the consumer stream reads th
 [ "$(read_value issue nowait)" = 42 ] && [ "$(read_value last-stream nowait)" = 1 ]
 result $? "without it: the issue order hides the race, last-stream (later streams as early as allowed) exposes it"
 
-./test/build/bench_kernels_emu --small --reps 1 >"$tmp/bench.txt" 2>&1
-result $? "the layer, attention and AdamW kernels against the CPU reference on the emulation: $(grep 'checks failed' "$tmp/bench.txt")"
-grep FAIL "$tmp/bench.txt"
+for schedule in round-robin warp-ahead random:3; do
+    CUDA_EMU_SCHEDULE=$schedule ./test/build/bench_kernels_emu --small --reps 1 >"$tmp/bench.txt" 2>&1
+    result $? "the layer, attention and AdamW kernels against the CPU reference on the emulation, schedule $schedule: $(grep 'checks failed' "$tmp/bench.txt")"
+    grep -E 'FAIL|cuda-emu' "$tmp/bench.txt"
+done
+./test/build/bench_kernels_racecheck --small --reps 1 >"$tmp/bench_racecheck.txt" 2>&1
+result $? "the same kernels under the race checker, no race reported: $(grep 'checks failed' "$tmp/bench_racecheck.txt")"
+grep -m3 racecheck "$tmp/bench_racecheck.txt"
 finish

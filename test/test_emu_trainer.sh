@@ -5,7 +5,8 @@
 #   1. ZeRO-3's two-stream schedule is race-free in the orders an adversary picks: one process with ZeRO-3
 #      gives ZeRO-0's model file bit for bit whether the communication stream's work runs as late
 #      (CUDA_EMU_STREAM_ORDER=first-stream) or as early (last-stream) as its events allow, in random
-#      orders, with the threads of every block run last-first, with CUDA Graphs, and with --recompute 1;
+#      orders, with the threads of every block run last-first, with warps that run ahead and in a random
+#      schedule of threads and blocks (CUDA_EMU_SCHEDULE), with CUDA Graphs, and with --recompute 1;
 #   2. every cross-stream wait it makes is needed: with the waits of one call site left out
 #      (CUDA_EMU_DROP_WAIT_SITE), some order gives another model file. A site whose every wait the
 #      emulator found already implied by others (its vector clocks) is listed, not required to matter;
@@ -46,6 +47,11 @@ for order in issue first-stream last-stream random:1 random:2; do
         same_as_reference "z3_${order}_$graph"
         result $? "ZeRO-3, stream order $order, CUDA Graphs $graph: ZeRO-0's model file"
     done
+done
+for schedule in warp-ahead random:11; do
+    CUDA_EMU_SCHEDULE=$schedule run "z3_$schedule" --zero_stage 3 --cuda_graph 1
+    same_as_reference "z3_$schedule"
+    result $? "ZeRO-3 with the threads of every block in the schedule $schedule: ZeRO-0's model file"
 done
 CUDA_EMU_THREAD_ORDER=reverse CUDA_EMU_STREAM_ORDER=last-stream run z3_reverse --zero_stage 3 --cuda_graph 0
 same_as_reference z3_reverse
