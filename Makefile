@@ -207,7 +207,12 @@ test/build/compare_debug_state: test/compare_debug_state.c debug_state.h checkpo
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/compare_debug_state.c $(LDLIBS)
 
-test_gpu: train train_cpu test/build/compare_debug_state
+# -ffp-contract=off: AdamW recomputed in the trainers' float arithmetic, no fused multiply-add
+test/build/check_state: test/check_state.c $(HEADERS)
+	mkdir -p test/build
+	$(CC) $(BASE_CFLAGS) -O2 -ffp-contract=off -o $@ test/check_state.c $(LDLIBS)
+
+test_gpu: train train_cpu test/build/compare_debug_state test/build/check_state
 	bash test/test_gpu.sh
 
 # CI has no GPU: it compiles every CUDA program for each supported architecture, with cuDNN where found,

@@ -20,6 +20,10 @@ typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } LrSchedule;
 typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } AttentionChoice;
 // --arch: auto takes the preset's architecture (GPT-2 for the tiny presets, which have both).
 typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
+// --fp8_accumulation: how the CPU trainer's FP8 GEMMs sum (fp8_scaling.h's model of Hopper's tensor cores).
+typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
+// --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
+typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
 
 #define OPTION_STRING_LEN 512
 #define GUARD_MAX_WINDOW                                                                                     \
@@ -37,9 +41,10 @@ typedef struct {
     int arch; // ArchChoice
     int layers, channels, heads, kv_heads, ffn_dim, vocab, max_seq_len;
     float rope_theta;
-    int dtype;      // Dtype
-    int fp8_recipe; // Fp8Recipe
-    int amax_history, fp8_margin, fp8_pow2_scales, fp8_fast_accum;
+    int dtype;                                                     // Dtype
+    int fp8_recipe;                                                // Fp8Recipe
+    int amax_history, fp8_margin, fp8_pow2_scales, fp8_fast_accum; // fp8_fast_accum: FastAccum
+    int fp8_accumulation;                                          // Fp8Accumulation
     int batch_size, seq_len, total_batch_size;
     int steps;
     float lr;
@@ -118,8 +123,14 @@ static const OptionSpec OPTION_SPECS[] = {
     {"fp8_margin", OPT_INT, OPT_AT(fp8_margin), "0", 0, 16, NULL, "FP8 scale headroom: scale /= 2^margin"},
     {"fp8_pow2_scales", OPT_INT, OPT_AT(fp8_pow2_scales), "0", 0, 1, NULL,
      "blockwise: round each block's scale down to a power of two"},
-    {"fp8_fast_accum", OPT_INT, OPT_AT(fp8_fast_accum), "1", 0, 1, NULL,
-     "GPU trainer, per-tensor recipes: fast accumulation in the forward FP8 GEMMs (gradients never use it)"},
+    {"fp8_fast_accum", OPT_INT, OPT_AT(fp8_fast_accum), "1", 0, 2, NULL,
+     "per-tensor recipes: FP8 GEMMs without cuBLASLt's periodic promotion to FP32 (faster, less exact): 1 "
+     "the "
+     "forward's, 2 the gradients' too (for studies: it costs the gradients precision), 0 none (the GPU, and "
+     "the CPU trainer with --fp8_accumulation hopper)"},
+    {"fp8_accumulation", OPT_CHOICE, OPT_AT(fp8_accumulation), "fp32", 0, 0, "fp32|hopper",
+     "CPU trainer: how its FP8 GEMMs sum: fp32, or hopper, as Hopper's tensor cores do (13 fraction bits, "
+     "truncated, every 32 products; promoted to FP32 every 128 unless --fp8_fast_accum)"},
     {"batch_size", OPT_INT, OPT_AT(batch_size), "4", 1, 1 << 20, NULL, "micro-batch size B per process"},
     {"seq_len", OPT_INT, OPT_AT(seq_len), "0", 0, 1 << 20, NULL, "sequence length T (0: the model's maxT)"},
     {"total_batch_size", OPT_INT, OPT_AT(total_batch_size), "0", 0, 1 << 30, NULL,
@@ -395,6 +406,9 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--keep_gathered: only for --zero_stage 3 (ZeRO-0 and ZeRO-1 keep every weight gathered)");
     if (opts->fp8_pow2_scales && opts->fp8_recipe != FP8_RECIPE_BLOCKWISE)
         fail("--fp8_pow2_scales: only for --fp8_recipe blockwise (mxfp8's scales are powers of two already)");
+    if (opts->fp8_accumulation == FP8_ACCUMULATION_HOPPER && opts->fp8_recipe == FP8_RECIPE_MXFP8)
+        fail("--fp8_accumulation hopper: mxfp8 runs on Blackwell, whose FP8 accumulation the model does not "
+             "describe (fp32 sums there)");
 }
 
 // A block recipe's blocks must tile every FP8 GEMM operand, as cuBLASLt's block-scaled GEMMs require: every

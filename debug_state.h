@@ -1,8 +1,11 @@
 // debug_state.h: the file through which the CPU reference checks the CUDA trainer. Either trainer, run
-// with --debug_state PATH, writes the first step's inputs, targets, logits, loss and accumulated
-// gradients, and the loss of every step; test/compare_debug_state reads two (or three) of them.
-//   header: 256 int32 [0]=20261201 [1]=1 [2]=B [3]=T [4]=Vp [5]=steps [6]=dtype [7]=L [8]=C [9]=V [10]=NH
-//   [11]=maxT [12]=arch [13]=KVH [14]=F [15]=rope theta (float bits) [16]=scaled rope (12-16: zero for GPT-2)
+// with --debug_state PATH, writes its run's first step's inputs, targets, logits, loss and accumulated
+// gradients, and the loss of every step it ran; test/compare_debug_state reads two (or three) of them. A
+// resumed run's first step is the one after its checkpoint, so that both trainers can be checked on a step
+// from the same weights, optimizer and FP8 scaling state (test/test_gpu.sh's steps after the first).
+//   header: 256 int32 [0]=20261201 [1]=1 [2]=B [3]=T [4]=Vp [5]=steps run [6]=dtype [7]=L [8]=C [9]=V
+//   [10]=NH [11]=maxT [12]=arch [13]=KVH [14]=F [15]=rope theta (float bits) [16]=scaled rope (12-16: zero
+//   for GPT-2) [17]=the steps before the run's first (0 for a fresh run)
 //   then inputs (B*T int32), targets (B*T int32), logits (B*T*Vp float), loss (float),
 //   gradients (param_count float, in the trainers' parameter layout), step losses (steps float)
 #ifndef DEBUG_STATE_H
@@ -15,7 +18,7 @@
 #define DEBUG_STATE_MAGIC 20261201
 
 typedef struct {
-    int B, T, dtype, steps;
+    int B, T, dtype, steps, first_step; // the steps this run made, after first_step steps of an earlier one
     GPTConfig config;
     int *inputs, *targets; // (B,T)
     float *logits;         // (B,T,Vp)
@@ -25,9 +28,9 @@ typedef struct {
 } DebugState;
 
 static inline void debug_state_alloc(DebugState *d, const GPTConfig *cfg, int B, int T, int dtype,
-                                     int steps) {
+                                     int first_step, int steps) {
     size_t N = (size_t)B * T;
-    d->B = B, d->T = T, d->dtype = dtype, d->steps = steps, d->config = *cfg;
+    d->B = B, d->T = T, d->dtype = dtype, d->first_step = first_step, d->steps = steps, d->config = *cfg;
     d->inputs = (int *)malloc_check(N * sizeof(int), "debug state");
     d->targets = (int *)malloc_check(N * sizeof(int), "debug state");
     d->logits = (float *)malloc_check(N * cfg->padded_vocab_size * sizeof(float), "debug state");
@@ -66,6 +69,7 @@ static inline void debug_state_write(const char *path, const DebugState *d) {
     header[14] = cfg->ffn_dim;
     memcpy(&header[15], &cfg->rope_theta, sizeof(float));
     header[16] = cfg->scaled_rope;
+    header[17] = d->first_step;
     size_t N = (size_t)d->B * d->T;
     fwrite_check(header, sizeof(int), 256, f, tmp);
     fwrite_check(d->inputs, sizeof(int), N, f, tmp);
@@ -92,9 +96,10 @@ static inline void debug_state_read(const char *path, DebugState *d) {
         cfg.scaled_rope < 0 || cfg.scaled_rope > 1 ||
         (cfg.arch == ARCH_LLAMA &&
          (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads || cfg.ffn_dim <= 0)) ||
-        cfg.padded_vocab_size < cfg.vocab_size || header[2] <= 0 || header[3] <= 0 || header[5] <= 0)
+        cfg.padded_vocab_size < cfg.vocab_size || header[2] <= 0 || header[3] <= 0 || header[5] <= 0 ||
+        header[17] < 0)
         fail("%s: debug state header is corrupt", path);
-    debug_state_alloc(d, &cfg, header[2], header[3], header[6], header[5]);
+    debug_state_alloc(d, &cfg, header[2], header[3], header[6], header[17], header[5]);
     size_t N = (size_t)d->B * d->T;
     int64_t expected = (int64_t)sizeof(header) + 8 * (int64_t)N +
                        4 * (int64_t)(N * cfg.padded_vocab_size + 1) + 4 * (int64_t)param_count(&cfg) +

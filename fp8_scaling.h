@@ -460,4 +460,34 @@ FP8_HD static inline int fp8_is_flushed(float scaled_x, Fp8Format f) {
     return a != 0 && (fp8_from_float(scaled_x, f) & 0x7Fu) == 0;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// How Hopper's FP8 tensor cores accumulate (sm_90), the model both the CPU trainer (--fp8_accumulation
+// hopper) and the emulated cuBLASLt compute. Published measurements (sources in docs/emulation.md): an FP8
+// MMA adds its K = 32 products, which are exact, to the accumulator and keeps 13 fraction bits of the result,
+// the rest truncated (SageAttention2, arXiv:2411.10958: mma.f32.f8.f8.f32 accumulates in "FP22", 1 sign, 8
+// exponent, 13 mantissa bits; DeepSeek-V3, arXiv:2412.19437 section 3.3.2: "around 14 bits"). cuBLASLt
+// without CUBLASLT_MATMUL_DESC_FAST_ACCUM "periodically promotes" the partial sum to FP32 (its
+// documentation): every FP8_PROMOTE_K products the tensor core's partial sum is added to an FP32 accumulator
+// in FP32 and the tensor core starts again from zero (DeepSeek-V3's N_C = 128 and CUTLASS's promotion
+// interval of four K = 32 MMAs; cuBLASLt's own interval is not documented). Block-scaled GEMMs promote at
+// each 128-element block, where the block's factors multiply. With fast accumulation the partial sum is
+// never promoted: every product of the dot product passes through the 13-bit accumulator.
+
+#define FP8_MMA_K 32
+#define FP8_MMA_FRACTION_BITS 13
+#define FP8_PROMOTE_K 128
+
+// The tensor core's partial sum after one MMA: partial + the MMA's sum of products (added in FP32, which
+// rounds far below the truncation that follows), truncated toward zero to FP8_MMA_FRACTION_BITS.
+FP8_HD static inline float fp8_mma_accumulate(float partial, float products) {
+    uint32_t u = fp8_f32_to_bits(partial + products);
+    if ((u & 0x7F800000u) == 0x7F800000u) return fp8_bits_to_f32(u); // inf or NaN stays
+    return fp8_bits_to_f32(u & ~((1u << (23 - FP8_MMA_FRACTION_BITS)) - 1u));
+}
+
+// Whether, after the MMA that ends at product k_end of K, the partial sum goes into the FP32 accumulator.
+FP8_HD static inline int fp8_mma_promotes(long k_end, long K, int fast_accum) {
+    return k_end >= K || (!fast_accum && k_end % FP8_PROMOTE_K == 0);
+}
+
 #endif // FP8_SCALING_H

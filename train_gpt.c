@@ -381,6 +381,12 @@ typedef struct {
     Fp8Stats stats;          // telemetry of this step's casts (health.h)
 } Fp8State;
 
+// --fp8_accumulation hopper: one MMA's terms of op(A) (M, FP8_MMA_K) and op(B) (FP8_MMA_K, N), packed, and
+// the (M,N) sums of the MMA's products, the tensor cores' partial sums and the FP32 accumulators.
+typedef struct {
+    float *a_terms, *b_terms, *products, *partial, *acc;
+} TensorCoreScratch;
+
 typedef struct {
     GPTConfig config;
     int dtype;
@@ -396,6 +402,9 @@ typedef struct {
     float *weights_fp8_t;  // mxfp8: the weights in 32x1 blocks along the output features (data gradient)
     float *grads;          // FP32, accumulated over micro-batches
     float *gemm_pack;      // the GEMM's packed operands (none with BLAS)
+    int fp8_accumulation;  // Fp8Accumulation: FP8 GEMMs in FP32, or as Hopper's tensor cores sum them
+    int fast_accum;        // FastAccum: which of those skip the promotion to FP32
+    TensorCoreScratch tensor_core;
     // ZeRO (dist.h): this rank's shard of the vector, S elements. With one way (ZeRO-0, or one process)
     // the shard is the whole vector and master, grad_shard alias params, grads. The CPU reference keeps
     // the gathered params and full grads at every stage: its stages differ in what is reduced, when, and
@@ -565,6 +574,16 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->grads = arena_take(arena, P);
     size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= W) or Vp
     model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > W ? widest : W));
+    if (dtype == DTYPE_FLOAT8 && model->fp8_accumulation == FP8_ACCUMULATION_HOPPER) {
+        // an FP8 GEMM's M and N are B*T or a layer's features (<= W)
+        size_t dim = BT > W ? BT : W;
+        TensorCoreScratch *t = &model->tensor_core;
+        t->a_terms = arena_take(arena, dim * FP8_MMA_K);
+        t->b_terms = arena_take(arena, dim * FP8_MMA_K);
+        t->products = arena_take(arena, dim * dim);
+        t->partial = arena_take(arena, dim * dim);
+        t->acc = arena_take(arena, dim * dim);
+    }
     size_t S = model->shard_count;
     model->master = model->ways == 1 ? model->params : arena_take(arena, S);
     model->grad_shard = model->ways == 1 ? model->grads : arena_take(arena, S);
@@ -618,6 +637,8 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->T = T;
     model->num_params = param_count(cfg);
     model->recompute = opts->recompute;
+    model->fp8_accumulation = opts->fp8_accumulation;
+    model->fast_accum = opts->fp8_fast_accum;
     model->dist = dist;
     model->zero_stage = opts->zero_stage;
     model->shards = shard_map(cfg, opts->zero_stage, dist->group_size, dist->group_rank);
@@ -766,6 +787,48 @@ static void cast_blocks(GPT *model, int index, const float *x, int rows, int col
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
 }
 
+// An FP8 GEMM, C (M,N) = alpha * op(A) op(B) + beta * C, as the GPU's: gemm() in FP32, or with
+// --fp8_accumulation hopper as Hopper's tensor cores sum it (fp8_scaling.h): gemm() adds each MMA's FP8_MMA_K
+// products (exact, FP8 values summed in FP32: the one rounding the model leaves to FP32, far below its
+// truncation), the partial sums keep 13 fraction bits and go into the FP32 accumulators where
+// fp8_mma_promotes says (fast: only at the end). Then alpha * acc + beta * C, as cuBLASLt's epilogue.
+static void fp8_gemm(const GPT *model, int fast, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, const float *B, float beta, float *C) {
+    if (model->fp8_accumulation != FP8_ACCUMULATION_HOPPER) {
+        gemm(model->gemm_pack, trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
+        return;
+    }
+    const TensorCoreScratch *t = &model->tensor_core;
+    const size_t MN = (size_t)M * N;
+#pragma omp parallel for
+    for (size_t i = 0; i < MN; i++) t->partial[i] = t->acc[i] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += FP8_MMA_K) {
+        const int kc = K - k0 < FP8_MMA_K ? K - k0 : FP8_MMA_K;
+#pragma omp parallel for
+        for (int i = 0; i < M; i++)
+            for (int k = 0; k < kc; k++)
+                t->a_terms[(size_t)i * kc + k] =
+                    trans_a ? A[(size_t)(k0 + k) * M + i] : A[(size_t)i * K + k0 + k];
+#pragma omp parallel for
+        for (int k = 0; k < kc; k++)
+            for (int j = 0; j < N; j++)
+                t->b_terms[(size_t)k * N + j] =
+                    trans_b ? B[(size_t)j * K + k0 + k] : B[(size_t)(k0 + k) * N + j];
+        gemm(model->gemm_pack, 0, 0, M, N, kc, 1.0f, t->a_terms, t->b_terms, 0.0f, t->products);
+        const int promote = fp8_mma_promotes(k0 + kc, K, fast);
+#pragma omp parallel for
+        for (size_t i = 0; i < MN; i++) {
+            t->partial[i] = fp8_mma_accumulate(t->partial[i], t->products[i]);
+            if (promote) {
+                t->acc[i] += t->partial[i];
+                t->partial[i] = 0.0f;
+            }
+        }
+    }
+#pragma omp parallel for
+    for (size_t i = 0; i < MN; i++) C[i] = beta == 0.0f ? alpha * t->acc[i] : alpha * t->acc[i] + beta * C[i];
+}
+
 // Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias (Llama: none),
 // rounded to storage (with keep_fp32 left in FP32 for the caller). In float8 the input is cast to E4M3 into
 // input_q (kept for the weight gradient) and the GEMM multiplies FP8 values, its FP32 result divided by both
@@ -786,15 +849,15 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
         float *x_tiles = model->dacts.dout_q;
         cast_blocks(model, index, inp, N, IC, 0, x_tiles, record_amax);
         cast_blocks(model, index, inp, N, IC, 1, input_q, record_amax);
-        gemm(model->gemm_pack, 0, 1, N, OC, IC, 1.0f, x_tiles, model->weights_fp8 + weight_offset, 0.0f, out);
+        fp8_gemm(model, 0, 0, 1, N, OC, IC, 1.0f, x_tiles, model->weights_fp8 + weight_offset, 0.0f, out);
     } else if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
         float scale = fp8_cast(&model->fp8, model->dist, index, inp, (size_t)N * IC, input_q, record_amax);
         model->fp8.input_scale_used[lw] = scale;
         float descale = 1.0f / (scale * model->fp8.weight_scale[lw]);
-        gemm(model->gemm_pack, 0, 1, N, OC, IC, descale, input_q, model->weights_fp8 + weight_offset, 0.0f,
-             out);
+        fp8_gemm(model, model->fast_accum >= FAST_ACCUM_FORWARD, 0, 1, N, OC, IC, descale, input_q,
+                 model->weights_fp8 + weight_offset, 0.0f, out);
     } else {
         gemm(model->gemm_pack, 0, 1, N, OC, IC, 1.0f, inp, model->params_compute + weight_offset, 0.0f, out);
     }
@@ -831,17 +894,18 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
             model->fp8.recipe == FP8_RECIPE_MXFP8 ? model->weights_fp8_t : model->weights_fp8;
         cast_blocks(model, index, dout, N, OC, 0, dout_q, 1);
         cast_blocks(model, index, dout, N, OC, 1, dout_qc, 1);
-        gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f, dout_q, w_dgrad + weight_offset, 0.0f, dinp);
-        gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f, dout_qc, input_q, 1.0f, dweight);
+        fp8_gemm(model, 0, 0, 0, N, IC, OC, 1.0f, dout_q, w_dgrad + weight_offset, 0.0f, dinp);
+        fp8_gemm(model, 0, 1, 0, OC, IC, N, 1.0f, dout_qc, input_q, 1.0f, dweight);
     } else if (model->dtype == DTYPE_FLOAT8) {
         int lw = layer * NUM_BLOCK_LINEARS + linear;
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
         float *dout_q = model->dacts.dout_q;
         float scale = fp8_cast(&model->fp8, model->dist, index, dout, (size_t)N * OC, dout_q, 1);
-        gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
-             model->weights_fp8 + weight_offset, 0.0f, dinp);
-        gemm(model->gemm_pack, 1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q,
-             input_q, 1.0f, dweight);
+        const int fast = model->fast_accum == FAST_ACCUM_ALL;
+        fp8_gemm(model, fast, 0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
+                 model->weights_fp8 + weight_offset, 0.0f, dinp);
+        fp8_gemm(model, fast, 1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q,
+                 input_q, 1.0f, dweight);
     } else {
         gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f, dout, model->params_compute + weight_offset, 0.0f,
              dinp);
@@ -1492,8 +1556,8 @@ int main(int argc, char **argv) {
     }
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
-    if (*opts.debug_state && (accum_steps != 1 || opts.resume || world != 1))
-        fail("--debug_state: needs a fresh run (no --resume) of one process without gradient accumulation");
+    if (*opts.debug_state && (accum_steps != 1 || world != 1))
+        fail("--debug_state: needs a run of one process without gradient accumulation");
 
     DataLoader train_loader, val_loader;
     dataloader_init(&train_loader, opts.train_data, B, T, dist.rank, world, opts.shuffle, (uint64_t)opts.seed,
@@ -1549,7 +1613,8 @@ int main(int argc, char **argv) {
     }
     DebugState debug = {0};
     int have_debug = *opts.debug_state != '\0';
-    if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
+    const int first_step = (int)state.step;
+    if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, first_step, opts.steps - first_step);
     int *sample_tokens = (int *)malloc_check((size_t)B * T * sizeof(int), "sample buffer");
     float dloss = 1.0f / ((float)B * T * accum_steps * world);
 
@@ -1570,7 +1635,7 @@ int main(int argc, char **argv) {
             gpt_forward(&model, train_loader.inputs, train_loader.targets, 1);
             if (bf16_check && micro == 0)
                 log_bf16_check(&log, &opts, step + 1, (float)dist_mean(&dist, model.mean_loss), bf16_loss);
-            if (have_debug && step == 0) {
+            if (have_debug && step == first_step) {
                 memcpy(debug.inputs, train_loader.inputs, (size_t)B * T * sizeof(int));
                 memcpy(debug.targets, train_loader.targets, (size_t)B * T * sizeof(int));
                 memcpy(debug.logits, model.acts.logits,
@@ -1584,8 +1649,9 @@ int main(int argc, char **argv) {
         if (step + 1 == opts.inject_nan_step) model.grad_shard[0] = NAN;
         float loss = (float)dist_mean(&dist, loss_sum / accum_steps);
         float norm = grad_norm(&model);
-        if (have_debug && step == 0) memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
-        if (have_debug) debug.step_losses[step] = loss;
+        if (have_debug && step == first_step)
+            memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
+        if (have_debug) debug.step_losses[step - first_step] = loss;
         float lr = learning_rate(&opts, step), max_loss, max_norm;
         step_guard_thresholds(&guard, &opts, &max_loss, &max_norm);
         int skip_reason = step_skip_reason(loss, norm, max_loss, max_norm);

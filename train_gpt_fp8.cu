@@ -818,7 +818,7 @@ static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Loa
     if (!out) return;
     gemm(&model->gemm, out, CUDA_R_16BF, fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]), 0,
          fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, OC, IC,
-         linear_bias(model, layer, linear), 0, model->fast_accum, model->stream);
+         linear_bias(model, layer, linear), 0, model->fast_accum >= FAST_ACCUM_FORWARD, model->stream);
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias. With gelu_out (fc's GELU output), in bfloat16: the GEMM also
@@ -899,14 +899,16 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
     if (dbias) bias_backward_from_partials(dbias, model->reduce_scratch, N, OC, model->stream);
     GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &s->descale[index]);
     GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &s->descale[index]);
+    const int fast =
+        model->fast_accum == FAST_ACCUM_ALL; // a study's choice: it costs the gradients precision
     // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
     gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
          fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, IC, OC, NULL,
-         0, 0, model->stream);
+         0, fast, model->stream);
     // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
     gemm(&model->gemm, grad_of(model, weight_tensor, layer), CUDA_R_32F, dout_q_t, 0,
          fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &s->descale[input_index]), 1, OC, IC, N,
-         NULL, 1, 0, model->stream);
+         NULL, 1, fast, model->stream);
 }
 
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias (if any) += column sums of dout. With gelu_pre
@@ -1870,7 +1872,7 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     state->updates_applied = r->updates_applied;
     state->guard_count = r->guard_count;
     state->step = step + 1;
-    if (debug->step_losses) debug->step_losses[step] = r->loss;
+    if (debug->step_losses) debug->step_losses[step - debug->first_step] = r->loss;
     const StepParams *p = &model->step_params_host[step % 2];
     StepRecord record = {
         step + 1,  opts->steps, r->loss, p->lr, r->grad_norm, ms, clock->tokens_per_step / (ms / 1e3),
@@ -1947,8 +1949,8 @@ int main(int argc, char **argv) {
         fail("--debug_state: the CPU reference's check runs one process; this run has %d", dist.world_size);
     if (*opts.debug_state && opts.zero_stage == 3)
         fail("--debug_state: needs --zero_stage 0 or 1 (ZeRO-3 holds two layers of gradients at a time)");
-    if (*opts.debug_state && (accum_steps != 1 || opts.resume))
-        fail("--debug_state: needs a fresh run (no --resume) without gradient accumulation");
+    if (*opts.debug_state && accum_steps != 1)
+        fail("--debug_state: needs a run without gradient accumulation");
     check_attention_shape(cfg.channels, cfg.num_heads);
     if (opts.dtype == DTYPE_FLOAT8 || opts.eval_only) check_fp8_shapes(&cfg, B, T);
 
@@ -2048,7 +2050,8 @@ int main(int argc, char **argv) {
     }
     DebugState debug = {};
     int have_debug = *opts.debug_state != '\0';
-    if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, opts.steps);
+    if (have_debug)
+        debug_state_alloc(&debug, &cfg, B, T, opts.dtype, (int)state.step, opts.steps - (int)state.step);
     StepClock clock = {0.0, 0.0, 0, (int)state.step, (double)N * accum_steps * dist.world_size};
     int micro_calls = 0, update_calls = 0, use_graph = opts.cuda_graph && !have_debug && dist.world_size == 1;
     if (opts.cuda_graph && dist.world_size > 1 && opts.steps > clock.first_step)
@@ -2075,7 +2078,7 @@ int main(int argc, char **argv) {
                 pending = -1;
                 bf16_loss = bf16_shadow_loss(&model);
             }
-            if (have_debug && step == 0) {
+            if (have_debug && step == debug.first_step) {
                 debug_first_micro_step(&model, &debug, train_loader.inputs, train_loader.targets);
             } else {
                 // graphs only once no cast measures first: a captured step replays the same kernels

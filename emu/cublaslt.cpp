@@ -47,8 +47,14 @@
 //     32 elements along K), K a multiple of 32, the bytes in tiles of 128 rows x 4 blocks (rows padded to
 //     128, blocks to 4), tile (r / 128, t / 4) at ((r / 128) * ceil(K / 128) + t / 4) * 512, byte
 //     (r % 32) * 16 + (r % 128 / 32) * 4 + t % 4 within it (cuBLAS's documented MX layout). The product
-//     sums each block of K in FP32 and adds it times the two factors to an FP32 accumulator, as the
-//     block-scaled kernels promote each block.
+//     sums each block of K and adds it times the two factors to an FP32 accumulator, as the block-scaled
+//     kernels promote each block.
+// The FP8 sums on sm_90 are the tensor cores' (fp8_scaling.h's model of Hopper's FP8 MMA, which the CPU
+// trainer computes too with --fp8_accumulation hopper): 32 products at a time into a partial sum truncated to
+// 13 fraction bits, promoted to the FP32 accumulator every 128 products (every block when block-scaled), or,
+// with CUBLASLT_MATMUL_DESC_FAST_ACCUM, only at the end of the dot product. So fast accumulation changes
+// results here as on the GPU. BF16 products, and FP8 ones on the emulated B200 (no measurement of
+// Blackwell's accumulator was found), are summed in FP32.
 // Not emulated (refused with CUBLAS_STATUS_NOT_SUPPORTED): other compute types, FP8 or FP16 outputs,
 // epilogues beyond BIAS, GELU_AUX_BIAS, DGELU and BGRADB (and those three with FP8 operands), batches,
 // row-major orders, the other scale modes (VEC16_UE4M3, OUTER_VEC_32F).
@@ -62,7 +68,8 @@
 #include "cublasLt.h"
 #include "cuda_bf16.h"
 #include "emu.h"
-#include "gpu/gelu.cuh" // the trainer's GELU: one definition
+#include "fp8_scaling.h" // the model of Hopper's FP8 accumulation: one definition with the CPU trainer's
+#include "gpu/gelu.cuh"  // the trainer's GELU: one definition
 
 struct cublasLtContext {
     int live;
@@ -424,19 +431,43 @@ struct Product {
     const void *a_scale, *b_scale; // FP32 (scalar, VEC128, BLK128x128) or E8M0 bytes (VEC32_UE8M0)
     int32_t a_scale_mode, b_scale_mode;
     float alpha, beta;
+    bool tensor_core; // FP8 on sm_90: Hopper's accumulation (fp8_scaling.h), else FP32 sums
+    bool fast_accum;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM
 };
 
-// Block-scaled: the FP32 sum of each block of k (128 or 32 elements), times A's factor of (i, block) and
-// B's of (j, block), into an FP32 accumulator in block order.
+// The sum of a[i] b[i] over [0, k): in FP32 as eight partial sums, or on Hopper's FP8 tensor cores (32
+// products at a time into the 13-bit partial sum, promoted to FP32 as fp8_mma_promotes says).
+float dot(const Product &p, const float *a, const float *b, uint64_t k) {
+    if (!p.tensor_core) {
+        float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        uint64_t kk = 0;
+        for (; kk + 8 <= k; kk += 8)
+            for (int l = 0; l < 8; l++) partial[l] += a[kk + l] * b[kk + l];
+        for (; kk < k; kk++) partial[kk % 8] += a[kk] * b[kk];
+        return ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+               ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+    }
+    float acc = 0.0f, partial = 0.0f;
+    for (uint64_t k0 = 0; k0 < k; k0 += FP8_MMA_K) {
+        const uint64_t end = std::min<uint64_t>(k, k0 + FP8_MMA_K);
+        float products = 0.0f; // exact products (at most 8 significant bits each), summed in FP32
+        for (uint64_t kk = k0; kk < end; kk++) products += a[kk] * b[kk];
+        partial = fp8_mma_accumulate(partial, products);
+        if (fp8_mma_promotes((long)end, (long)k, p.fast_accum)) {
+            acc += partial;
+            partial = 0.0f;
+        }
+    }
+    return acc;
+}
+
+// Block-scaled: the sum of each block of k (128 or 32 elements), times A's factor of (i, block) and B's of
+// (j, block), into an FP32 accumulator in block order.
 float block_scaled_dot(const Product &p, const float *a, const float *b, uint64_t i, uint64_t j) {
     const uint64_t block = scale_block(p.a_scale_mode);
     float acc = 0.0f;
     for (uint64_t t = 0; t < p.k / block; t++) {
-        float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (uint64_t kk = t * block; kk < (t + 1) * block; kk += 8)
-            for (int l = 0; l < 8; l++) partial[l] += a[kk + l] * b[kk + l];
-        float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                    ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+        float sum = dot(p, a + t * block, b + t * block, block);
         float factor = scale_factor(p.a_scale_mode, p.a_scale, p.m, p.k, i, t) *
                        scale_factor(p.b_scale_mode, p.b_scale, p.n, p.k, j, t);
         acc += factor * sum;
@@ -487,14 +518,7 @@ void run_product(const Product &p) {
                     finish_element(p, i, j, v);
                     continue;
                 }
-                float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                uint64_t kk = 0;
-                for (; kk + 8 <= p.k; kk += 8)
-                    for (int l = 0; l < 8; l++) partial[l] += a[kk + l] * b_col[kk + l];
-                for (; kk < p.k; kk++) partial[kk % 8] += a[kk] * b_col[kk];
-                float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                            ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-                float v = scale * sum;
+                float v = scale * dot(p, a, b_col.data(), p.k);
                 if (p.beta != 0.0f) v += p.beta * element(p.C, p.c_type, p.ldc, i, j);
                 finish_element(p, i, j, v);
             }
@@ -788,6 +812,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     p.aux_ld = desc->aux_ld;
     p.a_scale = desc->a_scale, p.b_scale = desc->b_scale;
     p.a_scale_mode = desc->a_scale_mode, p.b_scale_mode = desc->b_scale_mode;
+    p.tensor_core = fp8 && emu::compute_capability() < 100;
+    p.fast_accum = desc->fast_accum != 0;
     cudaError_t err = emu::enqueue(stream, emu::OP_MATMUL, [p] { run_product(p); });
     return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
