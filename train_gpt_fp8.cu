@@ -1565,8 +1565,8 @@ static void load_master(GPT *model, const char *path, uint64_t seed) {
 // The model shape of a model file, from its header (its values are read per shard later).
 static GPTConfig read_model_config(const char *path) {
     FILE *f = fopen_regular(path);
-    int version;
-    GPTConfig cfg = read_model_header(f, path, &version);
+    ModelFileFormat format;
+    GPTConfig cfg = read_model_header(f, path, &format);
     fclose(f);
     return cfg;
 }
