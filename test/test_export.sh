@@ -21,7 +21,9 @@
 #      the bounds of (2) and (3); Llama 3.1's scaled rotary embeddings (use_scaled_rope 1): the export's
 #      config.json has transformers' "llama3" rope_scaling, and the reference applying it reproduces the trainer's
 #      float32 logits of the BF16 model to float32 accuracy (without it they move > 10 x that tolerance, checked);
-#      bad Llama headers (truncated, short, use_scaled_rope 2, KVH not dividing NH).
+#      bad Llama headers (truncated, short, use_scaled_rope 2, KVH not dividing NH); llm.c's own Llama files
+#      (test/llmc_llama) in both of its layouts export to the same tensors, the reference's reading of them, and
+#      a cut master file, a header of neither layout and a bias that is not zero are refused.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -150,6 +152,9 @@ export_ok "llama: export bf16" "$lmodel" "$tmp/hf_llama"
 export_ok "llama: export fp8" "$lmodel" "$tmp/hf_llama_fp8" --fp8
 export_ok "llama: export a version 5 (bf16) model file" "$tmp/lv5.bin" "$tmp/hf_llama_v5"
 export_ok "llama: export scaled rotary embeddings (use_scaled_rope 1)" "$tmp/lrope.bin" "$tmp/hf_llama_rope"
+# llm.c's own files of one model (test/llmc_llama): master's train_llama3.py layout (bfloat16) and the llama3 branch's
+export_ok "llama: export llm.c master's file" test/llmc_llama/master_bf16.bin "$tmp/hf_llmc_master"
+export_ok "llama: export llm.c's llama3-branch file" test/llmc_llama/llama3_branch_fp32.bin "$tmp/hf_llmc_branch"
 
 # --- the numerical checks: one line per check, "PASS<tab>what" or "FAIL<tab>what", and "info<tab>..." ---------
 checks_rc=0
@@ -595,6 +600,18 @@ lbound_8 = 2 * (16 * lE_bf16_mm + lE_bf16_other) + TOL32  # as (3)
 print(f"info\tllama fp8 export vs trainer {le_8:.2e}, bound {lbound_8:.2e}")
 check("(5) llama fp8: logits agree with the trainer's within the bound from E4M3's 3 mantissa bits",
       lambda: (le_8 <= lbound_8, f"{le_8:.2e} <= {lbound_8:.2e}"))
+
+# (5) llm.c's own Llama files: both of its layouts export to the same tensors, the reference's own conversion of
+# the branch's file (whose values are BF16 already, so the BF16 export holds them exactly)
+mst, _ = ref.read_safetensors(os.path.join(tmp, "hf_llmc_master", "model.safetensors"))
+bst, _ = ref.read_safetensors(os.path.join(tmp, "hf_llmc_branch", "model.safetensors"))
+_, lw_llmc = lref.load_llmc("test/llmc_llama/llama3_branch_fp32.bin")
+check("(5) llm.c's master and llama3-branch files export to the same tensors",
+      lambda: sorted(mst) == sorted(bst) and all(mst[k][:2] == bst[k][:2] and np.array_equal(mst[k][2], bst[k][2])
+                                                 for k in mst))
+check("(5) llm.c's llama3-branch file exports to the reference's reading of it, exactly",
+      lambda: sorted(bst) == sorted(lw_llmc) and
+      all(np.array_equal(ref.bf16_decode(bst[k][2]), lw_llmc[k]) for k in lw_llmc))
 print("done\t")
 EOF
 while IFS=$'\t' read -r status what; do
@@ -647,4 +664,18 @@ refused "llama: truncated model file" "$tmp/ltruncated.bin" "$tmp/out_bad" "ltru
 refused "llama: shorter than its two headers" "$tmp/lshort.bin" "$tmp/out_bad" "lshort.bin: too short for a Llama"
 refused "llama: use_scaled_rope neither 0 nor 1" "$tmp/lrope2.bin" "$tmp/out_bad" "lrope2.bin: use_scaled_rope 2 "
 refused "llama: KVH not dividing NH" "$tmp/lkvh.bin" "$tmp/out_bad" "lkvh.bin: header describes an invalid Llama model"
+# llm.c's layouts: master's cut by one value (no SwiGLU width fits), the branch's with a header slot past its
+# version set or a bias that is not zero (qkvb of layer 1; L=2, C=32, V=128, QKV=64)
+"$PY" - "$tmp" <<'EOF2'
+import struct, sys
+master = open("test/llmc_llama/master_bf16.bin", "rb").read()
+branch = open("test/llmc_llama/llama3_branch_fp32.bin", "rb").read()
+open(sys.argv[1] + "/lmaster_cut.bin", "wb").write(master[:-2])
+open(sys.argv[1] + "/llayout.bin", "wb").write(branch[:48] + struct.pack("<i", 5) + branch[52:])
+qkvb = 2048 + 4 * (2 * 128 * 32 + 2 * 2 * 32 + 2 * 64 * 32 + 64 + 3)
+open(sys.argv[1] + "/lbias.bin", "wb").write(branch[:qkvb] + struct.pack("<f", 0.5) + branch[qkvb + 4:])
+EOF2
+refused "llama: llm.c master's file cut" "$tmp/lmaster_cut.bin" "$tmp/out_bad" "lmaster_cut.bin: size fits no SwiGLU width"
+refused "llama: a header of neither llm.c layout" "$tmp/llayout.bin" "$tmp/out_bad" "llayout.bin: a Llama header of neither"
+refused "llama: a bias that is not zero" "$tmp/lbias.bin" "$tmp/out_bad" "lbias.bin: qkvb has a value that is not 0"
 finish
