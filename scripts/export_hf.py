@@ -80,9 +80,14 @@ The scale is the trainer's, of the weight of one of its GEMMs, so the codes are 
 the trainer computes with: Llama's q_proj, k_proj and v_proj are parts of the one qkv weight and share its
 scale, and up_proj and gate_proj are the two halves of the one (2F, C) fc weight and share its scale.
 Transposing, splitting and permuting rows move elements without changing any. Everything else stays BF16.
-config.json's quantization_config records this convention. Stock transformers has no quantizer for this
-layout: the FP8 directory is a storage format, dequantized by its reader (test/gpt2_reference.py and
-test/llama_reference.py do it).
+This is the layout of transformers' own "fp8" quantization (FineGrainedFP8Config, its per-tensor case), which
+config.json names: quantization_config {"quant_method": "fp8", "activation_scheme": "dynamic",
+"weight_block_size": null, "fmt": "e4m3", "modules_to_not_convert": ["lm_head"]}, and for GPT-2 also
+"dequantize": true. Stock transformers (checked with 5.25.0, torch 2.15.0, accelerate 1.16.0; test_export.sh)
+loads it with accelerate installed and, without an FP8 GPU, dequantizes each weight to float32(e4m3 value) *
+weight_scale_inv, exactly these values. On an FP8 GPU it would replace nn.Linear by its FP8Linear instead;
+GPT-2's Conv1D layers are not nn.Linear, so GPT-2 exports ask for dequantization on every device. The
+safetensors metadata records the margin and the scale rule (fp8_margin, fp8_scales).
 
 The safetensors file is written here, without the safetensors package: an 8-byte little-endian header
 length, a JSON header (dtype, shape, data_offsets per tensor; __metadata__ {"format": "pt", ...}) padded
@@ -482,26 +487,25 @@ def write_safetensors(f, tensors, metadata):
         write_tensor(f, dtype, value)
 
 
-def fp8_quantization_config(margin, quantized, not_converted):
-    """config.json's record of the --fp8 convention (the same for both architectures)."""
-    return {
-        "quant_method": "fp8gpt_per_tensor",
-        "fmt": "e4m3",
-        "weight_dtype": "float8_e4m3fn",
-        "weight_granularity": "per_tensor",
-        "activation_scheme": "none",
-        "quantized_modules": quantized,
-        "scale_suffix": "_scale_inv",
-        "scale_dtype": "float32",
-        "dequantization": "weight = float32(e4m3 value) * <weight name>_scale_inv",
-        "scale_rule": "s = float32(448 / amax(|w|)) * 2^-fp8_margin; stored <name>_scale_inv = float32(1 / s); "
-                      "code = e4m3(float32(w * s)), round to nearest even, saturating at 448",
-        "fp8_margin": int(margin),
-        "modules_not_to_convert": not_converted,
-    }
+# the safetensors metadata's record of how the scales were chosen (config.json has only what a loader reads)
+FP8_SCALE_RULE = ("one per trainer GEMM weight (Llama: q/k/v_proj share qkv's, up/gate_proj fc's): s = float32(448 / "
+                  "amax(|w|)) * 2^-fp8_margin, code = e4m3(float32(w * s)) to nearest even saturating at 448, "
+                  "weight_scale_inv = float32(1 / s)")
 
 
-def gpt2_config(cfg, fp8, margin):
+def fp8_quantization_config(dequantize):
+    """config.json's quantization_config: transformers' "fp8" quantization (FineGrainedFP8Config) with one scale
+    per tensor (weight_block_size null), the scale of NAME.weight in NAME.weight_scale_inv. dequantize: transformers
+    then dequantizes on any device, not only where it has no FP8 GPU (GPT-2's Conv1D layers are not the nn.Linear
+    its FP8Linear replaces, so on an FP8 GPU their codes would load as weights undequantized)."""
+    q = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": None, "fmt": "e4m3",
+         "modules_to_not_convert": ["lm_head"]}
+    if dequantize:
+        q["dequantize"] = True
+    return q
+
+
+def gpt2_config(cfg, fp8):
     V, C = cfg["V"], cfg["C"]
     eot = 50256 if V == 50257 else None  # GPT-2's <|endoftext|>; a byte vocabulary has none
     config = {
@@ -530,10 +534,7 @@ def gpt2_config(cfg, fp8, margin):
         "torch_dtype": "bfloat16",
     }
     if fp8:
-        config["quantization_config"] = fp8_quantization_config(
-            margin, [f"transformer.h.*.{m}" for m in FP8_MODULES],
-            ["transformer.wte", "transformer.wpe", "transformer.h.*.ln_1", "transformer.h.*.ln_2", "transformer.ln_f",
-             "lm_head"])
+        config["quantization_config"] = fp8_quantization_config(dequantize=True)
     return config
 
 
@@ -551,7 +552,7 @@ def float32_json(x):
     return float(str(np.float32(x)))
 
 
-def llama_config(cfg, fp8, margin):
+def llama_config(cfg, fp8):
     bos, eos = LLAMA_SPECIAL_TOKENS.get(cfg["V"], (None, None))  # a byte vocabulary has none
     config = {
         "model_type": "llama",
@@ -579,13 +580,7 @@ def llama_config(cfg, fp8, margin):
         "torch_dtype": "bfloat16",
     }
     if fp8:
-        q = fp8_quantization_config(
-            margin, [f"model.layers.*.{m}" for m in LLAMA_FP8_MODULES],
-            ["model.embed_tokens", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm",
-             "model.norm", "lm_head"])
-        q["shared_scales"] = [["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-                              ["mlp.up_proj", "mlp.gate_proj"]]  # the trainer's qkv and fc GEMMs each have one
-        config["quantization_config"] = q
+        config["quantization_config"] = fp8_quantization_config(dequantize=False)
     return config
 
 
@@ -621,7 +616,8 @@ def export(model_path, out_dir, fp8=False, margin=0):
                 "llmc_version": str(cfg["version"]), "quantization": "fp8_e4m3_per_tensor" if fp8 else "none"}
     if fp8:
         metadata["fp8_margin"] = str(int(margin))
-    config = (llama_config if llama else gpt2_config)(cfg, fp8, margin)
+        metadata["fp8_scales"] = FP8_SCALE_RULE
+    config = (llama_config if llama else gpt2_config)(cfg, fp8)
     config_text = (json.dumps(config, indent=2) + "\n").encode("utf-8")
 
     out_dir = os.path.normpath(out_dir)
