@@ -1,5 +1,5 @@
 // test_cli.c: unit tests of the host-side pieces shared by both trainers, with no training:
-//   - learning_rate(): warmup, decay and end values of every schedule, against the formula evaluated
+//   - learning_rate(): warmup, decay and end values of every schedule, against llm.c's get_lr evaluated
 //     here in double;
 //   - param_count() for GPT-2 124M (the published count with llm.c's padded vocabulary) and that
 //     param_offset() tiles [0, param_count) with no gap or overlap, one layer's tensors together;
@@ -204,12 +204,13 @@ static void test_parse_options(void) {
 // learning_rate
 
 static void test_learning_rate(void) {
-    // lr 1e-3, 10 warmup steps, 111 steps: decay over steps 10..110, progress (step-10)/100
+    // lr 1e-3, 10 warmup steps, 111 steps; llm.c's get_lr (train_gpt2.py, in double; llmc/schedulers.h the
+    // same in float): decay progress (step - 10) / (111 - 10), which reaches 1 at step 111, one past the last
     const double lr = 1e-3, frac = 0.1, min_lr = lr * frac;
     const int warmup = 10, steps = 111;
     // Tolerance: learning_rate is ~8 float32 operations on values of size <= lr (each rounding <= 2^-24
-    // relative), cosf within 1 ulp, and pi rounded to float (relative 2^-24 of an argument <= pi, which moves
-    // cos by <= 2^-24 * pi): <= 12 * 2^-24 * lr = 7e-7 lr; we allow 1e-6 * lr.
+    // relative), cosf within 1 ulp, and its argument rounded to float (relative 2^-24 of an argument <= pi,
+    // which moves cos by <= 2^-24 * pi): <= 12 * 2^-24 * lr = 7e-7 lr; we allow 1e-6 * lr.
     const double tol = 1e-6 * lr;
     const char *names[] = {"cosine", "linear", "constant"};
     for (int schedule = 0; schedule < 3; schedule++) {
@@ -227,13 +228,13 @@ static void test_learning_rate(void) {
             if (s < warmup)
                 expected = lr * (s + 1) / warmup;
             else {
-                double progress = (s - warmup) / 100.0;
+                double decay_ratio = (double)(s - warmup) / (steps - warmup);
                 if (schedule == LR_CONSTANT)
                     expected = lr;
                 else if (schedule == LR_LINEAR)
-                    expected = lr - (lr - min_lr) * progress;
+                    expected = lr - decay_ratio * (lr - min_lr);
                 else
-                    expected = min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
+                    expected = min_lr + 0.5 * (1.0 + cos(M_PI * decay_ratio)) * (lr - min_lr);
             }
             double got = learning_rate(&o, s);
             expect(fabs(got - expected) <= tol, "%s step %d: lr %.9g, expected %.9g", names[schedule], s, got,
@@ -251,14 +252,21 @@ static void test_learning_rate(void) {
         expect(monotone && in_range, "%s: not monotone (%d) or out of [min_lr, lr] (%d)", names[schedule],
                monotone, in_range);
     }
-    // no warmup: the first step is at full lr; one decay step only: full lr
+    // the tolerance tells llm.c's progress from one that ends at the last step, (step - 10) / 100: at step 60
+    // cosine's two differ by 20 x tol
+    double llmc = min_lr + 0.5 * (1.0 + cos(M_PI * 50.0 / 101.0)) * (lr - min_lr),
+           at_last = min_lr + 0.5 * (1.0 + cos(M_PI * 50.0 / 100.0)) * (lr - min_lr);
+    expect(fabs(llmc - at_last) > 10 * tol,
+           "llm.c's and an end-at-last-step cosine differ by %.2g at step 60", fabs(llmc - at_last));
+    // no warmup: the first step is at full lr, the last one step short of the end: lr (1 + cos(49/50 pi)) / 2
     TrainOptions o;
     parse(&o, 0);
     o.lr = 2e-3f;
     o.steps = 50;
     expect(fabs(learning_rate(&o, 0) - 2e-3) <= 2e-9, "no warmup: step 0 lr %g", learning_rate(&o, 0));
-    expect(fabs(learning_rate(&o, 49)) <= 2e-9, "no warmup, final_lr_frac 0: last step lr %g",
-           learning_rate(&o, 49));
+    double last = 2e-3 * 0.5 * (1.0 + cos(M_PI * 49.0 / 50.0));
+    expect(fabs(learning_rate(&o, 49) - last) <= 1e-6 * 2e-3,
+           "no warmup, final_lr_frac 0: last step lr %g, not %g", learning_rate(&o, 49), last);
     o.warmup_steps = 5;
     o.steps = 6;
     expect(fabs(learning_rate(&o, 5) - 2e-3) <= 2e-9, "single decay step: lr %g", learning_rate(&o, 5));
