@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_torch_peer.sh: dev/train_gpt2_torch.py (the PyTorch peer) on the CPU in float32 against train_cpu.
-# About 30 s; skipped when $PYTHON cannot import torch (it is not installed by make python_deps: the wheel with
-# its CUDA libraries is some 3 GB).
+# About 30 s; skipped when $PYTHON cannot import torch (make clients_deps installs it, and torchao, into
+# build/python/; CI does).
 #   1. the peer's flag defaults are train_cpu's (both from cli.h);
 #   2. from one model file, 8 steps of B=4 x T=64 with 2 accumulation micro-steps, warmup, cosine decay,
 #      clipping (the norms are above --grad_clip 1 early on), weight decay and validation: every step's loss
