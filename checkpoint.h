@@ -554,7 +554,23 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, ModelFileFo
     if (size != expected)
         fail("%s: size %ld does not match its header (expected %ld bytes): truncated or corrupt", path,
              (long)size, (long)expected);
-    if (layout == FILE_LLAMA3) check_zero_slots(f, path, &cfg, *format);
+    return cfg;
+}
+
+// The model a file holds, its header checked as read_model_header does and, in llm.c's Llama layout, its
+// zero biases (once per file: the readers of a rank's ranges, load_model_range, leave them out).
+static inline GPTConfig read_model_file_config(FILE *f, const char *path, ModelFileFormat *format) {
+    GPTConfig cfg = read_model_header(f, path, format);
+    if (format->layout == FILE_LLAMA3) check_zero_slots(f, path, &cfg, *format);
+    return cfg;
+}
+
+// The model shape of a model file (its values are read per shard later, with load_model_range).
+static inline GPTConfig model_file_config(const char *path) {
+    FILE *f = fopen_regular(path);
+    ModelFileFormat format;
+    GPTConfig cfg = read_model_file_config(f, path, &format);
+    fclose(f);
     return cfg;
 }
 
@@ -576,7 +592,7 @@ static inline void check_finite_params(const char *path, const GPTConfig *cfg, s
 static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
     FILE *f = fopen_regular(path);
     ModelFileFormat format;
-    GPTConfig cfg = read_model_header(f, path, &format);
+    GPTConfig cfg = read_model_file_config(f, path, &format);
     float *params = (float *)malloc_check(param_count(&cfg) * sizeof(float), "model parameters");
     ModelFileIO io = {f, path, format, 0};
     visit_file_range(&io, &cfg, 0, param_count(&cfg), params, read_slice);
