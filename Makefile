@@ -50,13 +50,18 @@ test/build/train_cpu_asan: train_gpt.c $(HEADERS)
 	$(CC) $(BASE_CFLAGS) -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -o $@ train_gpt.c $(LDLIBS)
 
 # numpy and matplotlib for the Python tools and tests: the interpreter's own, else pip-installed into
-# build/python/ (scripts/python_deps.sh), which every command make runs finds on PYTHONPATH.
+# build/python/ (scripts/python_deps.sh), which every command make runs finds on PYTHONPATH. clients_deps adds
+# the real clients the tests check against where they are installed: torch, transformers, accelerate and torchao
+# from PyPI (about 2 minutes and 5.7 GB; CI installs them).
 PYTHON_DEPS_DIR := $(CURDIR)/build/python
 export PYTHONPATH := $(PYTHON_DEPS_DIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
-.PHONY: python_deps
+.PHONY: python_deps clients_deps
 python_deps: $(PYTHON_DEPS_DIR)/.ready
 $(PYTHON_DEPS_DIR)/.ready: scripts/python_deps.sh
 	@PYTHON=$(PYTHON) bash scripts/python_deps.sh $(PYTHON_DEPS_DIR)
+clients_deps: $(PYTHON_DEPS_DIR)/.clients_ready
+$(PYTHON_DEPS_DIR)/.clients_ready: scripts/python_deps.sh
+	@PYTHON=$(PYTHON) bash scripts/python_deps.sh $(PYTHON_DEPS_DIR) clients
 
 DATA ?= ../shared/data/tinyshakespeare.txt
 demo: check_blas train_cpu

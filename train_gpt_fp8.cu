@@ -1564,15 +1564,6 @@ static void load_master(GPT *model, const char *path, uint64_t seed) {
     free(host);
 }
 
-// The model shape of a model file, from its header (its values are read per shard later).
-static GPTConfig read_model_config(const char *path) {
-    FILE *f = fopen_regular(path);
-    int version;
-    GPTConfig cfg = read_model_header(f, path, &version);
-    fclose(f);
-    return cfg;
-}
-
 static void comm_destroy_all(GPT *model) {
     comm_destroy(&model->replica_comm);
     comm_destroy(&model->group_comm);
@@ -1931,7 +1922,7 @@ int main(int argc, char **argv) {
     dist.timeout_s = opts.nccl_timeout_s;
     if (opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
-    GPTConfig cfg = *opts.init_from ? read_model_config(opts.init_from) : config_from_options(&opts);
+    GPTConfig cfg = *opts.init_from ? model_file_config(opts.init_from) : config_from_options(&opts);
     int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
     check_fp8_recipe_shape(&opts, &cfg, B, T);
     check_gpu_recipe(&opts);

@@ -15,16 +15,18 @@
 #include "cli.h"
 #include "common.h"
 
-// Learning rate of optimizer step `step` (0-based): linear warmup from lr/warmup to lr, then the decay
-// schedule down to lr * final_lr_frac at the last step.
+// Learning rate of optimizer step `step` (0-based), as llm.c computes it (llmc/schedulers.h; train_gpt2.py's
+// get_lr the same in double), so that a run lines up step for step with llm.c's of the same settings: linear
+// warmup from lr/warmup to lr over the first warmup steps, then the decay from lr towards lr * final_lr_frac,
+// its progress (step - warmup) / (steps - warmup): it would reach the end at step `steps`, one past the last.
 static inline float learning_rate(const TrainOptions *opts, int step) {
     float lr = opts->lr, min_lr = opts->lr * opts->final_lr_frac;
     if (step < opts->warmup_steps) return lr * (float)(step + 1) / (float)opts->warmup_steps;
-    int decay_steps = opts->steps - opts->warmup_steps;
-    if (opts->lr_schedule == LR_CONSTANT || decay_steps <= 1) return lr;
-    float progress = (float)(step - opts->warmup_steps) / (float)(decay_steps - 1);
-    if (opts->lr_schedule == LR_LINEAR) return lr + (min_lr - lr) * progress;
-    return min_lr + 0.5f * (lr - min_lr) * (1.0f + cosf(3.14159265358979f * progress));
+    if (opts->lr_schedule == LR_CONSTANT) return lr;
+    float decay_ratio = (float)(step - opts->warmup_steps) / (float)(opts->steps - opts->warmup_steps);
+    if (opts->lr_schedule == LR_LINEAR) return lr - decay_ratio * (lr - min_lr);
+    float coeff = 0.5f * (1.0f + cosf((float)(M_PI * decay_ratio))); // llm.c's M_PI product, in double
+    return min_lr + coeff * (lr - min_lr);
 }
 
 // Whether a periodic action (validation, checkpoint) falls after `steps_done` steps: every `every`

@@ -110,17 +110,17 @@ def parse_args(argv):
 
 
 def learning_rate(args, step):
-    """train_log.h's learning_rate: linear warmup, then the decay to lr * final_lr_frac at the last step."""
+    """train_log.h's learning_rate, as llm.c's get_lr (train_gpt2.py) computes it: linear warmup, then the decay
+    towards lr * final_lr_frac with progress (step - warmup) / (steps - warmup)."""
     lr, min_lr = args.lr, args.lr * args.final_lr_frac
     if step < args.warmup_steps:
         return lr * (step + 1) / args.warmup_steps
-    decay_steps = args.steps - args.warmup_steps
-    if args.lr_schedule == "constant" or decay_steps <= 1:
+    if args.lr_schedule == "constant":
         return lr
-    progress = (step - args.warmup_steps) / (decay_steps - 1)
+    decay_ratio = (step - args.warmup_steps) / (args.steps - args.warmup_steps)
     if args.lr_schedule == "linear":
-        return lr + (min_lr - lr) * progress
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+        return lr - decay_ratio * (lr - min_lr)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * decay_ratio)) * (lr - min_lr)
 
 
 # ---------------------------------------------------------------------------------------------------------

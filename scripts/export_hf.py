@@ -27,12 +27,19 @@ transformers' GPT2LMHeadModel:
   transformer.ln_f.weight / .bias              (C)
 The LM head is tied to wte (tie_word_embeddings), so there is no lm_head.weight.
 
-Llama (magic 20240803, llm.c's Llama 3 file): 256 x int32 [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH [7]=C
-[8]=multiple_of [9]=use_scaled_rope (0 or 1) [10,11]=Llama version, then 256 x float32
-[0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta, then wte (V,C), ln1w (L,C), qkvw (L,(NH+2KVH)hs,C),
-attprojw (L,C,C), ln2w (L,C), fcw (L,F,C) (SwiGLU's up projection), fcgatew (L,F,C) (its gate),
-fcprojw (L,C,F), lnfw (C), lmhead (V,C); hs = C/NH, F = multiple_of * ceil(int(ffn_dim_multiplier *
-int(8C/3)) / multiple_of) with a float32 product, as llm.c computes it. Output for LlamaForCausalLM
+Llama (magic 20240803): llm.c's Llama 3 files in either layout llm.c writes, told apart by the header as
+checkpoint.h tells them. The layout of llm.c's train_llama3.cu (its llama3 branch's train_llama3.py writes it,
+and the trainers do): 256 x int32 [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH [7]=C [8]=multiple_of [9]=use_scaled_rope
+(0 or 1) [10,11]=Llama version 3.x, then 256 x float32 [0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta, then
+GPT-2's 16 slots: wte (V,C), lmhead (V,C), ln1w (L,C), zeros (L,C), qkvw (L,(NH+2KVH)hs,C), zeros, attprojw
+(L,C,C), zeros, ln2w (L,C), zeros, fc (L,2F,C) each layer's SwiGLU up projection then its gate, zeros (L,2F),
+fcprojw (L,C,F), zeros, lnfw (C), zeros (C); the zeros are GPT-2's biases, which must be zero (Llama has
+none). hs = C/NH, F = multiple_of * ceil(int(ffn_dim_multiplier * int(8C/3)) / multiple_of) with a float32
+product, as train_llama3.cu computes it. The layout of llm.c master's train_llama3.py: one 256 x int32
+header, [2..7] as above, [8]=ffn_dim_multiplier [9]=multiple_of [10]=norm_eps [11]=rope_theta
+[12]=use_scaled_rope [13]=max_gen_batch_size [14,15]=Llama version, each truncated to an int by its writer
+(so F is what the file's size leaves for the SwiGLU weights, and the epsilon is llm.c's 1e-5), then wte,
+ln1w, qkvw, attprojw, ln2w, fcw (up), fcgatew (gate), fcprojw, lnfw, lmhead. Output for LlamaForCausalLM
 (nn.Linear weights are (out, in), the trainer's layout, so nothing is transposed):
   model.embed_tokens.weight                        (V, C)
   model.layers.{i}.input_layernorm.weight          (C)      ln1w
@@ -73,9 +80,14 @@ The scale is the trainer's, of the weight of one of its GEMMs, so the codes are 
 the trainer computes with: Llama's q_proj, k_proj and v_proj are parts of the one qkv weight and share its
 scale, and up_proj and gate_proj are the two halves of the one (2F, C) fc weight and share its scale.
 Transposing, splitting and permuting rows move elements without changing any. Everything else stays BF16.
-config.json's quantization_config records this convention. Stock transformers has no quantizer for this
-layout: the FP8 directory is a storage format, dequantized by its reader (test/gpt2_reference.py and
-test/llama_reference.py do it).
+This is the layout of transformers' own "fp8" quantization (FineGrainedFP8Config, its per-tensor case), which
+config.json names: quantization_config {"quant_method": "fp8", "activation_scheme": "dynamic",
+"weight_block_size": null, "fmt": "e4m3", "modules_to_not_convert": ["lm_head"]}, and for GPT-2 also
+"dequantize": true. Stock transformers (checked with 5.25.0, torch 2.15.0, accelerate 1.16.0; test_export.sh)
+loads it with accelerate installed and, without an FP8 GPU, dequantizes each weight to float32(e4m3 value) *
+weight_scale_inv, exactly these values. On an FP8 GPU it would replace nn.Linear by its FP8Linear instead;
+GPT-2's Conv1D layers are not nn.Linear, so GPT-2 exports ask for dequantization on every device. The
+safetensors metadata records the margin and the scale rule (fp8_margin, fp8_scales).
 
 The safetensors file is written here, without the safetensors package: an 8-byte little-endian header
 length, a JSON header (dtype, shape, data_offsets per tensor; __metadata__ {"format": "pt", ...}) padded
@@ -219,7 +231,7 @@ def fp8_quantize_weight(w, margin):
 
 def read_model(path):
     """(config dict, dict of float32 arrays in llm.c shapes) of a version 3 or 5 model file of either
-    architecture; config["arch"] is "gpt2" or "llama"."""
+    architecture, in any layout checkpoint.h reads; config["arch"] is "gpt2" or "llama"."""
     try:
         size = os.path.getsize(path)
         f = open(path, "rb")
@@ -235,25 +247,36 @@ def read_model(path):
         version = int(h[1])
         if version not in (3, 5):
             raise ExportError(f"{path}: unsupported model file version {version} (expected 3 fp32 or 5 bf16)")
+        header_bytes = 4 * HEADER_INTS
         if h[0] == MODEL_MAGIC:
-            cfg, shapes = gpt2_header(path, h)
-        else:
+            cfg, slots = gpt2_header(path, h)
+        elif llama_layout(path, h) == "llama3":
             if size < 8 * HEADER_INTS:
                 raise ExportError(f"{path}: too short for a Llama model file header ({size} bytes)")
-            cfg, shapes = llama_header(path, h, np.frombuffer(f.read(4 * HEADER_INTS), dtype="<f4"))
-    header_bytes = 4 * HEADER_INTS * (2 if cfg["arch"] == "llama" else 1)
-    count = sum(math.prod(s) for _, s in shapes)
+            header_bytes *= 2
+            cfg, slots = llama3_header(path, h, np.frombuffer(f.read(4 * HEADER_INTS), dtype="<f4"))
+        else:
+            cfg, slots = llama3_master_header(path, h, (size - header_bytes) // (4 if version == 3 else 2))
+    count = sum(math.prod(s) for _, s in slots)
     expected = header_bytes + count * (4 if version == 3 else 2)
     if size != expected:
         raise ExportError(f"{path}: size {size} does not match its header (expected {expected} bytes): "
                           "truncated or corrupt")
     raw = np.memmap(path, dtype="<f4" if version == 3 else "<u2", mode="r", offset=header_bytes, shape=(count,))
     params, offset = {}, 0
-    for name, shape in shapes:
+    for name, shape in slots:
         n = math.prod(shape)
         chunk = raw[offset:offset + n]
         params[name] = (np.asarray(chunk, dtype=np.float32) if version == 3 else bf16_to_f32(chunk)).reshape(shape)
         offset += n
+    if "fc" in params:  # the llama3 branch's: its biases are zeros, fc each layer's up then gate rows
+        for name in LLAMA3_ZERO_SLOTS:
+            nonzero = np.flatnonzero(params.pop(name).reshape(cfg["L"] if name != "lnfb" else 1, -1))
+            if nonzero.size:
+                raise ExportError(f"{path}: {name} has a value that is not 0: llm.c's Llama layout keeps GPT-2's "
+                                  "biases as zeros, and Llama has none")
+        fc = params.pop("fc")
+        params["fcw"], params["fcgatew"] = fc[:, :cfg["F"]], fc[:, cfg["F"]:]
     cfg["version"] = version
     return cfg, params
 
@@ -277,26 +300,71 @@ def llama_ffn_dim(C, multiple_of, multiplier):
     return multiple_of * -(-hidden // multiple_of)
 
 
-def llama_header(path, h, floats):
-    """(config, tensor shapes in file order) of a Llama file's integer header h and float header floats."""
-    maxT, V, L, NH, KVH, C, multiple_of, scaled_rope = (int(v) for v in h[2:10])
-    multiplier, eps, theta = (np.float32(v) for v in floats[:3])
+def llama_layout(path, h):
+    """Which of llm.c's Llama layouts the integer header h has (checkpoint.h's llama_file_layout): the llama3
+    branch's ends at [11], the Llama version at [10, 11]; master's at [15], [10] its epsilon truncated to 0."""
+    if h[10] == 3 and not h[12:].any():
+        return "llama3"
+    if h[10] == 0 and h[14] == 3 and not h[16:].any():
+        return "llama3_master"
+    raise ExportError(f"{path}: a Llama header of neither layout llm.c writes (ints [10..15] = "
+                      f"{' '.join(str(int(v)) for v in h[10:16])})")
+
+
+# the llama3 branch's slots that hold GPT-2's biases, as zeros
+LLAMA3_ZERO_SLOTS = ["ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb"]
+
+
+def llama_dims(path, h, F, eps, theta, scaled_rope):
+    """The config dict of a Llama header's dimensions (h[2:8]) and the rest, checked as checkpoint.h does."""
+    maxT, V, L, NH, KVH, C = (int(v) for v in h[2:8])
     if scaled_rope not in (0, 1):
         raise ExportError(f"{path}: use_scaled_rope {scaled_rope} in the header is neither 0 nor 1")
-    ok = (maxT > 0 and V > 1 and L > 0 and NH > 0 and KVH > 0 and NH % KVH == 0 and C > 0 and C % NH == 0 and
-          (C // NH) % 2 == 0 and multiple_of > 0 and 0 < multiplier <= 16 and 0 < eps < 1 and 0 < theta <= 1e9)
-    F = llama_ffn_dim(C, multiple_of, multiplier) if ok else 0
-    if F <= 0:
+    if not (maxT > 0 and V > 1 and L > 0 and NH > 0 and KVH > 0 and NH % KVH == 0 and C > 0 and C % NH == 0 and
+            (C // NH) % 2 == 0 and F > 0 and 0 < eps < 1 and 0 < theta <= 1e9):
         raise ExportError(f"{path}: header describes an invalid Llama model (maxT {maxT} V {V} L {L} NH {NH} "
-                          f"KVH {KVH} C {C} multiple_of {multiple_of} ffn_dim_multiplier {multiplier!s} "
-                          f"norm_eps {eps!s} rope_theta {theta!s})")
-    QKV = (NH + 2 * KVH) * (C // NH)
-    shapes = [("wte", (V, C)), ("ln1w", (L, C)), ("qkvw", (L, QKV, C)), ("attprojw", (L, C, C)), ("ln2w", (L, C)),
-              ("fcw", (L, F, C)), ("fcgatew", (L, F, C)), ("fcprojw", (L, C, F)), ("lnfw", (C,)),
-              ("lmhead", (V, C))]
-    cfg = {"arch": "llama", "maxT": maxT, "V": V, "L": L, "NH": NH, "KVH": KVH, "C": C, "F": F,
-           "norm_eps": eps, "rope_theta": theta, "scaled_rope": bool(scaled_rope)}
+                          f"KVH {KVH} C {C} F {F} norm_eps {eps!s} rope_theta {theta!s})")
+    return {"arch": "llama", "maxT": maxT, "V": V, "L": L, "NH": NH, "KVH": KVH, "C": C, "F": F,
+            "norm_eps": eps, "rope_theta": theta, "scaled_rope": bool(scaled_rope)}
+
+
+def llama3_header(path, h, floats):
+    """(config, tensor shapes in file order) of a llama3-branch header (integers h, floats): what
+    train_llama3.cu reads, GPT-2's 16 slots with the head in wpe's, zeros for the biases, fc (L, 2F, C)."""
+    C, multiple_of = int(h[7]), int(h[8])
+    multiplier, eps, theta = (np.float32(v) for v in floats[:3])
+    F = llama_ffn_dim(C, multiple_of, multiplier) if C > 0 and multiple_of > 0 and 0 < multiplier <= 16 else 0
+    cfg = llama_dims(path, h, F, eps, theta, int(h[9]))
+    L, QKV = cfg["L"], (cfg["NH"] + 2 * cfg["KVH"]) * (C // cfg["NH"])
+    V = cfg["V"]
+    shapes = [("wte", (V, C)), ("lmhead", (V, C)), ("ln1w", (L, C)), ("ln1b", (L, C)), ("qkvw", (L, QKV, C)),
+              ("qkvb", (L, QKV)), ("attprojw", (L, C, C)), ("attprojb", (L, C)), ("ln2w", (L, C)), ("ln2b", (L, C)),
+              ("fc", (L, 2 * F, C)), ("fcb", (L, 2 * F)), ("fcprojw", (L, C, F)), ("fcprojb", (L, C)),
+              ("lnfw", (C,)), ("lnfb", (C,))]
     return cfg, shapes
+
+
+def llama3_master_shapes(V, L, QKV, C, F):
+    return [("wte", (V, C)), ("ln1w", (L, C)), ("qkvw", (L, QKV, C)), ("attprojw", (L, C, C)), ("ln2w", (L, C)),
+            ("fcw", (L, F, C)), ("fcgatew", (L, F, C)), ("fcprojw", (L, C, F)), ("lnfw", (C,)), ("lmhead", (V, C))]
+
+
+def llama3_master_header(path, h, values):
+    """(config, tensor shapes) of a header of llm.c master's train_llama3.py, all ints as its writer truncated
+    them ([8] ffn_dim_multiplier, [9] multiple_of, [10] norm_eps, [11] rope_theta, [12] use_scaled_rope): F is
+    what the file's `values` leave for the three SwiGLU weights, a width llm.c's formula gives with multiple_of
+    and a multiplier in [h[8], h[8] + 1); the epsilon is llm.c's 1e-5 (checkpoint.h's llama3_master_ffn_dim)."""
+    cfg = llama_dims(path, h, 1, np.float32(1e-5), np.float32(h[11]), int(h[12]))
+    V, L, C, k, multiple_of = cfg["V"], cfg["L"], cfg["C"], int(h[8]), int(h[9])
+    QKV = (cfg["NH"] + 2 * cfg["KVH"]) * (C // cfg["NH"])
+    rest = values - sum(math.prod(s) for _, s in llama3_master_shapes(V, L, QKV, C, 0))
+    F, hidden = rest // (3 * L * C), 8 * C // 3
+    if not (rest > 0 and rest % (3 * L * C) == 0 and multiple_of > 0 and 0 <= k <= 16 and F % multiple_of == 0 and
+            -(-k * hidden // multiple_of) * multiple_of <= F <= -(-(k * hidden + hidden - 1) // multiple_of) * multiple_of):
+        raise ExportError(f"{path}: size fits no SwiGLU width of llm.c master's layout (multiple_of {multiple_of}, "
+                          f"ffn_dim_multiplier in [{k}, {k + 1})): truncated or corrupt")
+    cfg["F"] = F
+    return cfg, llama3_master_shapes(V, L, QKV, C, F)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -419,26 +487,25 @@ def write_safetensors(f, tensors, metadata):
         write_tensor(f, dtype, value)
 
 
-def fp8_quantization_config(margin, quantized, not_converted):
-    """config.json's record of the --fp8 convention (the same for both architectures)."""
-    return {
-        "quant_method": "fp8gpt_per_tensor",
-        "fmt": "e4m3",
-        "weight_dtype": "float8_e4m3fn",
-        "weight_granularity": "per_tensor",
-        "activation_scheme": "none",
-        "quantized_modules": quantized,
-        "scale_suffix": "_scale_inv",
-        "scale_dtype": "float32",
-        "dequantization": "weight = float32(e4m3 value) * <weight name>_scale_inv",
-        "scale_rule": "s = float32(448 / amax(|w|)) * 2^-fp8_margin; stored <name>_scale_inv = float32(1 / s); "
-                      "code = e4m3(float32(w * s)), round to nearest even, saturating at 448",
-        "fp8_margin": int(margin),
-        "modules_not_to_convert": not_converted,
-    }
+# the safetensors metadata's record of how the scales were chosen (config.json has only what a loader reads)
+FP8_SCALE_RULE = ("one per trainer GEMM weight (Llama: q/k/v_proj share qkv's, up/gate_proj fc's): s = float32(448 / "
+                  "amax(|w|)) * 2^-fp8_margin, code = e4m3(float32(w * s)) to nearest even saturating at 448, "
+                  "weight_scale_inv = float32(1 / s)")
 
 
-def gpt2_config(cfg, fp8, margin):
+def fp8_quantization_config(dequantize):
+    """config.json's quantization_config: transformers' "fp8" quantization (FineGrainedFP8Config) with one scale
+    per tensor (weight_block_size null), the scale of NAME.weight in NAME.weight_scale_inv. dequantize: transformers
+    then dequantizes on any device, not only where it has no FP8 GPU (GPT-2's Conv1D layers are not the nn.Linear
+    its FP8Linear replaces, so on an FP8 GPU their codes would load as weights undequantized)."""
+    q = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": None, "fmt": "e4m3",
+         "modules_to_not_convert": ["lm_head"]}
+    if dequantize:
+        q["dequantize"] = True
+    return q
+
+
+def gpt2_config(cfg, fp8):
     V, C = cfg["V"], cfg["C"]
     eot = 50256 if V == 50257 else None  # GPT-2's <|endoftext|>; a byte vocabulary has none
     config = {
@@ -467,10 +534,7 @@ def gpt2_config(cfg, fp8, margin):
         "torch_dtype": "bfloat16",
     }
     if fp8:
-        config["quantization_config"] = fp8_quantization_config(
-            margin, [f"transformer.h.*.{m}" for m in FP8_MODULES],
-            ["transformer.wte", "transformer.wpe", "transformer.h.*.ln_1", "transformer.h.*.ln_2", "transformer.ln_f",
-             "lm_head"])
+        config["quantization_config"] = fp8_quantization_config(dequantize=True)
     return config
 
 
@@ -488,7 +552,7 @@ def float32_json(x):
     return float(str(np.float32(x)))
 
 
-def llama_config(cfg, fp8, margin):
+def llama_config(cfg, fp8):
     bos, eos = LLAMA_SPECIAL_TOKENS.get(cfg["V"], (None, None))  # a byte vocabulary has none
     config = {
         "model_type": "llama",
@@ -516,13 +580,7 @@ def llama_config(cfg, fp8, margin):
         "torch_dtype": "bfloat16",
     }
     if fp8:
-        q = fp8_quantization_config(
-            margin, [f"model.layers.*.{m}" for m in LLAMA_FP8_MODULES],
-            ["model.embed_tokens", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm",
-             "model.norm", "lm_head"])
-        q["shared_scales"] = [["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
-                              ["mlp.up_proj", "mlp.gate_proj"]]  # the trainer's qkv and fc GEMMs each have one
-        config["quantization_config"] = q
+        config["quantization_config"] = fp8_quantization_config(dequantize=False)
     return config
 
 
@@ -558,7 +616,8 @@ def export(model_path, out_dir, fp8=False, margin=0):
                 "llmc_version": str(cfg["version"]), "quantization": "fp8_e4m3_per_tensor" if fp8 else "none"}
     if fp8:
         metadata["fp8_margin"] = str(int(margin))
-    config = (llama_config if llama else gpt2_config)(cfg, fp8, margin)
+        metadata["fp8_scales"] = FP8_SCALE_RULE
+    config = (llama_config if llama else gpt2_config)(cfg, fp8)
     config_text = (json.dumps(config, indent=2) + "\n").encode("utf-8")
 
     out_dir = os.path.normpath(out_dir)

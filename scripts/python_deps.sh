@@ -1,31 +1,50 @@
 #!/usr/bin/env bash
-# python_deps.sh DIR: makes numpy and matplotlib importable by ${PYTHON:-python3} with DIR on PYTHONPATH
-# (make does this for the tests: `make python_deps`). They serve the numpy reference GPT-2 and the run
-# comparisons of the tests, export_hf.py, and compare.sh's plot.
-#   - the interpreter has them already: nothing is installed;
-#   - else pip installs them into DIR, for this project only: no system or user site-packages is touched
-#     (pip's --target also leaves Debian's externally managed python3 alone);
-#   - without pip or a network it says what to install and exits 0: the tests that need a module then
-#     print a SKIPPED line.
-# DIR/.ready records that DIR is complete, so that make does not run pip again.
+# python_deps.sh DIR [clients]: makes Python modules importable by ${PYTHON:-python3} with DIR on PYTHONPATH (make
+# does this for the tests: `make python_deps`, `make clients_deps`).
+#   - without `clients`: numpy and matplotlib, for the numpy reference models and the run comparisons of the
+#     tests, export_hf.py, and compare.sh's plot;
+#   - with `clients`: those and the real clients the tests check against, torch, transformers and accelerate
+#     (test_export's transformers checks) and torchao (the PyTorch peer's float8 run; test_torch_peer). torch's
+#     PyPI wheel brings its CUDA libraries and runs on the CPU: about 2 minutes and 5.7 GB.
+# The interpreter has them already: nothing is installed. Else pip installs them into DIR, for this project only:
+# no system or user site-packages is touched (pip's --target also leaves Debian's externally managed python3
+# alone). Without pip or a network the first set says what to install and exits 0 (the tests that need a module
+# then print a SKIPPED line); the clients, asked for by name, exit 1.
+# DIR/.ready (DIR/.clients_ready) records that DIR is complete, so that make does not run pip again.
 set -uo pipefail
-dir=${1:?usage: python_deps.sh DIR}
+dir=${1:?usage: python_deps.sh DIR [clients]}
 py=${PYTHON:-python3}
+modules=(numpy matplotlib)
+marker=.ready
+missing_status=0
+if [ "${2:-}" = clients ]; then
+    modules+=(torch transformers accelerate torchao)
+    marker=.clients_ready
+    missing_status=1
+fi
 mkdir -p "$dir"
-if PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" "$py" -c 'import numpy, matplotlib' 2>/dev/null; then
-    touch "$dir/.ready"
+importable() { # MODULE...: all of them import with DIR on PYTHONPATH
+    PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" "$py" -c "import $(IFS=,; echo "$*")" 2>/dev/null
+}
+missing=()
+for module in "${modules[@]}"; do importable "$module" || missing+=("$module"); done
+if [ ${#missing[@]} = 0 ]; then
+    touch "$dir/$marker"
     exit 0
 fi
-echo "python_deps: installing numpy and matplotlib into $dir for $py ($(command -v "$py"))"
+echo "python_deps: installing ${missing[*]} into $dir for $py ($(command -v "$py"))"
 if ! "$py" -m pip --version >/dev/null 2>&1; then
-    echo "python_deps: $py has no pip (Debian: apt-get install python3-pip, or python3-numpy python3-matplotlib):" \
-        "the tests that need numpy or matplotlib will be skipped"
-    exit 0
+    echo "python_deps: $py has no pip (Debian: apt-get install python3-pip):" \
+        "the tests that need ${missing[*]} will be skipped"
+    exit $missing_status
 fi
-if ! "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --timeout 20 --retries 1 --target "$dir" \
-    numpy matplotlib; then
-    echo "python_deps: pip could not install numpy and matplotlib (no network?):" \
-        "the tests that need them will be skipped"
-    exit 0
+# --upgrade: what a package brings that DIR holds already (numpy, for transformers) replaces it rather than
+# leaving pip to warn about every such folder; --no-warn-conflicts: the interpreter's own packages are not ours
+start=$SECONDS
+if ! "$py" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-warn-conflicts \
+    --timeout 20 --retries 1 --upgrade --target "$dir" "${missing[@]}" || ! importable "${modules[@]}"; then
+    echo "python_deps: pip could not install ${missing[*]} (no network?): the tests that need them will be skipped"
+    exit $missing_status
 fi
-touch "$dir/.ready"
+echo "python_deps: installed in $((SECONDS - start)) s; $dir holds $(du -sh "$dir" | cut -f1)"
+touch "$dir/$marker"

@@ -4,6 +4,7 @@
     import gpt2_reference as ref
     cfg, w = ref.load_export("out/hf")          # config.json + model.safetensors, F8_E4M3 dequantized
     cfg, w = ref.load_llmc("out/model.bin")      # an llm.c model file (version 3 or 5), as float32
+    slices = ref.gemm_weight_slices("out/model.bin")   # where each block GEMM weight lies in the file
     logits = ref.forward(cfg, w, tokens)         # tokens (B,T) int -> logits (B,T,V) float32
 
 Both loaders return the weights in Hugging Face GPT-2 naming and layout (Conv1D weights (in, out)), so
@@ -192,6 +193,33 @@ def load_export(directory):
     return cfg, w
 
 
+def llmc_layout(h):
+    """[(name, shape)] of a GPT-2 llm.c file's tensors in file order, from its header ints h."""
+    maxT, V, L, NH, C, Vp = h[2], h[3], h[4], h[5], h[6], h[7]
+    return [("wte", (Vp, C)), ("wpe", (maxT, C))] + [(n, (L,) + k) for n, k in [
+        ("ln1w", (C,)), ("ln1b", (C,)), ("qkvw", (3 * C, C)), ("qkvb", (3 * C,)), ("attprojw", (C, C)),
+        ("attprojb", (C,)), ("ln2w", (C,)), ("ln2b", (C,)), ("fcw", (4 * C, C)), ("fcb", (4 * C,)),
+        ("fcprojw", (C, 4 * C)), ("fcprojb", (C,))]] + [("lnfw", (C,)), ("lnfb", (C,))]
+
+
+def slices_of(layout, L, names):
+    """(offset, count) in a file's values of every layer's slice of the tensors `names` of layout."""
+    out, at = [], 0
+    for name, shape in layout:
+        n = int(np.prod(shape))
+        if name in names:
+            out += [(at + l * (n // L), n // L) for l in range(L)]
+        at += n
+    return out
+
+
+def gemm_weight_slices(path):
+    """(offset, count) in the file's values (after its 1024-byte header) of each block GEMM's weight, per layer."""
+    with open(path, "rb") as f:
+        h = struct.unpack("<256i", f.read(1024))
+    return slices_of(llmc_layout(h), h[4], ["qkvw", "attprojw", "fcw", "fcprojw"])
+
+
 def load_llmc(path):
     """(cfg, weights) of an llm.c model file (version 3 fp32 or 5 bf16), in the export's naming and layout,
     float32, plus cfg['padded_vocab_size'] and the full padded wte as weights['llmc.wte_padded']."""
@@ -201,10 +229,7 @@ def load_llmc(path):
     if h[0] != 20240326 or h[1] not in (3, 5):
         raise ValueError(f"{path}: not an llm.c model file")
     maxT, V, L, NH, C, Vp = h[2], h[3], h[4], h[5], h[6], h[7]
-    sizes = [("wte", Vp * C), ("wpe", maxT * C)] + [(n, L * k) for n, k in [
-        ("ln1w", C), ("ln1b", C), ("qkvw", 3 * C * C), ("qkvb", 3 * C), ("attprojw", C * C), ("attprojb", C),
-        ("ln2w", C), ("ln2b", C), ("fcw", 4 * C * C), ("fcb", 4 * C), ("fcprojw", 4 * C * C), ("fcprojb", C)]] + \
-        [("lnfw", C), ("lnfb", C)]
+    sizes = [(name, int(np.prod(shape))) for name, shape in llmc_layout(h)]
     total = sum(n for _, n in sizes)
     if h[1] == 3:
         flat = np.frombuffer(data, dtype="<f4", offset=1024).astype(np.float32)

@@ -5,6 +5,7 @@
     import llama_reference as ref
     cfg, w = ref.load_export("out/hf")          # config.json + model.safetensors, F8_E4M3 dequantized
     cfg, w = ref.load_llmc("out/model.bin")      # an llm.c Llama file (version 3 or 5), in HF's layout
+    slices = ref.gemm_weight_slices("out/model.bin")   # where each GEMM weight lies in the file
     logits = ref.forward(cfg, w, tokens)         # tokens (B,T) int -> logits (B,T,V) float32
 
 The model, with transformers' names: x = embed_tokens[tokens]; per layer
@@ -58,38 +59,63 @@ def rotate_half_order(heads, hs):
     return np.array([head * hs + r for head in range(heads) for r in within])
 
 
+def llmc_layout(path):
+    """(header ints, header floats, [(name, shape)] in file order, data offset) of an llm.c Llama file in the
+    layout of llm.c's train_llama3.cu (its llama3 branch's writer, and what the trainer writes): GPT-2's 16
+    slots, the head in wpe's, the biases zeros, fc each layer's up then gate rows, the vocabulary unpadded."""
+    with open(path, "rb") as f:
+        data = f.read(2048)
+    h = struct.unpack("<256i", data[:1024])
+    if h[0] != LLAMA_MAGIC or h[1] not in (3, 5) or h[10] != 3 or any(h[12:]):
+        raise ValueError(f"{path}: not an llm.c Llama model file in train_llama3.cu's layout")
+    maxT, V, L, NH, KVH, C, multiple_of = h[2:9]
+    floats = struct.unpack("<3f", data[1024:1036])
+    # llm.c's F, the product in float32 as its C reader computes it
+    hidden = int(np.float32(floats[0]) * np.float32(8 * C // 3))
+    F = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+    QKV = (NH + 2 * KVH) * (C // NH)
+    layout = [("wte", (V, C)), ("lmhead", (V, C)), ("ln1w", (L, C)), ("ln1b", (L, C)), ("qkvw", (L, QKV, C)),
+              ("qkvb", (L, QKV)), ("attprojw", (L, C, C)), ("attprojb", (L, C)), ("ln2w", (L, C)), ("ln2b", (L, C)),
+              ("fc", (L, 2 * F, C)), ("fcb", (L, 2 * F)), ("fcprojw", (L, C, F)), ("fcprojb", (L, C)),
+              ("lnfw", (C,)), ("lnfb", (C,))]
+    return h, floats, layout, 2048
+
+
+def gemm_weight_slices(path):
+    """(offset, count) in the file's values (after the header) of each trainer GEMM's weight, per layer: qkv,
+    attproj, fc (up and gate as one (2F, C) weight), fcproj."""
+    h, _, layout, _ = llmc_layout(path)
+    return gpt2_reference.slices_of(layout, h[4], ["qkvw", "attprojw", "fc", "fcprojw"])
+
+
 def load_llmc(path, permute=True):
     """(cfg, weights) of an llm.c Llama model file (version 3 fp32 or 5 bf16), in transformers' names and
     layout, float32; cfg in config.json's keys. permute=False keeps q_proj and k_proj in the trainer's
     interleaved row order (what an export that forgot the reordering would hold; the test's negative control)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    h = struct.unpack("<256i", data[:1024])
-    if h[0] != LLAMA_MAGIC or h[1] not in (3, 5):
-        raise ValueError(f"{path}: not an llm.c Llama model file")
-    maxT, V, L, NH, KVH, C, multiple_of, scaled_rope = h[2:10]
+    h, (multiplier, eps, theta), layout, offset = llmc_layout(path)
+    maxT, V, L, NH, KVH, C = h[2:8]
+    scaled_rope = h[9]
     if scaled_rope not in (0, 1):
         raise ValueError(f"{path}: use_scaled_rope {scaled_rope} is neither 0 nor 1")
-    multiplier, eps, theta = struct.unpack("<3f", data[1024:1036])
-    # llm.c's F, the product in float32 as its C reader computes it
-    hidden = int(np.float32(multiplier) * np.float32(8 * C // 3))
-    F = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
-    hs = C // NH
-    QKV = (NH + 2 * KVH) * hs
-    sizes = [("wte", (V, C)), ("ln1w", (L, C)), ("qkvw", (L, QKV, C)), ("attprojw", (L, C, C)), ("ln2w", (L, C)),
-             ("fcw", (L, F, C)), ("fcgatew", (L, F, C)), ("fcprojw", (L, C, F)), ("lnfw", (C,)), ("lmhead", (V, C))]
+    with open(path, "rb") as f:
+        data = f.read()
     if h[1] == 3:
-        flat = np.frombuffer(data, dtype="<f4", offset=2048).astype(np.float32)
+        flat = np.frombuffer(data, dtype="<f4", offset=offset).astype(np.float32)
     else:
-        flat = gpt2_reference.bf16_decode(np.frombuffer(data, dtype="<u2", offset=2048))
-    total = sum(int(np.prod(s)) for _, s in sizes)
+        flat = gpt2_reference.bf16_decode(np.frombuffer(data, dtype="<u2", offset=offset))
+    total = sum(int(np.prod(s)) for _, s in layout)
     if flat.size != total:
         raise ValueError(f"{path}: {flat.size} values, header says {total}")
     p, at = {}, 0
-    for name, shape in sizes:
+    for name, shape in layout:
         n = int(np.prod(shape))
         p[name] = flat[at:at + n].reshape(shape)
         at += n
+    for name in ("ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb"):
+        if np.any(p[name]):
+            raise ValueError(f"{path}: {name}, a bias llm.c's Llama file keeps as zeros, is not zero")
+    F = p["fcprojw"].shape[2]
+    hs = C // NH
     q_rows = rotate_half_order(NH, hs) if permute else np.arange(NH * hs)
     k_rows = NH * hs + (rotate_half_order(KVH, hs) if permute else np.arange(KVH * hs))
     w = {"model.embed_tokens.weight": p["wte"], "model.norm.weight": p["lnfw"], "lm_head.weight": p["lmhead"]}
@@ -101,8 +127,8 @@ def load_llmc(path, permute=True):
         w[a + "self_attn.v_proj.weight"] = p["qkvw"][l][(NH + KVH) * hs:]
         w[a + "self_attn.o_proj.weight"] = p["attprojw"][l]
         w[a + "post_attention_layernorm.weight"] = p["ln2w"][l]
-        w[a + "mlp.up_proj.weight"] = p["fcw"][l]
-        w[a + "mlp.gate_proj.weight"] = p["fcgatew"][l]
+        w[a + "mlp.up_proj.weight"] = p["fc"][l][:F]
+        w[a + "mlp.gate_proj.weight"] = p["fc"][l][F:]
         w[a + "mlp.down_proj.weight"] = p["fcprojw"][l]
     cfg = {"vocab_size": V, "max_position_embeddings": maxT, "hidden_size": C, "intermediate_size": F,
            "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KVH, "rms_norm_eps": eps,

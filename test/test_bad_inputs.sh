@@ -137,6 +137,17 @@ model_file("llama_short_header.bin", llama[:1500])
 llama_edit("llama_bad_scaled_rope.bin", 9, "<i", 2)  # use_scaled_rope is a flag: 0 or 1
 llama_edit("llama_bad_kv_heads.bin", 6, "<i", 3)  # NH = 2
 llama_edit("llama_bad_eps.bin", 256 + 1, "<f", 1e-6)
+# llm.c's own files (test/llmc_llama: L=2, C=32, V=128, QKV=64): master's cut by one bf16 value, which leaves
+# no SwiGLU width; the llama3 branch's with a header slot past its version set, with a bias that is not
+# zero (qkvb of layer 1, element 3), and its header over master's tensors (fp8gpt's layout before llm.c's)
+master = open("test/llmc_llama/master_bf16.bin", "rb").read()
+branch = open("test/llmc_llama/llama3_branch_fp32.bin", "rb").read()
+branch16 = open("test/llmc_llama/llama3_branch_bf16.bin", "rb").read()
+model_file("llama_master_cut.bin", master[:-2])
+model_file("llama_unknown_layout.bin", branch[:48] + struct.pack("<i", 5) + branch[52:])
+qkvb = 2048 + 4 * (2 * 128 * 32 + 2 * 2 * 32 + 2 * 64 * 32 + 64 + 3)
+model_file("llama_nonzero_bias.bin", branch[:qkvb] + struct.pack("<f", 0.5) + branch[qkvb + 4:])
+model_file("llama_old_layout.bin", branch16[:2048] + master[1024:])
 os.mkfifo(os.path.join(d, "fifo.bin"))
 os.mkdir(os.path.join(d, "empty_dir"))
 open(os.path.join(d, "a_file"), "w").write("not a directory\n")

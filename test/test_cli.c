@@ -1,5 +1,5 @@
 // test_cli.c: unit tests of the host-side pieces shared by both trainers, with no training:
-//   - learning_rate(): warmup, decay and end values of every schedule, against the formula evaluated
+//   - learning_rate(): warmup, decay and end values of every schedule, against llm.c's get_lr evaluated
 //     here in double;
 //   - param_count() for GPT-2 124M (the published count with llm.c's padded vocabulary) and that
 //     param_offset() tiles [0, param_count) with no gap or overlap, one layer's tensors together;
@@ -8,7 +8,9 @@
 //   - config_from_options() presets and overrides, pad_vocab, resolve_seq_len, resolve_grad_accum_steps;
 //   - save_model_file / load_model_file: the file is llm.c's tensor-major order (checked against shapes
 //     written out here, not against the code's own visitor), the round trip is bit-exact, and a
-//     version-5 (bf16) file written here by hand loads to the expected floats;
+//     version-5 (bf16) file written here by hand loads to the expected floats; a Llama file is written in
+//     the layout of llm.c's train_llama3.cu (its 16 slots written out here), and one in llm.c master's
+//     train_llama3.py layout, written here by hand, loads to the same model;
 //   - save_state_file / load_state_file round trip and refusal of a state from another run;
 //   - load_training_state re-sharding the moments of a padded layout (3 processes, ZeRO-1 and ZeRO-3) for
 //     1, 2, 3 and 4 processes with ZeRO 0, 1 and 3 (every owned element its full-vector value, padding
@@ -202,12 +204,13 @@ static void test_parse_options(void) {
 // learning_rate
 
 static void test_learning_rate(void) {
-    // lr 1e-3, 10 warmup steps, 111 steps: decay over steps 10..110, progress (step-10)/100
+    // lr 1e-3, 10 warmup steps, 111 steps; llm.c's get_lr (train_gpt2.py, in double; llmc/schedulers.h the
+    // same in float): decay progress (step - 10) / (111 - 10), which reaches 1 at step 111, one past the last
     const double lr = 1e-3, frac = 0.1, min_lr = lr * frac;
     const int warmup = 10, steps = 111;
     // Tolerance: learning_rate is ~8 float32 operations on values of size <= lr (each rounding <= 2^-24
-    // relative), cosf within 1 ulp, and pi rounded to float (relative 2^-24 of an argument <= pi, which moves
-    // cos by <= 2^-24 * pi): <= 12 * 2^-24 * lr = 7e-7 lr; we allow 1e-6 * lr.
+    // relative), cosf within 1 ulp, and its argument rounded to float (relative 2^-24 of an argument <= pi,
+    // which moves cos by <= 2^-24 * pi): <= 12 * 2^-24 * lr = 7e-7 lr; we allow 1e-6 * lr.
     const double tol = 1e-6 * lr;
     const char *names[] = {"cosine", "linear", "constant"};
     for (int schedule = 0; schedule < 3; schedule++) {
@@ -225,13 +228,13 @@ static void test_learning_rate(void) {
             if (s < warmup)
                 expected = lr * (s + 1) / warmup;
             else {
-                double progress = (s - warmup) / 100.0;
+                double decay_ratio = (double)(s - warmup) / (steps - warmup);
                 if (schedule == LR_CONSTANT)
                     expected = lr;
                 else if (schedule == LR_LINEAR)
-                    expected = lr - (lr - min_lr) * progress;
+                    expected = lr - decay_ratio * (lr - min_lr);
                 else
-                    expected = min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
+                    expected = min_lr + 0.5 * (1.0 + cos(M_PI * decay_ratio)) * (lr - min_lr);
             }
             double got = learning_rate(&o, s);
             expect(fabs(got - expected) <= tol, "%s step %d: lr %.9g, expected %.9g", names[schedule], s, got,
@@ -249,14 +252,21 @@ static void test_learning_rate(void) {
         expect(monotone && in_range, "%s: not monotone (%d) or out of [min_lr, lr] (%d)", names[schedule],
                monotone, in_range);
     }
-    // no warmup: the first step is at full lr; one decay step only: full lr
+    // the tolerance tells llm.c's progress from one that ends at the last step, (step - 10) / 100: at step 60
+    // cosine's two differ by 20 x tol
+    double llmc = min_lr + 0.5 * (1.0 + cos(M_PI * 50.0 / 101.0)) * (lr - min_lr),
+           at_last = min_lr + 0.5 * (1.0 + cos(M_PI * 50.0 / 100.0)) * (lr - min_lr);
+    expect(fabs(llmc - at_last) > 10 * tol,
+           "llm.c's and an end-at-last-step cosine differ by %.2g at step 60", fabs(llmc - at_last));
+    // no warmup: the first step is at full lr, the last one step short of the end: lr (1 + cos(49/50 pi)) / 2
     TrainOptions o;
     parse(&o, 0);
     o.lr = 2e-3f;
     o.steps = 50;
     expect(fabs(learning_rate(&o, 0) - 2e-3) <= 2e-9, "no warmup: step 0 lr %g", learning_rate(&o, 0));
-    expect(fabs(learning_rate(&o, 49)) <= 2e-9, "no warmup, final_lr_frac 0: last step lr %g",
-           learning_rate(&o, 49));
+    double last = 2e-3 * 0.5 * (1.0 + cos(M_PI * 49.0 / 50.0));
+    expect(fabs(learning_rate(&o, 49) - last) <= 1e-6 * 2e-3,
+           "no warmup, final_lr_frac 0: last step lr %g, not %g", learning_rate(&o, 49), last);
     o.warmup_steps = 5;
     o.steps = 6;
     expect(fabs(learning_rate(&o, 5) - 2e-3) <= 2e-9, "single decay step: lr %g", learning_rate(&o, 5));
@@ -962,7 +972,31 @@ static void test_llama_model_file(void) {
     char path[512];
     snprintf(path, sizeof(path), "%s/llama.bin", tmpdir);
     save_model_file(path, params, &c);
-    size_t file_floats = P - 2 * padding;
+    // llm.c's train_llama3.cu layout, written out: GPT-2's 16 slots, the head in wpe's, zeros (-1) in the
+    // biases' (one per output feature of the weight before them), each layer's fc slot its up then gate rows
+    const size_t hs = (size_t)C / NH, QKV = (NH + 2 * KVH) * hs;
+    const struct {
+        int tensor, gate, per_layer;
+        size_t elems;
+    } slots[16] = {{PT_WTE, 0, 0, (size_t)V * C},
+                   {PT_LMHEAD, 0, 0, (size_t)V * C},
+                   {PT_LN1W, 0, 1, C},
+                   {-1, 0, 1, C},
+                   {PT_QKVW, 0, 1, QKV * C},
+                   {-1, 0, 1, QKV},
+                   {PT_ATTPROJW, 0, 1, (size_t)C * C},
+                   {-1, 0, 1, C},
+                   {PT_LN2W, 0, 1, C},
+                   {-1, 0, 1, C},
+                   {PT_FCW, 1, 1, (size_t)F * C},
+                   {-1, 0, 1, 2 * (size_t)F},
+                   {PT_FCPROJW, 0, 1, (size_t)C * F},
+                   {-1, 0, 1, C},
+                   {PT_LNFW, 0, 0, C},
+                   {-1, 0, 0, C}};
+    size_t file_floats = 0;
+    for (int k = 0; k < 16; k++)
+        file_floats += (slots[k].per_layer ? L : 1) * (slots[k].gate ? 2 : 1) * slots[k].elems;
     FILE *f = fopen(path, "rb");
     int header[256];
     float floats[256];
@@ -973,38 +1007,31 @@ static void test_llama_model_file(void) {
     fclose(f);
     int header_ok = header[0] == 20240803 && header[1] == 3 && header[2] == maxT && header[3] == V &&
                     header[4] == L && header[5] == NH && header[6] == KVH && header[7] == C &&
-                    header[9] == 0 && llama_ffn_dim_from_header(C, header[8], floats[0]) == F &&
-                    floats[1] == 1e-5f && floats[2] == 10000.0f;
+                    header[9] == 0 && header[10] == 3 && header[11] == 1 &&
+                    llama_ffn_dim_from_header(C, header[8], floats[0]) == F && floats[1] == 1e-5f &&
+                    floats[2] == 10000.0f;
+    for (int i = 12; i < 256; i++) header_ok &= header[i] == 0 && floats[i - 9] == 0.0f;
     expect(header_ok,
            "Llama header: magic %d version %d maxT %d V %d L %d NH %d KVH %d C %d multiple_of %d "
            "multiplier %g eps %g theta %g",
            header[0], header[1], header[2], header[3], header[4], header[5], header[6], header[7], header[8],
            floats[0], floats[1], floats[2]);
-    // llm.c's order, written out: wte (V,C), per layer ln1w, qkvw, attprojw, ln2w, fcw, fcgatew, fcprojw,
-    // then lnfw and lmhead (V,C)
-    const int order[] = {PT_WTE, PT_LN1W,    PT_QKVW,    PT_ATTPROJW, PT_LN2W,
-                         PT_FCW, PT_FCGATEW, PT_FCPROJW, PT_LNFW,     PT_LMHEAD};
-    const size_t hs = (size_t)C / NH, elems[] = {(size_t)V * C,
-                                                 C,
-                                                 (NH + 2 * KVH) * hs * C,
-                                                 (size_t)C * C,
-                                                 C,
-                                                 (size_t)F * C,
-                                                 (size_t)F * C,
-                                                 (size_t)C * F,
-                                                 C,
-                                                 (size_t)V * C};
     size_t at = 0;
     int order_ok = 1;
-    for (int k = 0; k < 10; k++) {
-        int layers = param_is_per_layer(order[k]) ? L : 1;
-        for (int l = 0; l < layers; l++) {
-            order_ok &=
-                memcmp(file + at, params + param_offset(&c, order[k], l), elems[k] * sizeof(float)) == 0;
-            at += elems[k];
+    for (int k = 0; k < 16; k++) {
+        for (int l = 0; l < (slots[k].per_layer ? L : 1); l++) {
+            for (int part = 0; part <= slots[k].gate; part++, at += slots[k].elems) {
+                if (slots[k].tensor < 0) {
+                    for (size_t i = 0; i < slots[k].elems; i++) order_ok &= file[at + i] == 0.0f;
+                    continue;
+                }
+                int tensor = part ? PT_FCGATEW : slots[k].tensor;
+                order_ok &= memcmp(file + at, params + param_offset(&c, tensor, l),
+                                   slots[k].elems * sizeof(float)) == 0;
+            }
         }
     }
-    expect(order_ok && at == file_floats, "Llama model file is not in llm.c's Llama 3 order");
+    expect(order_ok && at == file_floats, "Llama model file is not in llm.c's train_llama3.cu layout");
     GPTConfig loaded;
     float *back = load_model_file(path, &loaded);
     expect(memcmp(&loaded, &c, sizeof(c)) == 0, "loaded Llama config differs");
@@ -1013,6 +1040,29 @@ static void test_llama_model_file(void) {
     for (size_t i = 0; i < P; i++) range[i] = 1.0f; // the padding must come back as zeros, not as left here
     load_model_range(path, &c, 0, P, range);
     expect(memcmp(range, params, P * sizeof(float)) == 0, "load_model_range of a Llama file differs");
+    // llm.c master's layout, written out: its int-only header (ffn_dim_multiplier 1.0 and norm_eps 1e-5 as
+    // its writer truncates them, 1 and 0; F = 96 = 32 * ceil(int(8C/3) / 32) only through the file's size),
+    // then wte, ln1w, qkvw, attprojw, ln2w, fcw (up), fcgatew, fcprojw, lnfw, lmhead: the same model loads
+    const int master_order[] = {PT_WTE, PT_LN1W,    PT_QKVW,    PT_ATTPROJW, PT_LN2W,
+                                PT_FCW, PT_FCGATEW, PT_FCPROJW, PT_LNFW,     PT_LMHEAD};
+    char master[512];
+    snprintf(master, sizeof(master), "%s/llama_master.bin", tmpdir);
+    int master_header[256] = {20240803, 3, maxT, V, L, NH, KVH, C, 1, 32, 0, 10000, 0, 4, 3, 1};
+    f = fopen(master, "wb");
+    fwrite(master_header, sizeof(int), 256, f);
+    for (int k = 0; k < 10; k++) {
+        int t = master_order[k];
+        size_t n = t == PT_WTE || t == PT_LMHEAD ? (size_t)V * C : param_tensor_size(&c, t);
+        for (int l = 0; l < (param_is_per_layer(t) ? L : 1); l++)
+            fwrite(params + param_offset(&c, t, l), sizeof(float), n, f);
+    }
+    fclose(f);
+    GPTConfig from_master;
+    float *master_params = load_model_file(master, &from_master);
+    expect(memcmp(&from_master, &c, sizeof(c)) == 0 && memcmp(master_params, params, P * sizeof(float)) == 0,
+           "llm.c master's Llama layout: config (F %d) or parameters differ from the model written",
+           from_master.ffn_dim);
+    free(master_params);
     // Llama 3.1's scaled wavelengths: llm.c's flag in header[9], read back into the configuration
     GPTConfig scaled = c;
     scaled.scaled_rope = 1;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_export.sh: scripts/export_hf.py (llm.c model file -> Hugging Face GPT-2 or Llama directory), checked against
-# the CPU trainer's own float32 logits and against fp8_scaling.h's conversions. About 15 s; needs python3 with
-# numpy and a C compiler ($CC, default gcc) besides train_cpu.
+# the CPU trainer's own float32 logits and against fp8_scaling.h's conversions, and loaded by stock transformers.
+# About 15 s, 45 s with transformers; needs python3 with numpy and a C compiler ($CC, default gcc) besides train_cpu.
 #   1. test/gpt2_reference.py (numpy GPT-2) on the trained fp32 model file reproduces train_cpu's float32 logits
 #      (from --debug_state) to float32 accuracy;
 #   2. the BF16 export: names, shapes, dtypes, config.json; its bytes are the round-to-nearest-even BF16 of the
@@ -21,7 +21,17 @@
 #      the bounds of (2) and (3); Llama 3.1's scaled rotary embeddings (use_scaled_rope 1): the export's
 #      config.json has transformers' "llama3" rope_scaling, and the reference applying it reproduces the trainer's
 #      float32 logits of the BF16 model to float32 accuracy (without it they move > 10 x that tolerance, checked);
-#      bad Llama headers (truncated, short, use_scaled_rope 2, KVH not dividing NH).
+#      bad Llama headers (truncated, short, use_scaled_rope 2, KVH not dividing NH); llm.c's own Llama files
+#      (test/llmc_llama) in both of its layouts export to the same tensors, the reference's reading of them, and
+#      a cut master file, a header of neither layout and a bias that is not zero are refused;
+#   6. stock transformers (where torch, transformers and accelerate are importable, else one SKIPPED line; make
+#      clients_deps installs them): GPT2LMHeadModel and LlamaForCausalLM on the BF16 exports of BF16-valued models
+#      reproduce the trainer's float32 logits to float32 accuracy (Llama 3.1's rope_scaling too); the FP8 exports
+#      load through transformers' own fp8 quantization with nothing missing or unexpected, dequantized to
+#      exactly the codes times their scales, and their logits and val loss are the trainer's float32 ones of
+#      its FP8-weight model (the weights its float8 forward reads) within float32's bounds; with an unknown
+#      quant_method (the export's former one) they miss by > 10x; llm.c's own Llama file, exported, gives
+#      llm.c's first loss.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -150,61 +160,38 @@ export_ok "llama: export bf16" "$lmodel" "$tmp/hf_llama"
 export_ok "llama: export fp8" "$lmodel" "$tmp/hf_llama_fp8" --fp8
 export_ok "llama: export a version 5 (bf16) model file" "$tmp/lv5.bin" "$tmp/hf_llama_v5"
 export_ok "llama: export scaled rotary embeddings (use_scaled_rope 1)" "$tmp/lrope.bin" "$tmp/hf_llama_rope"
+# llm.c's own files of one model (test/llmc_llama): master's train_llama3.py layout (bfloat16) and the llama3 branch's
+export_ok "llama: export llm.c master's file" test/llmc_llama/master_bf16.bin "$tmp/hf_llmc_master"
+export_ok "llama: export llm.c's llama3-branch file" test/llmc_llama/llama3_branch_fp32.bin "$tmp/hf_llmc_branch"
 
 # --- the numerical checks: one line per check, "PASS<tab>what" or "FAIL<tab>what", and "info<tab>..." ---------
+report_checks() { # FILE STATUS: the lines of a Python check script (export_checks.py's), and its exit status
+    while IFS=$'\t' read -r status what; do
+        case "$status" in
+            PASS) ok "$what" ;;
+            FAIL) bad "$what" ;;
+            info) echo "     $what" ;;
+            done) ;;
+            *) echo "     $status${what:+ $what}" ;;
+        esac
+    done <"$1"
+    if [ "$2" != 0 ] || ! grep -q '^done' "$1"; then
+        bad "the numerical checks of $(basename "$1") stopped before their end (exit $2; output above)"
+    fi
+}
 checks_rc=0
 "$PY" - "$tmp" "$model" >"$tmp/checks.txt" 2>&1 <<'EOF' || checks_rc=$?
-import json, os, sys, subprocess, traceback
+import json, os, sys
 import numpy as np
 sys.path.insert(0, "test")
 sys.path.insert(0, "scripts")
 import gpt2_reference as ref
 import export_hf
+from export_checks import check, debug_state, oracle, rel
+import export_checks
 
 tmp, model = sys.argv[1], sys.argv[2]
-
-
-def report(ok, what, detail=""):
-    print(("PASS" if ok else "FAIL") + "\t" + what + (f" [{detail}]" if detail else ""), flush=True)
-
-
-def check(what, fn):
-    try:
-        r = fn()
-        ok, detail = r if isinstance(r, tuple) else (r, "")
-        report(bool(ok), what, detail)
-    except Exception as e:
-        report(False, what, f"{type(e).__name__}: {e}")
-        traceback.print_exc(file=sys.stdout)
-
-
-def rel(a, b):
-    """relative L2 error of a against the reference b, in float64"""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def oracle(mode, x, margin=None):
-    """fp8_scaling.h on the float32 array x (see conv.c in test_export.sh)"""
-    src, dst = os.path.join(tmp, "conv_in.bin"), os.path.join(tmp, "conv_out.bin")
-    np.ascontiguousarray(x, "<f4").tofile(src)
-    subprocess.run([os.path.join(tmp, "conv"), mode] + ([str(margin)] if margin is not None else []) + [src, dst],
-                   check=True)
-    out = np.fromfile(dst, dtype="u1")
-    if mode == "bf16":
-        return out.view("<u2")
-    if mode == "quant":
-        return out[4:], out[:4].view("<f4")[0]
-    return out
-
-
-def debug_state(name):
-    """The trainer's first batch (B,T) and its float32 logits (B,T,V) (debug_state.h layout)."""
-    d = open(os.path.join(tmp, name), "rb").read()
-    h = np.frombuffer(d[:1024], dtype="<i4")
-    B, T, Vp, V = int(h[2]), int(h[3]), int(h[4]), int(h[9])
-    tokens = np.frombuffer(d, "<i4", B * T, 1024).reshape(B, T)
-    return tokens, np.frombuffer(d, "<f4", B * T * Vp, 1024 + 8 * B * T).reshape(B, T, Vp)[..., :V]
+export_checks.TMP = tmp
 
 
 tokens, trainer = debug_state("dbg.bin")
@@ -272,12 +259,21 @@ def check_config(directory, fp8, margin=0, vocab=V):
     bad = [k for k, v in want.items() if c.get(k) != v]
     q = c.get("quantization_config")
     if fp8:
-        if not q or q.get("fmt") != "e4m3" or q.get("scale_suffix") != "_scale_inv" or q.get("fp8_margin") != margin \
-                or q.get("weight_granularity") != "per_tensor":
-            bad.append("quantization_config")
+        # transformers' fp8 quantization, one scale per tensor; GPT-2 dequantized on any device (its Conv1D)
+        if q != {**FP8_QUANTIZATION_CONFIG, "dequantize": True}:
+            bad.append(f"quantization_config {q}")
+        _, meta8 = ref.read_safetensors(os.path.join(directory, "model.safetensors"))
+        if meta8.get("fp8_margin") != str(margin):
+            bad.append(f"metadata fp8_margin {meta8.get('fp8_margin')}")
     elif q is not None:
         bad.append("quantization_config (should be absent)")
     return not bad, "wrong: " + ", ".join(bad) if bad else "ok"
+
+
+# what transformers' fp8 quantization (FineGrainedFP8Config) reads: per-tensor scales (no blocks) in
+# NAME.weight_scale_inv beside each F8_E4M3 NAME.weight, the LM head left in BF16
+FP8_QUANTIZATION_CONFIG = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": None,
+                           "fmt": "e4m3", "modules_to_not_convert": ["lm_head"]}
 
 
 def only_our_files(directory):
@@ -472,9 +468,8 @@ def check_llama_config(directory, fp8, rope_scaling=None):
     bad = [k for k, v in want.items() if c.get(k) != v]
     q = c.get("quantization_config")
     if fp8:
-        if not q or q.get("fmt") != "e4m3" or q.get("scale_suffix") != "_scale_inv" or q.get("fp8_margin") != 0 \
-                or len(q.get("quantized_modules", [])) != 7:
-            bad.append("quantization_config")
+        if q != FP8_QUANTIZATION_CONFIG:
+            bad.append(f"quantization_config {q}")
     elif q is not None:
         bad.append("quantization_config (should be absent)")
     return not bad, "wrong: " + ", ".join(bad) if bad else "ok"
@@ -595,20 +590,21 @@ lbound_8 = 2 * (16 * lE_bf16_mm + lE_bf16_other) + TOL32  # as (3)
 print(f"info\tllama fp8 export vs trainer {le_8:.2e}, bound {lbound_8:.2e}")
 check("(5) llama fp8: logits agree with the trainer's within the bound from E4M3's 3 mantissa bits",
       lambda: (le_8 <= lbound_8, f"{le_8:.2e} <= {lbound_8:.2e}"))
+
+# (5) llm.c's own Llama files: both of its layouts export to the same tensors, the reference's own conversion of
+# the branch's file (whose values are BF16 already, so the BF16 export holds them exactly)
+mst, _ = ref.read_safetensors(os.path.join(tmp, "hf_llmc_master", "model.safetensors"))
+bst, _ = ref.read_safetensors(os.path.join(tmp, "hf_llmc_branch", "model.safetensors"))
+_, lw_llmc = lref.load_llmc("test/llmc_llama/llama3_branch_fp32.bin")
+check("(5) llm.c's master and llama3-branch files export to the same tensors",
+      lambda: sorted(mst) == sorted(bst) and all(mst[k][:2] == bst[k][:2] and np.array_equal(mst[k][2], bst[k][2])
+                                                 for k in mst))
+check("(5) llm.c's llama3-branch file exports to the reference's reading of it, exactly",
+      lambda: sorted(bst) == sorted(lw_llmc) and
+      all(np.array_equal(ref.bf16_decode(bst[k][2]), lw_llmc[k]) for k in lw_llmc))
 print("done\t")
 EOF
-while IFS=$'\t' read -r status what; do
-    case "$status" in
-        PASS) ok "$what" ;;
-        FAIL) bad "$what" ;;
-        info) echo "     $what" ;;
-        done) ;;
-        *) echo "     $status${what:+ $what}" ;;
-    esac
-done <"$tmp/checks.txt"
-if [ "$checks_rc" != 0 ] || ! grep -q '^done' "$tmp/checks.txt"; then
-    bad "the numerical checks stopped before their end (exit $checks_rc; output above)"
-fi
+report_checks "$tmp/checks.txt" "$checks_rc"
 
 # --- (4) bad inputs: one line naming the file, exit status 1, no output directory ----------------------------
 size=$(wc -c <"$model")
@@ -647,4 +643,167 @@ refused "llama: truncated model file" "$tmp/ltruncated.bin" "$tmp/out_bad" "ltru
 refused "llama: shorter than its two headers" "$tmp/lshort.bin" "$tmp/out_bad" "lshort.bin: too short for a Llama"
 refused "llama: use_scaled_rope neither 0 nor 1" "$tmp/lrope2.bin" "$tmp/out_bad" "lrope2.bin: use_scaled_rope 2 "
 refused "llama: KVH not dividing NH" "$tmp/lkvh.bin" "$tmp/out_bad" "lkvh.bin: header describes an invalid Llama model"
+# llm.c's layouts: master's cut by one value (no SwiGLU width fits), the branch's with a header slot past its
+# version set or a bias that is not zero (qkvb of layer 1; L=2, C=32, V=128, QKV=64)
+"$PY" - "$tmp" <<'EOF2'
+import struct, sys
+master = open("test/llmc_llama/master_bf16.bin", "rb").read()
+branch = open("test/llmc_llama/llama3_branch_fp32.bin", "rb").read()
+open(sys.argv[1] + "/lmaster_cut.bin", "wb").write(master[:-2])
+open(sys.argv[1] + "/llayout.bin", "wb").write(branch[:48] + struct.pack("<i", 5) + branch[52:])
+qkvb = 2048 + 4 * (2 * 128 * 32 + 2 * 2 * 32 + 2 * 64 * 32 + 64 + 3)
+open(sys.argv[1] + "/lbias.bin", "wb").write(branch[:qkvb] + struct.pack("<f", 0.5) + branch[qkvb + 4:])
+EOF2
+refused "llama: llm.c master's file cut" "$tmp/lmaster_cut.bin" "$tmp/out_bad" "lmaster_cut.bin: size fits no SwiGLU width"
+refused "llama: a header of neither llm.c layout" "$tmp/llayout.bin" "$tmp/out_bad" "llayout.bin: a Llama header of neither"
+refused "llama: a bias that is not zero" "$tmp/lbias.bin" "$tmp/out_bad" "lbias.bin: qkvb has a value that is not 0"
+
+# --- (6) stock transformers on the exports (needs torch, transformers and accelerate: make clients_deps) --------
+if ! "$PY" -c "import torch, transformers, accelerate" 2>/dev/null; then
+    echo "SKIPPED (6) the transformers checks: torch, transformers or accelerate is not importable by $PY" \
+        "(make clients_deps installs them into build/python/)"
+    finish
+    exit
+fi
+trainer_ok() { # what args...: a train_cpu run that must succeed
+    local what="$1"; shift
+    ./train_cpu "$@" >"$tmp/run.txt" 2>&1 || { cat "$tmp/run.txt"; bad "train_cpu: $what failed"; }
+}
+# the trainer's FP8-weight models: the weights its float8 forward reads, every GEMM weight the values its FP8 GEMM
+# multiplies and the rest their BF16 copies (export_checks.py)
+"$PY" - "$tmp" "$model" "$lmodel" <<'EOF2'
+import sys
+sys.path.insert(0, "test")
+import export_checks, gpt2_reference as ref, llama_reference as lref
+tmp, model, lmodel = sys.argv[1:4]
+export_checks.TMP = tmp
+export_checks.fp8_weight_model(model, tmp + "/dq.bin", ref.gemm_weight_slices(model), 1024, ref.e4m3_decode,
+                               ref.bf16_decode)
+export_checks.fp8_weight_model(lmodel, tmp + "/ldq.bin", lref.gemm_weight_slices(lmodel), 2048, ref.e4m3_decode,
+                               ref.bf16_decode)
+EOF2
+val=(--train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin" --val_batches 4 --seq_len 32
+     --batch_size 4)
+trainer_ok "the float32 logits of the GPT-2 version 5 file" --init_from "$tmp/v5.bin" --dtype float32 --steps 1 \
+    "${data[@]}" --output_dir "" --debug_state "$tmp/dbg_v5.bin"
+for m in dq ldq; do # float32 logits of the first batch and (after a step at lr 0, the weights unchanged) val loss
+    trainer_ok "float32 on $m.bin" --init_from "$tmp/$m.bin" --dtype float32 --steps 1 --lr 0 "${val[@]}" \
+        --output_dir "" --debug_state "$tmp/dbg_$m.bin" --log_file "$tmp/$m.jsonl"
+done
+for m in "$model" "$lmodel"; do # the trainer's own float8 evaluation (E4M3 activations too)
+    trainer_ok "--eval_only on $m" --init_from "$m" --eval_only 1 "${val[@]}" --output_dir "" \
+        --log_file "$tmp/eval_$(basename "$(dirname "$m")").jsonl"
+done
+hf_rc=0
+HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error "$PY" - "$tmp" >"$tmp/hf_checks.txt" 2>&1 <<'EOF2' || hf_rc=$?
+import json, os, shutil, sys
+import numpy as np
+import torch, transformers, accelerate
+sys.path.insert(0, "test")
+import export_checks, gpt2_reference as ref
+from export_checks import check, debug_state, rel
+
+tmp = sys.argv[1]
+export_checks.TMP = tmp
+transformers.utils.logging.disable_progress_bar()
+torch.set_num_threads(1)
+print(f"info\ttorch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}")
+TOL32 = 1e-5  # the float32 tolerance of (1): two float32 computations in other orders
+
+
+def load(directory):
+    """transformers' model of an export directory in float32 (FP8 weights dequantized into it), and the keys
+    its loading reported missing, unexpected or mismatched."""
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                                    output_loading_info=True)
+    return model.eval(), {k: v for k, v in info.items() if v and k != "error_msgs" or k == "error_msgs" and v}
+
+
+def logits(model, tokens):
+    with torch.no_grad():
+        return model(torch.tensor(np.asarray(tokens, dtype=np.int64))).logits.float().numpy()
+
+
+def val_loss(model, batches=4, B=4, T=32):
+    """transformers' mean loss over the val batches the trainer reads (dataloader.h: batch i is tokens
+    [i BT, (i+1) BT] of the first shard, targets shifted by one), and the largest |logit| it saw."""
+    tokens = np.fromfile(os.path.join(tmp, "data", "text_val_000000.bin"), "<u2", offset=1024).astype(np.int64)
+    losses, largest = [], 0.0
+    for i in range(batches):
+        chunk = tokens[i * B * T:(i + 1) * B * T + 1]
+        z = logits(model, chunk[:-1].reshape(B, T))
+        largest = max(largest, float(np.abs(z).max()))
+        losses.append(float(torch.nn.functional.cross_entropy(torch.tensor(z).reshape(B * T, -1),
+                                                              torch.tensor(chunk[1:]))))
+    return float(np.mean(losses)), largest
+
+
+def jsonl(name, kind, key):
+    return [json.loads(l)[key] for l in open(os.path.join(tmp, name)) if f'"type":"{kind}"' in l][-1]
+
+
+# (6) BF16 exports of models whose weights are BF16 already, against the trainer's float32 logits of them: the
+# argument of (1), TOL32, for GPT2LMHeadModel and LlamaForCausalLM (Llama 3.1's rope_scaling at T=256 too)
+for what, directory, state in [("GPT-2", "hf_v5", "dbg_v5.bin"), ("Llama", "hf_llama_v5", "dbg_lv5.bin"),
+                               ("Llama 3.1 scaled rope, T=256", "hf_llama_rope", "dbg_lrope.bin")]:
+    tokens, trainer = debug_state(state)
+    model, problems = load(os.path.join(tmp, directory))
+    e = rel(logits(model, tokens), trainer)
+    check(f"(6) {what}: transformers' {type(model).__name__} on the BF16 export reproduces the trainer's float32 "
+          "logits", lambda: (e < TOL32 and not problems, f"{e:.2e} < {TOL32}; loading: {problems or 'clean'}"))
+
+# (6) FP8 exports: transformers dequantizes them into the trainer's FP8-weight model (every GEMM weight the
+# values its FP8 GEMMs multiply, float32 otherwise): its weights are the export's codes times their scales, bit
+# for bit (decoded here independently), and its logits and val loss are the trainer's float32 ones of that model.
+# Bounds: logits as (1), TOL32; the loss, a mean of log-softmax terms each moved by at most twice the largest
+# logit error, which by (1) is within TOL32 of the largest |logit|: 2 TOL32 max|z|.
+for what, directory, dq in [("GPT-2", "hf_fp8", "dq"), ("Llama", "hf_llama_fp8", "ldq")]:
+    model, problems = load(os.path.join(tmp, directory))
+    _, exported = ref.load_export(os.path.join(tmp, directory))
+    state = {k: v.numpy() for k, v in model.state_dict().items()}
+    fp8_names = [k for k in exported if k + "_scale_inv" in ref.read_safetensors(
+        os.path.join(tmp, directory, "model.safetensors"))[0]]
+    check(f"(6) {what} fp8: transformers loads the export with nothing missing, unexpected or mismatched",
+          lambda: (not problems, str(problems or "clean")))
+    check(f"(6) {what} fp8: transformers' {len(fp8_names)} linear weights are the E4M3 codes times weight_scale_inv",
+          lambda: all(state[k].dtype == np.float32 and np.array_equal(state[k], exported[k]) for k in fp8_names))
+    tokens, trainer = debug_state(f"dbg_{dq}.bin")
+    e = rel(logits(model, tokens), trainer)
+    check(f"(6) {what} fp8: transformers' logits are the trainer's float32 logits of its FP8-weight model",
+          lambda: (e < TOL32, f"{e:.2e} < {TOL32}"))
+    hf_loss, largest = val_loss(model)
+    ours = jsonl(f"{dq}.jsonl", "val", "val_loss")
+    bound = 2 * TOL32 * largest
+    check(f"(6) {what} fp8: transformers' val loss is the trainer's float32 val loss of its FP8-weight model",
+          lambda: (abs(hf_loss - ours) <= bound, f"{hf_loss:.7f} vs {ours:.7f}, bound {bound:.1e}"))
+    fp8_eval = jsonl(f"eval_{'run' if dq == 'dq' else 'lrun'}.jsonl", "eval_only", "fp8_val_loss")
+    print(f"info\t{what} fp8: the trainer's --eval_only float8 val loss (its activations E4M3 too) {fp8_eval:.6f}, "
+          f"{hf_loss - fp8_eval:+.2e} from transformers'")
+    # the negative control: the export's former quantization_config, which transformers does not know
+    bad_dir = os.path.join(tmp, directory + "_unknown_quant")
+    shutil.copytree(os.path.join(tmp, directory), bad_dir)
+    config = json.load(open(os.path.join(bad_dir, "config.json")))
+    config["quantization_config"] = {"quant_method": "fp8gpt_per_tensor"}
+    json.dump(config, open(os.path.join(bad_dir, "config.json"), "w"))
+    try:
+        e_bad, how = rel(logits(load(bad_dir)[0], tokens), trainer), "loaded"
+    except Exception as error:
+        e_bad, how = float("inf"), f"refused: {type(error).__name__}"
+    check(f"(6) {what} fp8, negative control: with an unknown quant_method transformers misses the trainer's "
+          "logits by more than 10x", lambda: (e_bad > 10 * TOL32, f"{e_bad:.2e} ({how})"))
+
+# (6) llm.c's own Llama file (master's layout) through the BF16 export: transformers' loss on the batch llm.c
+# evaluated is llm.c's first loss, within test_llmc_llama.sh's 1e-5 (both float32 on the same BF16 values)
+reference = {l.split()[0]: float(l.split()[1]) for l in open("test/llmc_llama/reference.txt") if l[0] != "#"}
+batch = np.fromfile("test/llmc_llama/batch_train_000000.bin", "<u2", offset=1024).astype(np.int64)
+B, T = int(reference["B"]), int(reference["T"])
+model, problems = load(os.path.join(tmp, "hf_llmc_master"))
+z = logits(model, batch[:-1].reshape(B, T))
+loss = float(torch.nn.functional.cross_entropy(torch.tensor(z).reshape(B * T, -1), torch.tensor(batch[1:])))
+check("(6) llm.c master's file, exported: transformers' loss is llm.c's first loss",
+      lambda: (abs(loss - reference["loss_master"]) <= 1e-5 and not problems,
+               f"{loss!r} vs {reference['loss_master']!r}, bound 1e-5"))
+print("done\t")
+EOF2
+report_checks "$tmp/hf_checks.txt" "$hf_rc"
 finish

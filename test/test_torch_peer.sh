@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_torch_peer.sh: dev/train_gpt2_torch.py (the PyTorch peer) on the CPU in float32 against train_cpu.
-# About 30 s; skipped when $PYTHON cannot import torch (it is not installed by make python_deps: the wheel with
-# its CUDA libraries is some 3 GB).
+# About 30 s; skipped when $PYTHON cannot import torch (make clients_deps installs it, and torchao, into
+# build/python/; CI does).
 #   1. the peer's flag defaults are train_cpu's (both from cli.h);
 #   2. from one model file, 8 steps of B=4 x T=64 with 2 accumulation micro-steps, warmup, cosine decay,
 #      clipping (the norms are above --grad_clip 1 early on), weight decay and validation: every step's loss
@@ -10,6 +10,7 @@
 #      tanh, AdamW's bias corrections in double), so they differ by the float32 summation-order error of the
 #      longest sum, K = the 512 rows a weight gradient sums over (the transcendentals' few ulps are below
 #      2 K u): loss and norm within 2 K u relative, weights within 2 K u lr steps RMS;
+#      Their learning rates are llm.c's get_lr, step for step;
 #   3. negative control: the peer with twice the learning rate fails the same comparison; where torchao is
 #      installed, --dtype float8 converts every block linear and runs;
 #   4. bad inputs: a truncated model file, a shard with another magic, a token id outside the vocabulary,
@@ -70,6 +71,26 @@ clipped=$(grep -c '"grad_norm":[1-9][0-9]*\.' "$TMP/cpu.jsonl" || true)
 vals=$(grep -c '"type":"val"' "$TMP/torch.jsonl" || true)
 [ $status = 0 ] && [ "$clipped" -ge 1 ] && [ "$vals" = 2 ] && grep -q "^summary | " "$TMP/torch.txt"
 result $? "float32, 8 steps x 2 micro-steps ($clipped clipped, $vals validations): the peer = train_cpu within the float32 bounds: $out"
+
+# the schedule: both logs' learning rates are llm.c's get_lr (train_gpt2.py: warmup lr (step+1)/W, then the cosine
+# of progress (step - W) / (steps - W)) step for step, within test_cli's float32 bound of 1e-6 lr
+"$PY" - "$TMP/cpu.jsonl" "$TMP/torch.jsonl" $LR 2 8 <<'EOF' >"$TMP/lr.txt" 2>&1
+import json, math, sys
+cpu, peer = ([json.loads(l)["lr"] for l in open(p) if '"type":"step"' in l] for p in sys.argv[1:3])
+lr, warmup, steps = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+
+
+def get_lr(it):  # llm.c's, with learning_rate_decay_frac 0 (--final_lr_frac's default)
+    if it < warmup:
+        return lr * (it + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * (it - warmup) / (steps - warmup))) * lr
+
+
+worst = max(abs(a - get_lr(i)) for log in (cpu, peer) for i, a in enumerate(log)) / lr
+print(f"{len(cpu)} and {len(peer)} steps, at most {worst:.1e} lr from llm.c's")
+sys.exit(0 if len(cpu) == len(peer) == steps and worst <= 1e-6 else 1)
+EOF
+result $? "the schedule: both trainers' learning rates are llm.c's get_lr, step for step ($(cat "$TMP/lr.txt"))"
 
 # 3. negative control
 status=0

@@ -2,7 +2,7 @@
 # Included by the main Makefile, which defines the target train_cpu.
 #   make test_torch_peer   float32 on the CPU: the peer's losses, norms and weights = train_cpu's within the
 #                          float32 bounds of test/compare_runs.py (about 30 s; skipped when $(PYTHON) cannot
-#                          import torch: python3 -m pip install torch; torchao adds its float8 run)
+#                          import torch: make clients_deps installs it and torchao, which adds its float8 run)
 # This fragment leaves the including Makefile's default goal as it was.
 _torch_peer_test_saved_goal := $(.DEFAULT_GOAL)
 
