@@ -44,7 +44,7 @@ same_as_cpu "negative learning rate" --lr -1
 same_as_cpu "unknown dtype" --dtype float16
 same_as_cpu "unknown recipe" --fp8_recipe foo
 same_as_cpu "unknown attention" --attention flash
-same_as_cpu "fast accumulation out of range" --fp8_fast_accum 2
+same_as_cpu "fast accumulation out of range" --fp8_fast_accum 3
 same_as_cpu "zero batch" --batch_size 0
 same_as_cpu "unknown preset" --model_size 3B
 same_as_cpu "sequence longer than the model's" --seq_len 512
