@@ -16,12 +16,13 @@
 // 2. With REFERENCE_AFTER_DIR (train_cpu's checkpoint STEP + 1 from the same BEFORE_DIR): each amax the step
 //    recorded in the delayed recipe's histories against the reference's. Both trainers measured the same
 //    tensors of the same step from the same weights and scales; their values differ by rounding flips only.
-//    An input (E4M3) is a BF16 tensor whose elements agree with the reference's to BF16 rounding, so its
-//    max to 2^-7 relative (one BF16 spacing, 2^-8, of each of the two values); an output gradient (E5M2) has
-//    passed through the E5M2 casts of the layers above, where one flipped rounding moves a value by up to one
-//    E5M2 spacing, 2^-2 relative: its max to 2^-2. The histories' other entries come from BEFORE_DIR and are
-//    equal. It also prints each tensor's relative L2 distance of w, m and v from the reference's (the
-//    gradients themselves are compare_debug_state's).
+//    Layer 0's qkv input is the BF16 LayerNorm of the embeddings, whose elements agree with the reference's
+//    to BF16 rounding: its max to 2^-7 relative (one BF16 spacing, 2^-8, of each of the two values). Every
+//    later input has passed through an FP8 GEMM, whose E4M3 operands may round a factor the other way, one
+//    E4M3 spacing (2^-3 relative), the most a sum moves when one product dominates it: 2^-3. An output
+//    gradient has passed through the E5M2 casts of the layers above: one E5M2 spacing, 2^-2. The
+//    histories' other entries come from BEFORE_DIR and are equal. It also prints each tensor's relative L2
+//    distance of w, m and v from the reference's (the gradients themselves are compare_debug_state's).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,14 +133,16 @@ static void check_reference(const Checkpoint *before, const Checkpoint *after, c
                             const TrainOptions *opts) {
     const GPTConfig *cfg = &before->cfg;
     if (after->history_floats != ref->history_floats) fail("the reference's amax histories differ in size");
-    const int len = opts->amax_history, tensors = len ? (int)(after->history_floats / len) : 0;
+    // only float8 runs keep histories (a bfloat16 run's state file carries the region unused)
+    const int len = opts->amax_history;
+    const int tensors = opts->dtype == DTYPE_FLOAT8 && len ? (int)(after->history_floats / len) : 0;
     for (int k = 0; k < tensors; k++)
         for (int j = 0; j < len; j++) {
             const size_t i = (size_t)k * len + j;
             const float a = after->history[i], r = ref->history[i];
             if (before->history[i] == a && a == r) continue; // an entry this step did not write
             const int gradient = k % 2; // fp8_tensor_index: inputs even, output gradients odd
-            const double bound = (gradient ? 0x1p-2 : 0x1p-7) * fabs(r);
+            const double bound = (gradient ? 0x1p-2 : k == 0 ? 0x1p-7 : 0x1p-3) * fabs(r);
             const int ok = fabs((double)a - r) <= bound;
             failures += !ok;
             printf("%-4s amax of layer %d %s %s: %.7g against the reference's %.7g (bound %.2g)\n",

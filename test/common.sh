@@ -17,6 +17,7 @@
 #   ok [WHAT]                 a passed check (prints 'ok   WHAT' when WHAT is given)
 #   bad WHAT...               a failed check (prints 'FAIL: WHAT')
 #   result STATUS WHAT        ok WHAT when STATUS is 0, else bad WHAT
+#                             (with TEST_FAIL_FAST set, it ends the script there: dev/mutants.py's runs)
 #   finish                    prints 'N passed, M failed'; its status is 0 only without failures (end a script with it)
 #   merge_flags BASE... -- EXTRA...
 #                             BASE without the --flags EXTRA gives (and their values), then EXTRA as it is,
@@ -93,6 +94,7 @@ ok() {
 bad() {
     failed=$((failed + 1))
     echo "FAIL: $*"
+    if [ -n "${TEST_FAIL_FAST:-}" ]; then finish; exit 1; fi
 }
 
 result() { # STATUS WHAT
