@@ -1,6 +1,6 @@
 # Builds the CPU reference trainer (train_cpu), the CUDA trainer (train), and runs the tests.
 #   make train_cpu   gcc, OpenMP; OpenBLAS for the GEMMs when its headers and library are installed
-#   make train       nvcc for GPU_ARCH (default sm_90a: H100/H200)
+#   make train       nvcc for GPU_ARCH (default sm_90a and sm_100a: H100/H200 and B200)
 #   make demo        prepare tinyshakespeare and compare float32 / bfloat16 / float8 on a small model
 #   make test        every test that needs no GPU
 #   make test_gpu    the CUDA trainer against the CPU reference (needs a GPU)
@@ -147,9 +147,10 @@ clean:
 	rm -rf train_cpu train train_emu build test/build out
 
 # ---------------------------------------------------------------------------------------------------
-# CUDA: the trainer, the GPU test, the benchmarks. GPU_ARCH picks the target (sm_90a: H100/H200;
-# -gencode arch=compute_89,code=sm_89 for Ada; -gencode arch=compute_100a,code=sm_100a for Blackwell).
-GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a
+# CUDA: the trainer, the GPU test, the benchmarks. GPU_ARCH picks the targets: by default one binary for Hopper
+# (sm_90a: H100/H200) and Blackwell (sm_100a: B200/GB200), each an "a" target that runs on its architecture
+# alone (the trainer refuses another GPU at start); -gencode arch=compute_89,code=sm_89 for Ada.
+GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
 NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I.
 # nvcc takes MPI's -I, -L and -l flags as they are. NCCL (the GPU collectives) is the CUDA toolkit's or the
 # system's, or NCCL_HOME's (a directory with include/nccl.h and lib/libnccl.so: scripts/gpu_check.sh links

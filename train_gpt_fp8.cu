@@ -1897,6 +1897,40 @@ static void select_device(const Dist *dist, cudaDeviceProp *props) {
              dist->rank, dist->local_rank, device_count);
     cuda_check(cudaSetDevice(device));
     cuda_check(cudaGetDeviceProperties(props, device));
+    // An sm_90a or sm_100a image runs on that architecture alone: a GPU the build has no code for would fail
+    // its first launch with "no kernel image", after the set-up. Ask once, for any of the kernels.
+    cudaFuncAttributes attributes;
+    cudaError_t image = cudaFuncGetAttributes(&attributes, scales_from_history_kernel);
+    if (image == cudaErrorNoKernelImageForDevice || image == cudaErrorInvalidDeviceFunction)
+        fail("%s (compute capability %d.%d): this build has no code for it (make train builds sm_90a and "
+             "sm_100a); rebuild with GPU_ARCH='-gencode arch=compute_%d%d,code=sm_%d%d'",
+             props->name, props->major, props->minor, props->major, props->minor, props->major, props->minor);
+    cuda_check(image);
+}
+
+// The versions of the libraries this process loaded (not of the headers it was built with), the line a first
+// contact's failure is read against; and what needs a newer one, refused now rather than at its first use.
+static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props) {
+    int driver = 0, runtime = 0, nccl = 0;
+    cuda_check(cudaDriverGetVersion(&driver)); // 1000 major + 10 minor
+    cuda_check(cudaRuntimeGetVersion(&runtime));
+    nccl_check(ncclGetVersion(&nccl));            // 10000 major + 100 minor + patch (NCCL 2.9 and later)
+    const size_t cublaslt = cublasLtGetVersion(); // 10000 major + 100 minor + patch
+#ifdef USE_CUDNN
+    const char *cudnn = cudnn_attention_version();
+#else
+    const char *cudnn = "none (built without it)";
+#endif
+    printf("versions | %s, compute capability %d.%d | driver %d.%d | CUDA runtime %d.%d | "
+           "cuBLASLt %zu.%zu.%zu | NCCL %d.%d.%d | cuDNN %s\n",
+           props->name, props->major, props->minor, driver / 1000, driver % 1000 / 10, runtime / 1000,
+           runtime % 1000 / 10, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, nccl / 10000,
+           nccl / 100 % 100, nccl % 100, cudnn);
+    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && cublaslt < 120900)
+        fail("--fp8_recipe %s: the loaded cuBLASLt %zu.%zu.%zu has no block-scaled GEMMs "
+             "(cuBLAS 12.9 or newer)",
+             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", cublaslt / 10000,
+             cublaslt / 100 % 100, cublaslt % 100);
 }
 
 // What the block recipes need of the CUDA trainer: ZeRO-0 (a weight block would span the ranks' shards of
@@ -1957,6 +1991,7 @@ int main(int argc, char **argv) {
 
     cudaDeviceProp props;
     select_device(&dist, &props);
+    check_versions(&opts, &props);
     if (opts.dtype == DTYPE_FLOAT8 && props.major * 10 + props.minor < 89)
         fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name,
              props.major, props.minor);

@@ -113,6 +113,9 @@ typedef struct {
 } cublasLtMatmulHeuristicResult_t;
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
+// major * 10000 + minor * 100 + patch: 13.1.0, the CUDA 13.0 toolkit's, or CUDA_EMU_CUBLASLT_VERSION (a
+// test's older library: block scaling came with 12.9)
+size_t cublasLtGetVersion(void);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute_type,
                                         cudaDataType_t scale_type);

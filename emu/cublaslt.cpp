@@ -59,6 +59,7 @@
 // epilogues beyond BIAS, GELU_AUX_BIAS, DGELU and BGRADB (and those three with FP8 operands), batches,
 // row-major orders, the other scale modes (VEC16_UE4M3, OUTER_VEC_32F).
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -527,6 +528,11 @@ void run_product(const Product &p) {
 }
 
 } // namespace
+
+size_t cublasLtGetVersion(void) {
+    const char *version = getenv("CUDA_EMU_CUBLASLT_VERSION");
+    return version && *version ? (size_t)strtoull(version, NULL, 10) : 130100;
+}
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle) {
     *handle = new cublasLtContext{1};

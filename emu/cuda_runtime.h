@@ -83,6 +83,7 @@ typedef enum cudaError {
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidDeviceFunction = 98,
+    cudaErrorNoKernelImageForDevice = 209,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
@@ -172,6 +173,8 @@ cudaError_t cudaGetLastError(void);
 cudaError_t cudaPeekAtLastError(void);
 
 cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaDriverGetVersion(int *version);  // 13000: the CUDA 13.0 this emulation follows
+cudaError_t cudaRuntimeGetVersion(int *version); // likewise
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
@@ -240,6 +243,8 @@ struct KernelLaunch {
 
 cudaError_t launch_kernel(const KernelLaunch &launch, cudaStream_t stream);
 cudaError_t set_max_dynamic_shared(const void *function, int bytes);
+cudaError_t
+kernel_image(const void *function); // cudaErrorNoKernelImageForDevice where the device has no code
 
 // Device memory: every access the emulator makes for a device operation is checked against it.
 void check_device_range(const void *p, size_t bytes, const char *what);
@@ -310,6 +315,17 @@ static inline cudaError_t cudaLaunchKernel(void (*function)(P...), dim3 grid, di
                                            size_t shared_bytes = 0, cudaStream_t stream = 0) {
     return emu::launch_typed(function, grid, block, args, shared_bytes, stream,
                              std::index_sequence_for<P...>());
+}
+
+// What the trainer asks of a kernel's attributes: whether the device has code for it (the rest is zero).
+struct cudaFuncAttributes {
+    int binaryVersion, ptxVersion, maxThreadsPerBlock, numRegs;
+    size_t sharedSizeBytes;
+};
+template <typename... P>
+static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attributes, void (*function)(P...)) {
+    *attributes = cudaFuncAttributes{};
+    return emu::kernel_image((const void *)function);
 }
 
 template <typename... P>

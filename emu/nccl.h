@@ -60,6 +60,7 @@ typedef struct {
     { sizeof(ncclConfig_t), NCCL_CONFIG_MAGIC, 0, 1 }
 
 const char *ncclGetErrorString(ncclResult_t result);
+ncclResult_t ncclGetVersion(int *version); // 22809: NCCL 2.28.9, the version the CUDA 13.0 toolkit here ships
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,

@@ -60,17 +60,29 @@ enum StreamOrder { ORDER_ISSUE, ORDER_FIRST_STREAM, ORDER_LAST_STREAM, ORDER_RAN
 // (random:SEED, with the blocks of each launch in a random order too).
 enum Schedule { SCHEDULE_ROUND_ROBIN, SCHEDULE_WARP_AHEAD, SCHEDULE_RANDOM };
 
+// The devices CUDA_EMU_DEVICE names. Memory and limits are the H200's for all; what differs is the name and
+// the compute capability, which picks cuBLASLt's modes and whether this binary has code for the device: an
+// emulated program carries images for sm_90a and sm_100a, as `make train`'s default build does, so the L40S
+// (sm_89) gets cudaErrorNoKernelImageForDevice from every launch, as such a build does on an Ada GPU.
+struct EmulatedDevice {
+    const char *key, *name;
+    int compute_capability;
+    bool has_image;
+};
+static const EmulatedDevice EMULATED_DEVICES[] = {
+    {"h200", "H200", 90, true}, {"b200", "B200", 100, true}, {"l40s", "L40S", 89, false}};
+
 struct Settings {
-    StreamOrder order;       // CUDA_EMU_STREAM_ORDER: which ready stream (or graph branch) runs next
-    uint64_t seed;           // random:SEED
-    bool reverse_threads;    // CUDA_EMU_THREAD_ORDER=reverse: the threads of a block from the last
-    Schedule schedule;       // CUDA_EMU_SCHEDULE
-    uint64_t schedule_seed;  // random:SEED
-    int host_threads;        // CUDA_EMU_THREADS: host threads that run blocks
-    size_t stack_bytes;      // CUDA_EMU_STACK_KB: each CUDA thread's stack
-    const char *report_path; // CUDA_EMU_REPORT: where the end-of-run report goes
-    int drop_wait_site;      // CUDA_EMU_DROP_WAIT_SITE: a test's planted fault (see cudaStreamWaitEvent)
-    bool blackwell;          // CUDA_EMU_DEVICE=b200: compute capability 10.0 (else h200: 9.0)
+    StreamOrder order;            // CUDA_EMU_STREAM_ORDER: which ready stream (or graph branch) runs next
+    uint64_t seed;                // random:SEED
+    bool reverse_threads;         // CUDA_EMU_THREAD_ORDER=reverse: the threads of a block from the last
+    Schedule schedule;            // CUDA_EMU_SCHEDULE
+    uint64_t schedule_seed;       // random:SEED
+    int host_threads;             // CUDA_EMU_THREADS: host threads that run blocks
+    size_t stack_bytes;           // CUDA_EMU_STACK_KB: each CUDA thread's stack
+    const char *report_path;      // CUDA_EMU_REPORT: where the end-of-run report goes
+    int drop_wait_site;           // CUDA_EMU_DROP_WAIT_SITE: a test's planted fault (see cudaStreamWaitEvent)
+    const EmulatedDevice *device; // CUDA_EMU_DEVICE: h200 (the default), b200 or l40s
 };
 
 static Settings read_settings(void) {
@@ -127,9 +139,13 @@ static Settings read_settings(void) {
     const char *drop = getenv("CUDA_EMU_DROP_WAIT_SITE");
     s.drop_wait_site = drop && *drop ? atoi(drop) : 0;
     const char *device_name = getenv("CUDA_EMU_DEVICE");
-    if (device_name && *device_name && strcmp(device_name, "h200") && strcmp(device_name, "b200"))
-        fatal("CUDA_EMU_DEVICE=%s: not h200 or b200", device_name);
-    s.blackwell = device_name && !strcmp(device_name, "b200");
+    s.device = &EMULATED_DEVICES[0];
+    if (device_name && *device_name) {
+        s.device = NULL;
+        for (const EmulatedDevice &device : EMULATED_DEVICES)
+            if (!strcmp(device_name, device.key)) s.device = &device;
+        if (!s.device) fatal("CUDA_EMU_DEVICE=%s: not h200, b200 or l40s", device_name);
+    }
     return s;
 }
 
@@ -142,7 +158,7 @@ static const Settings &settings(void) {
 }
 
 int compute_capability(void) {
-    return settings().blackwell ? 100 : 90;
+    return settings().device->compute_capability;
 }
 
 int process_rank(void) {
@@ -1206,10 +1222,18 @@ static void execute_kernel(const KernelLaunch &k) {
     racecheck_launch_end();
 }
 
-// The checks a GPU makes when a kernel is launched: the configuration against the device's limits, and
-// (beyond a GPU) every pointer argument against device memory.
+cudaError_t kernel_image(const void *function) {
+    if (settings().device->has_image) return cudaSuccess;
+    explain("%s: this program has code for sm_90a and sm_100a, not for the %s's sm_%d",
+            function_name(function).c_str(), settings().device->name, compute_capability());
+    return cudaErrorNoKernelImageForDevice;
+}
+
+// The checks a GPU makes when a kernel is launched: code for the device, the configuration against the
+// device's limits, and (beyond a GPU) every pointer argument against device memory.
 static cudaError_t check_launch(const KernelLaunch &k) {
     auto name = [&k] { return function_name(k.function); }; // looked up only for a message
+    if (cudaError_t image = kernel_image(k.function)) return image;
     const unsigned block[3] = {k.block.x, k.block.y, k.block.z}, grid[3] = {k.grid.x, k.grid.y, k.grid.z};
     const uint64_t threads = (uint64_t)k.block.x * k.block.y * k.block.z;
     for (int d = 0; d < 3; d++) {
@@ -1678,6 +1702,8 @@ static const char *error_name(cudaError_t error) {
         return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidDeviceFunction:
         return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorNoKernelImageForDevice:
+        return "cudaErrorNoKernelImageForDevice";
     case cudaErrorNoDevice:
         return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
@@ -1770,6 +1796,16 @@ cudaError_t cudaGetDeviceCount(int *count) {
     return cudaSuccess;
 }
 
+cudaError_t cudaDriverGetVersion(int *version) {
+    *version = 13000;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *version) {
+    *version = 13000;
+    return cudaSuccess;
+}
+
 cudaError_t cudaSetDevice(int device) {
     return set_error(device == 0 ? cudaSuccess : cudaErrorInvalidDevice);
 }
@@ -1782,8 +1818,7 @@ cudaError_t cudaGetDevice(int *device) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
     if (device != 0) return set_error(cudaErrorInvalidDevice);
     memset(prop, 0, sizeof(*prop));
-    snprintf(prop->name, sizeof(prop->name), "NVIDIA %s (CPU emulation)",
-             settings().blackwell ? "B200" : "H200");
+    snprintf(prop->name, sizeof(prop->name), "NVIDIA %s (CPU emulation)", settings().device->name);
     prop->totalGlobalMem = DEVICE_TOTAL_BYTES;
     prop->sharedMemPerBlock = DEFAULT_DYNAMIC_SHARED;
     prop->sharedMemPerBlockOptin = MAX_DYNAMIC_SHARED;
@@ -1796,7 +1831,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
         prop->maxGridSize[d] = (int)MAX_GRID_DIM[d];
     }
     prop->major = emu::compute_capability() / 10;
-    prop->minor = 0;
+    prop->minor = emu::compute_capability() % 10;
     prop->multiProcessorCount = 132;
     prop->maxThreadsPerMultiProcessor = 2048;
     prop->l2CacheSize = 60 * 1024 * 1024;

@@ -24,7 +24,12 @@
 #   5. a torchrun-style rank 1 never reads an NCCL id file an earlier launch left in --output_dir (another
 #      torchrun run id, or the same one before a restart): it waits for its own launch's file and ends on
 #      --nccl_timeout_s with one line naming that file; the control, the same launch and restart, reads
-#      it (and fails to join).
+#      it (and fails to join);
+#   6. a GPU the build has no code for (CUDA_EMU_DEVICE=l40s: sm_89, where the emulated program carries
+#      sm_90a and sm_100a as make train's default build does) is refused at start with one line naming its
+#      compute capability, before any allocation; the B200 runs; the run's versions line names the device,
+#      driver, CUDA runtime, cuBLASLt, NCCL and cuDNN; a block recipe on a cuBLASLt older than 12.9
+#      (CUDA_EMU_CUBLASLT_VERSION) is refused at start with one line.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -148,4 +153,26 @@ TORCHELASTIC_RUN_ID=launch-1 TORCHELASTIC_RESTART_COUNT=0 RANK=1 WORLD_SIZE=2 LO
     ./train_emu "${small[@]}" --output_dir "$tmp/ids" --nccl_timeout_s 1 >"$tmp/ids.out" 2>"$tmp/ids.err" || status=$?
 [ $status = 1 ] && grep -q "^error: rank 1: joining the NCCL communicator" "$tmp/ids.err"
 result $? "control: the same launch and restart reads that file ($(grep -m1 '^error' "$tmp/ids.err" | head -c 120))"
+
+for device in l40s b200; do
+    status=0
+    CUDA_EMU_DEVICE=$device ./train_emu "${small[@]}" --dtype bfloat16 --output_dir "" >"$tmp/arch.out" \
+        2>"$tmp/arch.err" || status=$?
+    errors=$(grep -v '^cuda-emu: ' "$tmp/arch.err") # the emulator's own explanation line aside
+    if [ $device = l40s ]; then
+        [ $status = 1 ] && [ "$(wc -l <<<"$errors")" = 1 ] && [[ "$errors" == "error: NVIDIA L40S"*"(compute capability 8.9): this build has no code for it"* ]] &&
+            ! grep -q "^memory |" "$tmp/arch.out"
+        result $? "a GPU without code in the build is refused at start ($errors)"
+    else
+        [ $status = 0 ] && [ -z "$errors" ] &&
+            grep -Eq "^versions \| NVIDIA B200.*, compute capability 10\.0 \| driver [0-9]+\.[0-9]+ \| CUDA runtime [0-9.]+ \| cuBLASLt [0-9.]+ \| NCCL [0-9.]+ \| cuDNN " "$tmp/arch.out"
+        result $? "the B200 (sm_100a) runs, its versions line first ($(grep -m1 '^versions' "$tmp/arch.out"))"
+    fi
+done
+status=0
+mapfile -d '' blockwise < <(merge_flags "${small[@]}" -- --channels 128 --heads 4 --batch_size 4 --dtype float8 --fp8_recipe blockwise \
+    --output_dir "")
+CUDA_EMU_CUBLASLT_VERSION=120800 ./train_emu "${blockwise[@]}" >"$tmp/old.out" 2>"$tmp/old.err" || status=$?
+[ $status = 1 ] && [ "$(wc -l <"$tmp/old.err")" = 1 ] && grep -q "^error: --fp8_recipe blockwise: the loaded cuBLASLt 12.8.0 has no block-scaled GEMMs" "$tmp/old.err" && ! grep -q "^memory |" "$tmp/old.out"
+result $? "a block recipe on cuBLASLt 12.8 is refused at start ($(cat "$tmp/old.err"))"
 finish

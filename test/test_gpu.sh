@@ -26,7 +26,8 @@
 #     identical; a file with Llama 3.1's scaled rotary wavelengths matches the CPU in bfloat16, and its
 #     logits differ from the same weights' unscaled;
 #  9. the fast attention (cuDNN: builds with it, on a GPU; elsewhere its one-line refusal, GPT-2's and
-#     Llama's): bfloat16 and float8 against the CPU reference with compare_debug_state --rounding_sites 2
+#     Llama's, itself a failure where it must run: a cuDNN build on Hopper, or on Blackwell with cuDNN 9.18
+#     or newer): bfloat16 and float8 against the CPU reference with compare_debug_state --rounding_sites 2
 #     (its BF16 probabilities and their gradients are rounding sites the CPU does not have), Llama's
 #     grouped-query heads in bfloat16 likewise; two runs, CUDA Graph and op by op, and a resumed run give
 #     identical weights (its backward is cuDNN's deterministic one).
@@ -457,7 +458,20 @@ fast=("${common[@]}" --attention fast)
 mapfile -d '' llama_fast < <(merge_flags "${llama[@]}" -- --attention fast)
 mapfile -d '' llama_auto < <(merge_flags "${llama[@]}" -- --attention auto)
 fast_refusal=$("$TRAIN" "${fast[@]}" --steps 1 --output_dir "" 2>&1 >/dev/null | tail -n 1)
-if [[ "$fast_refusal" == *"--attention fast:"* ]]; then
+# Where it must run, a refusal is a failure, not a skip: a build with cuDNN on Hopper, or on Blackwell from
+# cuDNN 9.18 (its first deterministic fused backward there), as the run's versions line names them.
+versions=$(grep -m1 '^versions |' "$tmp/sample.txt" || true)
+fast_expected=$(python3 - "$versions" <<'PY'
+import re, sys
+cc = re.search(r"compute capability (\d+)\.(\d+)", sys.argv[1])
+cudnn = re.search(r"cuDNN (\d+)\.(\d+)", sys.argv[1])
+major = int(cc.group(1)) if cc else 0
+print(int(bool(cudnn) and (major == 9 or (major >= 10 and tuple(map(int, cudnn.groups())) >= (9, 18)))))
+PY
+)
+if [ "$fast_expected" = 1 ] && [[ "$fast_refusal" == *"--attention fast:"* ]]; then
+    bad "the fast attention must run here ($versions) but is refused: $fast_refusal"
+elif [[ "$fast_refusal" == *"--attention fast:"* ]]; then
     # where it cannot run (a build without cuDNN, the emulation; a device cuDNN declines), one line says why,
     # and auto names the attention it runs instead in the banner; for Llama's grouped-query heads too
     [[ "$fast_refusal" == "error: --attention fast: "* ]] &&
