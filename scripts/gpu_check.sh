@@ -35,8 +35,25 @@ limit() {
 }
 jobs_flag="-j$(nproc)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # the device machine runs as root
-log "nvidia-smi"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+# The environment first, what every failure below is read against: the GPU and its driver, the compiler, and
+# the library wheels of the device's Python environment (each run's `versions |` line then names the versions
+# the trainer loaded).
+log "environment"
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader || true
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+"${NVCC:-nvcc}" --version | tail -n 1 || true
+python3 - <<'PY' || true
+import importlib.metadata as metadata
+names = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-cublas",
+         "nvidia-cublas-cu12", "nvidia-cudnn-frontend", "torch")
+found = []
+for name in names:
+    try:
+        found.append(f"{name} {metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        pass
+print("wheels: " + (", ".join(found) or "none"))
+PY
 # NCCL: the CUDA toolkit's or the system's; where neither has one (the device image brings NCCL only as the
 # nvidia-nccl wheel PyTorch depends on), the wheel's header and library, linked under build/nccl.
 if ! ls "$(dirname "$(command -v nvcc)")/../include/nccl.h" /usr/include/nccl.h >/dev/null 2>&1; then
@@ -53,7 +70,13 @@ fi
 # device has no network); without them the build has the exact attention only, and says so
 bash scripts/cudnn_deps.sh build 2>&1 | tail -n 3 || log "no cuDNN: the exact attention only"
 log "build"
-make $jobs_flag train train_cpu test/build/compare_debug_state build/bench_gemm build/bench_kernels 2>&1 | tail -n 3
+if ! make $jobs_flag train train_cpu test/build/compare_debug_state build/bench_gemm build/bench_kernels \
+    >"$out/build.txt" 2>&1; then
+    tail -n 20 "$out/build.txt"
+    echo "gpu_check: the build failed (the whole log: $out/build.txt); nothing was run"
+    exit 1
+fi
+tail -n 3 "$out/build.txt"
 log "kernel benchmark"
 if t=$(limit 120); then
     timeout "$t" ./build/bench_kernels 2>&1 | tee "$out/bench_kernels.txt" |

@@ -94,4 +94,16 @@ fi
 if ! command -v nvidia-smi >/dev/null || ! nvidia-smi >/dev/null 2>&1; then
     gpu_error "valid flags on a machine without a GPU" "no CUDA device"
 fi
+# make train's default build (the Makefile's own defaults, whatever this make was given) is one binary for
+# Hopper and Blackwell: an "a" target runs on its architecture alone
+nvcc_line=$(env -u MAKEFLAGS -u MAKELEVEL -u GPU_ARCH make -s -n -B train | grep -- '-o train ')
+[[ "$nvcc_line" == *"code=sm_90a"* && "$nvcc_line" == *"code=sm_100a"* ]]
+result $? "make train's nvcc line has both targets ($(grep -o -- '-gencode [^ ]*' <<<"$nvcc_line" | tr '\n' ' '))"
+# scripts/gpu_check.sh stops at a failed build, before any run (a stale or missing ./train must not be measured):
+# a compiler that fails (NVCC=false; PYTHON=false keeps cudnn_deps.sh from fetching cuDNN: the exact attention)
+status=0
+PYTHON=false NVCC=false OUT="$tmp/gpu_check" bash scripts/gpu_check.sh >"$tmp/gpu_check.txt" 2>&1 || status=$?
+[ $status = 1 ] && grep -q "^gpu_check: the build failed" "$tmp/gpu_check.txt" && grep -q "^== environment" "$tmp/gpu_check.txt" &&
+    ! grep -q "^== kernel benchmark" "$tmp/gpu_check.txt"
+result $? "gpu_check.sh with a failing compiler exits $status before any run ($(grep -m1 '^gpu_check' "$tmp/gpu_check.txt"))"
 finish
