@@ -8,18 +8,20 @@
 #      and op by op, validation, sampling, the BF16 shadow check, the FP8 telemetry and an injected NaN. The
 #      shapes give every reduction several warps and sizes that are not powers of two: a vocabulary of 1000
 #      (the cross-entropy's block is 125 threads: 4 warps, the last partial), C = 96 (3 heads) for the
-#      per-tensor recipes, the block recipes at C = 128 with Llama's F = 384 (their 128-element blocks);
+#      per-tensor recipes, the block recipes at C = 128 with Llama's F = 384 (their 128-element blocks), and
+#      T = 96, three of the attention's 32-key chunks, so that a chunk is restaged over one other warps may
+#      still read (at T = 32, one chunk, a missing barrier there went unseen: dev/mutants.py);
 #   2. the kernels the runs executed (the emulator's report) cover every __global__ function of gpu/*.cuh and
 #      train_gpt_fp8.cu, so that a kernel no run reaches cannot hide a race.
 # That the checker finds races, each kind, is test/test_emu.sh's (its planted race_* faults); races planted in
-# the trainer's own kernels are dev/mutants.sh's.
+# the trainer's own kernels are dev/mutants.py's (make mutants).
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
 test_tmpdir tmp test_racecheck
 test_data_dir "$tmp/data" text
 checked=./test/build/train_emu_racecheck
-base=(--model_size d2 --vocab 1000 --seq_len 32 --batch_size 4 --steps 2 --lr 1e-3 --output_dir ""
+base=(--model_size d2 --vocab 1000 --seq_len 96 --batch_size 4 --steps 2 --lr 1e-3 --output_dir ""
       --train_data "$tmp/data/text_train_*.bin" --val_data "$tmp/data/text_val_*.bin" --val_every 2 --val_batches 1
       --attention exact)
 n=0
@@ -53,7 +55,7 @@ for arch in gpt2 llama; do
         --fp8_recipe mxfp8 --fp8_stats_every 1
     race_free "$arch float8 ZeRO-1" -- "${a[@]}" "${per_tensor[@]}" --dtype float8 --zero_stage 1
     race_free "$arch float8 ZeRO-3, recompute, gradient accumulation" -- "${a[@]}" "${per_tensor[@]}" \
-        --dtype float8 --zero_stage 3 --recompute 1 --total_batch_size 256 --cuda_graph 0
+        --dtype float8 --zero_stage 3 --recompute 1 --total_batch_size 768 --cuda_graph 0
 done
 
 sources=(gpu/*.cuh train_gpt_fp8.cu)
