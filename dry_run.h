@@ -268,6 +268,8 @@ static inline void dry_run_changes(char *out, size_t n, const PlanSettings *from
     if (to->dtype != from->dtype) len += snprintf(out + len, n - len, " --dtype %s", dtype_name(to->dtype));
     if (to->recompute != from->recompute)
         len += snprintf(out + len, n - len, " --recompute %d", to->recompute);
+    if (to->fast_attention != from->fast_attention)
+        len += snprintf(out + len, n - len, " --attention %s", to->fast_attention ? "fast" : "exact");
     if (to->B != from->B) len += snprintf(out + len, n - len, " --batch_size %d", to->B);
     if (to->zero_stage != from->zero_stage)
         len += snprintf(out + len, n - len, " --zero_stage %d", to->zero_stage);
@@ -358,6 +360,11 @@ static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSetting
     }
     if (!s->recompute) {
         t.recompute = 1;
+        found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+        t = *s;
+    }
+    if (s->fast_attention) { // the exact kernels need no cuDNN workspace (and are slower: time_plan.h)
+        t.fast_attention = 0;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
     }

@@ -607,6 +607,11 @@ static void test_attention_workspace(void) {
     double between = (double)dry_run_needed_bytes(&g124, &exact) + ws124 / 2.0;
     expect(dry_run_fits(&g124, &exact, between) && !dry_run_fits(&g124, &fast, between),
            "124M B=16 T=1024: a GPU 192 MiB above the exact plan fits it and not the fast one");
+    opts.gpu_memory_gb = between / 1e9;
+    int status = run_report(&opts, &g124, 16, 1024, 1, out, sizeof(out));
+    expect(
+        status == 1 && strstr(out, "\n  --attention exact ") && suggestions_that_fit(out, between) >= 1,
+        "dry run 124M B=16 T=1024 --attention fast on that GPU: does not fit, --attention exact suggested");
 }
 
 // The searches behind the suggestions: the largest batch fits and one more does not; the smallest world
