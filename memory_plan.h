@@ -198,9 +198,10 @@ typedef struct {
 //   - the frontend's own workspace, ahead of the engine's (get_fe_workspace_size_node, lines 2379-2393):
 //     softmax_sum, b * h_q * s_q FP32 (line 1935); dQ_accum only without dP (line 2280); dK and dV over all
 //     query heads (grouped-query attention) only in ragged layouts (lines 2140, 2253), which ours are not.
-// The forward's frontend workspace is alibi's slopes only (lines 620-625): none here. The engines' own
-// workspaces (the cuDNN library's, beyond the frontend's formula) cannot be derived without a GPU: not
-// counted; cudnn_attention_create compares what its built plans ask for with this and refuses more.
+//     (Nor the padding-mask workaround's 8 bytes a sequence, lines 2388-2390: no padding mask here.)
+// The forward's frontend workspace is alibi's slopes only (SDPANodeBase, lines 620-628): none here. The
+// engines' own workspaces (the cuDNN library's, beyond the frontend's formula) cannot be derived without a
+// GPU: not counted; cudnn_attention_create compares what its built plans ask for with this and refuses more.
 static inline size_t attention_workspace_bytes(int B, int T, int NH) {
     size_t b = (size_t)B, h = (size_t)NH, s = (size_t)T;
     size_t dp = b * h * ((s + 63) / 64 * 64) * ((s + 127) / 128 * 128) * 2, softmax_sum = b * h * s * 4;
