@@ -55,10 +55,14 @@ static inline size_t dry_run_aligned_bytes(const MemoryPlan *plan, int i) {
 // wrap: memory_plan_compute counts in size_t and only absurd overrides of --layers, --channels,
 // --batch_size and --seq_len come near 2^64 bytes. Per token and layer a plan keeps at most some 20 rows
 // of the widest activation W (C, QKV, fc's output and F are each at most W, and fewer than 20 of them are
-// kept or scratch a layer): 20 W bytes, with GPT-2's W = 4C the former 64 C and more.
-static inline double dry_run_plan_bound(const GPTConfig *cfg, int B, int T, int world_size, int history) {
+// kept or scratch a layer): 20 W bytes, with GPT-2's W = 4C the former 64 C and more. cuDNN's attention
+// workspace (attention_workspace_bytes) adds at most 2 (T + 64) (T + 128) / T + 4 bytes a token and query
+// head.
+static inline double dry_run_plan_bound(const GPTConfig *cfg, int B, int T, int world_size, int history,
+                                        int fast_attention) {
     double N = (double)B * T, L = cfg->num_layers, W = model_widest_features(cfg);
-    double per_token = (L + 2) * (20.0 * W + 4.0 * cfg->num_heads + 64.0) + 2.0 * cfg->padded_vocab_size;
+    double per_token = (L + 2) * (20.0 * W + 4.0 * cfg->num_heads + 64.0) + 2.0 * cfg->padded_vocab_size +
+                       (fast_attention ? (2.0 * (T + 64) * (T + 128) / T + 4.0) * cfg->num_heads : 0.0);
     // the weight state (under 24 bytes a parameter with the padding) and the RoPE table (maxT x hs floats)
     double weights = 24.0 * (double)param_count(cfg) + 64.0 * world_size * (L + 1) +
                      4.0 * cfg->max_seq_len * cfg->channels;
@@ -80,7 +84,8 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
     if (opts->dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 runs only in train_cpu; the GPU trainer, whose memory --dry_run plans, runs "
              "bfloat16 or float8");
-    if (dry_run_plan_bound(cfg, B, T, world_size, opts->amax_history) > 4e18)
+    if (dry_run_plan_bound(cfg, B, T, world_size, opts->amax_history, plan_fast_attention(opts->attention)) >
+        4e18)
         fail("--batch_size x --seq_len: with this model (--layers, --channels) the plan exceeds 4e18 bytes; "
              "nothing that large can be planned or run");
     if (opts->dtype == DTYPE_FLOAT8) check_fp8_shapes(cfg, B, T); // exits as a real float8 run would
@@ -170,6 +175,8 @@ static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, cons
         return "rotary embeddings' cos and sin per position and pair";
     case BUF_GEMM_WORKSPACE:
         return "cuBLASLt";
+    case BUF_ATTENTION_WORKSPACE:
+        return "cuDNN attention workspace: the deterministic backward's dP, B x NH x T x T x 2 bytes";
     default:
         return "";
     }
@@ -261,6 +268,8 @@ static inline void dry_run_changes(char *out, size_t n, const PlanSettings *from
     if (to->dtype != from->dtype) len += snprintf(out + len, n - len, " --dtype %s", dtype_name(to->dtype));
     if (to->recompute != from->recompute)
         len += snprintf(out + len, n - len, " --recompute %d", to->recompute);
+    if (to->fast_attention != from->fast_attention)
+        len += snprintf(out + len, n - len, " --attention %s", to->fast_attention ? "fast" : "exact");
     if (to->B != from->B) len += snprintf(out + len, n - len, " --batch_size %d", to->B);
     if (to->zero_stage != from->zero_stage)
         len += snprintf(out + len, n - len, " --zero_stage %d", to->zero_stage);
@@ -351,6 +360,11 @@ static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSetting
     }
     if (!s->recompute) {
         t.recompute = 1;
+        found += dry_run_suggest(cfg, s, &t, gpu_bytes);
+        t = *s;
+    }
+    if (s->fast_attention) { // the exact kernels need no cuDNN workspace (and are slower: time_plan.h)
+        t.fast_attention = 0;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
     }

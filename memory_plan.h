@@ -63,20 +63,21 @@ typedef enum {
     BUF_FP8_BLOCK_SCALES, // block recipes: the block factors of every FP8 operand, the scale telemetry
     BUF_STEP,
     BUF_TOKENS,
-    BUF_ROPE_TABLE, // Llama: the rotary embeddings' cos and sin
+    BUF_ATTENTION_WORKSPACE, // cuDNN's fused attention (empty for the exact kernels)
+    BUF_ROPE_TABLE,          // Llama: the rotary embeddings' cos and sin
     BUF_GEMM_WORKSPACE,
     NUM_BUFFERS
 } BufferId;
 
 static const char *const BUFFER_NAMES[NUM_BUFFERS] = {
-    "params_fp32",  "grads_fp32",  "grad_shard",     "adam_m",        "adam_v",
-    "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",       "residual2",
-    "residual3",    "ln1_stats",   "ln2_stats",      "qkv",           "att_lse",
-    "fch",          "ln1",         "atty",           "ln2",           "fch_gelu",
-    "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",        "losses",
-    "dresidual",    "dc",          "dqkv",           "dfch",          "att_delta",
-    "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state",     "fp8_block_scales",
-    "step_state",   "tokens",      "rope_table",     "gemm_workspace"};
+    "params_fp32",  "grads_fp32",  "grad_shard",     "adam_m",     "adam_v",
+    "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",    "residual2",
+    "residual3",    "ln1_stats",   "ln2_stats",      "qkv",        "att_lse",
+    "fch",          "ln1",         "atty",           "ln2",        "fch_gelu",
+    "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",     "losses",
+    "dresidual",    "dc",          "dqkv",           "dfch",       "att_delta",
+    "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state",  "fp8_block_scales",
+    "step_state",   "tokens",      "attn_workspace", "rope_table", "gemm_workspace"};
 
 // What --dry_run groups the buffers into.
 typedef enum {
@@ -124,6 +125,7 @@ static inline PlanGroup buffer_group(BufferId id) {
         return PLAN_FP8_STATE;
     case BUF_STEP:
     case BUF_TOKENS:
+    case BUF_ATTENTION_WORKSPACE:
     case BUF_ROPE_TABLE:
     case BUF_GEMM_WORKSPACE:
         return PLAN_WORKSPACE;
@@ -137,9 +139,21 @@ typedef struct {
     int dtype, B, T, history_len;
     int world_size, zero_stage, recompute;
     int fp8_recipe;
-    int shard_group;   // --shard_group_size: the ranks a shard spans (0: all of world_size)
-    int keep_gathered; // --keep_gathered: ZeRO-3's gathered weights in a slot a layer instead of two
+    int shard_group;    // --shard_group_size: the ranks a shard spans (0: all of world_size)
+    int keep_gathered;  // --keep_gathered: ZeRO-3's gathered weights in a slot a layer instead of two
+    int fast_attention; // cuDNN's fused attention: its workspace in the plan (plan_fast_attention)
 } PlanSettings;
+
+// Whether --attention (AttentionChoice) plans cuDNN's fused attention: fast, or auto in a build with cuDNN
+// (USE_CUDNN: the CUDA trainer built with it; the CPU trainer's and the emulator's --dry_run plan auto as
+// exact). The trainer plans auto without it where the plan with it does not fit the device (gpt_alloc).
+static inline int plan_fast_attention(int attention) {
+#ifdef USE_CUDNN
+    return attention != ATTENTION_EXACT;
+#else
+    return attention == ATTENTION_FAST;
+#endif
+}
 
 static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, int B, int T,
                                                       int world_size) {
@@ -152,7 +166,8 @@ static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, 
                       opts->recompute,
                       opts->fp8_recipe,
                       opts->shard_group_size,
-                      opts->keep_gathered};
+                      opts->keep_gathered,
+                      plan_fast_attention(opts->attention)};
     return s;
 }
 
@@ -169,6 +184,29 @@ typedef struct {
 } MemoryPlan;
 
 #define GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+
+// Bytes of the workspace cuDNN's fused attention runs in (gpu/attention_cudnn.cpp: one buffer for its
+// forward and its deterministic backward, the larger of the two), from cudnn-frontend 1.32.0's
+// include/cudnn_frontend/node/scaled_dot_product_flash_attention.h, CompositeSDPABackwardNode:
+//   - set_deterministic_algorithm(true) forces the dP-workspace decomposition (use_dp_workspace, lines
+//     1842-1849; Hopper's ordered-dQ engine, whose workspace is linear in T, serves it only where the
+//     environment variable CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT opts in, lines 1808-1840: this project
+//     does not set it). The frontend sizes the dP workspace, which the cuDNN engine holds, at
+//     b * h_q * round_up(s_q, 64) * round_up(s_kv, 128) * 2 bytes (lines 1831-1834; lines 1794-1796 round
+//     s_kv to 64 only): quadratic in T, 384 MiB for GPT-2 124M at B=16, T=1024, 4 GiB for Llama 3 8B at B=1,
+//     T=8192 (32 query heads);
+//   - the frontend's own workspace, ahead of the engine's (get_fe_workspace_size_node, lines 2379-2393):
+//     softmax_sum, b * h_q * s_q FP32 (line 1935); dQ_accum only without dP (line 2280); dK and dV over all
+//     query heads (grouped-query attention) only in ragged layouts (lines 2140, 2253), which ours are not.
+//     (Nor the padding-mask workaround's 8 bytes a sequence, lines 2388-2390: no padding mask here.)
+// The forward's frontend workspace is alibi's slopes only (SDPANodeBase, lines 620-628): none here. The
+// engines' own workspaces (the cuDNN library's, beyond the frontend's formula) cannot be derived without a
+// GPU: not counted; cudnn_attention_create compares what its built plans ask for with this and refuses more.
+static inline size_t attention_workspace_bytes(int B, int T, int NH) {
+    size_t b = (size_t)B, h = (size_t)NH, s = (size_t)T;
+    size_t dp = b * h * ((s + 63) / 64 * 64) * ((s + 127) / 128 * 128) * 2, softmax_sum = b * h * s * 4;
+    return dp + softmax_sum;
+}
 
 // Sums over the block's four linears (qkv, attproj, fc, fcproj), from gpt_model.h's shapes.
 // Elements of their weights: GPT-2 3C^2 + C^2 + 4C^2 + 4C^2 = 12C^2, Llama (QKV + C + 2F) C + F C.
@@ -388,6 +426,7 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     // the CPU trainer's floats
     b[BUF_ROPE_TABLE] = model_is_llama(cfg) ? (size_t)cfg->max_seq_len * (C / NH) * f32 : 0;
     b[BUF_GEMM_WORKSPACE] = GEMM_WORKSPACE_BYTES;
+    b[BUF_ATTENTION_WORKSPACE] = s->fast_attention ? attention_workspace_bytes(s->B, s->T, (int)NH) : 0;
     size_t offset = 0;
     for (int i = 0; i < NUM_BUFFERS; i++) {
         plan->offset[i] = offset;

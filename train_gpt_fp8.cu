@@ -97,6 +97,7 @@ typedef struct {
     bf16 *dresidual, *dc, *dqkv, *dfch;
     float *att_delta, *reduce_scratch;
     fp8 *cast_fp8, *cast_fp8_t;
+    char *attention_workspace; // cuDNN's fused attention runs in it; NULL where the plan holds none (exact)
     // block recipes (memory_plan.h's fp8_block_factor_bytes): the smallest and largest block scale per
     // tensor then per weight; W's and W^T's factors per layer and linear; the saved input transposes'
     // factors per kept layer and linear; the factors of cast_fp8 and cast_fp8_t
@@ -259,6 +260,7 @@ static void gpt_carve(GPT *model, char *memory) {
     model->cast_fp8 = (fp8 *)plan_ptr(model, BUF_CAST_FP8);
     model->cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
     model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
+    model->attention_workspace = (char *)plan_ptr(model, BUF_ATTENTION_WORKSPACE);
     carve_block_factors(model, (char *)plan_ptr(model, BUF_FP8_BLOCK_SCALES));
     model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
     model->tokens_next = model->tokens + model->plan.bytes[BUF_TOKENS] / 2 / sizeof(int);
@@ -291,11 +293,33 @@ static void reset_block_scale_stats(GPT *model) {
     cuda_check(cudaMemsetAsync(model->block_scale_max, 0, counted * sizeof(float), model->stream));
 }
 
+// The plan without cuDNN's attention workspace where the plan with it does not fit the free_bytes the device
+// has: --attention auto takes the exact kernels (the reason, for the banner, in declined); --attention fast
+// is refused.
+static void fit_attention_workspace(GPT *model, const GPTConfig *cfg, int choice, size_t free_bytes,
+                                    char *declined, size_t declined_size) {
+    const size_t workspace = model->plan.bytes[BUF_ATTENTION_WORKSPACE];
+    if (!workspace || model->plan.total <= free_bytes) return;
+    if (choice == ATTENTION_FAST)
+        fail("--attention fast: cuDNN's deterministic backward needs a %zu-byte (%.2f GiB) workspace; with "
+             "it the plan's %zu bytes exceed the device's %zu free; --attention exact needs none",
+             workspace, workspace / 1073741824.0, model->plan.total, free_bytes);
+    snprintf(declined, declined_size,
+             "auto: cuDNN's deterministic backward needs a %.2f GiB workspace; with it the plan's %.2f GiB "
+             "exceed the device's %.2f GiB free",
+             workspace / 1073741824.0, model->plan.total / 1073741824.0, free_bytes / 1073741824.0);
+    PlanSettings settings = model->plan.settings;
+    settings.fast_attention = 0;
+    memory_plan_compute(&model->plan, cfg, &settings);
+}
+
 static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts, int B, int T,
                       int accum_steps, const Comm *comm, const Comm *group) {
     gpt_plan(model, cfg, opts, B, T, accum_steps, comm, group);
     size_t free_before = 0, free_after = 0, total_bytes = 0;
     cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
+    char declined[160] = "";
+    fit_attention_workspace(model, cfg, opts->attention, free_before, declined, sizeof declined);
     if (model->plan.total > free_before)
         fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
              "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1: --dry_run 1 lists what fits)",
@@ -334,8 +358,11 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
     cuda_check(cudaStreamCreateWithPriority(&model->comm_stream, cudaStreamDefault, greatest_priority));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
+    const AttentionMemory attention_memory = {model->attention_workspace,
+                                              model->plan.bytes[BUF_ATTENTION_WORKSPACE],
+                                              declined[0] ? declined : NULL};
     attention_setup(&model->attention, opts->attention, B, T, cfg->channels, cfg->num_heads,
-                    model_kv_heads(cfg));
+                    model_kv_heads(cfg), &attention_memory);
     reset_block_scale_stats(model);
     if (model->rope) {
         float *table = (float *)malloc_check(model->plan.bytes[BUF_ROPE_TABLE], "rope table");

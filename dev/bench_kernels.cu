@@ -631,13 +631,20 @@ static double attention_flops(int B, int NH, int T, int HS, int backward) {
     return backward ? 2.5 * forward : forward;
 }
 
+// What the trainer's memory plan gives the fast attention at this shape (memory_plan.h): its workspace.
+static AttentionMemory attention_memory(int B, int T, int NH) {
+    const size_t bytes = attention_workspace_bytes(B, T, NH);
+    return {dev_alloc<char>(bytes), bytes, NULL};
+}
+
 // The fast attention at a shape the exact kernels were just checked at, against the same CPU results.
 static void bench_fast_attention(const Shape *s, cudaStream_t stream, const Vec &qkv, const Vec &dout,
                                  const Vec &out, const Vec &lse, const Vec &dqkv) {
     const int B = s->B, T = s->T, C = s->C, NH = s->NH, N = B * T;
     const size_t NC = (size_t)N * C, BHT = (size_t)B * NH * T;
     Attention fast;
-    attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH, NH);
+    const AttentionMemory memory = attention_memory(B, T, NH);
+    attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH, NH, &memory);
     if (!fast.fast) {
         printf("  attention fast: not checked: %s\n", fast.description);
         return;
@@ -726,8 +733,9 @@ static void bench_attention_speed(cudaStream_t stream) {
         printf("attention speed %s ...\n", shape.name);
         fflush(stdout);
         Attention exact, fast;
-        attention_setup(&exact, ATTENTION_EXACT, B, T, C, NH, NH);
-        attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH, NH);
+        const AttentionMemory memory = attention_memory(B, T, NH), none = {NULL, 0, NULL};
+        attention_setup(&exact, ATTENTION_EXACT, B, T, C, NH, NH, &none);
+        attention_setup(&fast, ATTENTION_AUTO, B, T, C, NH, NH, &memory);
         const Vec qkv = randn(3 * NC, 0.0f, 1.5f, 1), dout = randn(NC, 0.0f, 1.0f, 1);
         bf16 *d_qkv = new_bf16(qkv), *d_dout = new_bf16(dout);
         bf16 *d_out[2] = {dev_alloc<bf16>(NC), dev_alloc<bf16>(NC)};

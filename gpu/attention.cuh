@@ -393,14 +393,23 @@ typedef struct {
     int fast;                // 1: cuDNN's fused attention; 0: the exact kernels
     int B, T, C, NH, KVH;    // the shape the fast path's graphs were built for
     AttentionGraphs *graphs; // fast only
-    char description[192];   // what runs, for the run's banner
+    char description[256];   // what runs, for the run's banner
 } Attention;
 
+// What the memory plan gives the attention (memory_plan.h: BUF_ATTENTION_WORKSPACE).
+typedef struct {
+    void *workspace;        // the fast path's: cuDNN's graphs run in it
+    size_t workspace_bytes; // 0 when the plan holds none
+    const char *declined;   // auto planned without it: why (the banner says so); NULL otherwise
+} AttentionMemory;
+
 // Picks the attention for --attention (AttentionChoice, cli.h) at shape (B,T,C,NH,KVH) and builds what it
-// needs (cuDNN's graphs and their workspace: allocated here, never in a step). auto: fast where this build
-// has cuDNN and cuDNN runs the shape on this device, else exact, saying why; fast: that or a one-line error.
-// Grouped-query heads (KVH < NH) alike: cuDNN's graphs take them.
-inline void attention_setup(Attention *att, int choice, int B, int T, int C, int NH, int KVH) {
+// needs (cuDNN's graphs, here, never in a step; they run in the plan's workspace, memory). auto: fast where
+// this build has cuDNN, the plan holds its workspace and cuDNN runs the shape on this device in it, else
+// exact, saying why; fast: that or a one-line error. Grouped-query heads (KVH < NH) alike: cuDNN's graphs
+// take them.
+inline void attention_setup(Attention *att, int choice, int B, int T, int C, int NH, int KVH,
+                            const AttentionMemory *memory) {
     memset(att, 0, sizeof(*att));
     att->B = B, att->T = T, att->C = C, att->NH = NH, att->KVH = KVH;
     check_attention_shape(C, NH); // the exact kernels' shapes: the fallback must exist
@@ -408,9 +417,14 @@ inline void attention_setup(Attention *att, int choice, int B, int T, int C, int
         snprintf(att->description, sizeof att->description, "exact");
         return;
     }
+    if (choice == ATTENTION_AUTO && memory->declined) {
+        snprintf(att->description, sizeof att->description, "exact (%s)", memory->declined);
+        return;
+    }
 #ifdef USE_CUDNN
-    char why[128];
-    att->graphs = cudnn_attention_create(B, T, C, NH, KVH, why, sizeof why);
+    char why[192];
+    att->graphs =
+        cudnn_attention_create(B, T, C, NH, KVH, memory->workspace, memory->workspace_bytes, why, sizeof why);
     if (!att->graphs) {
         if (choice == ATTENTION_FAST)
             fail("--attention fast: cuDNN %s runs no deterministic fused attention for B %d, T %d, %d heads "
@@ -422,7 +436,7 @@ inline void attention_setup(Attention *att, int choice, int B, int T, int C, int
     }
     att->fast = 1;
     snprintf(att->description, sizeof att->description,
-             "fast (cuDNN %s fused attention, deterministic backward, %.1f MiB workspace)",
+             "fast (cuDNN %s fused attention, deterministic backward, %.1f MiB workspace in the plan)",
              cudnn_attention_version(), cudnn_attention_workspace_bytes(att->graphs) / 1048576.0);
 #else
     if (choice == ATTENTION_FAST)

@@ -23,14 +23,14 @@
 #include <cudnn_frontend.h>
 
 #include "attention_cudnn.h"
-#include "common.cuh" // cuda_check, fail
+#include "common.cuh" // fail
 
 struct AttentionGraphs {
     cudnnHandle_t handle;
     std::shared_ptr<cudnn_frontend::graph::Graph> forward, backward;
-    void *workspace;
-    size_t workspace_bytes;
-    int NH, KVH, HS; // the qkv rows' layout, for the columns of k and v (column_of)
+    void *workspace;        // the caller's (the memory plan's), at least workspace_bytes
+    size_t workspace_bytes; // the larger of the two plans' workspaces
+    int NH, KVH, HS;        // the qkv rows' layout, for the columns of k and v (column_of)
 };
 
 namespace attention_impl {
@@ -200,7 +200,8 @@ static void execute(const AttentionGraphs *graphs, const fe::graph::Graph &graph
 }
 } // namespace attention_impl
 
-AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, int KVH, char *why, size_t why_size) {
+AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, int KVH, void *workspace,
+                                        size_t workspace_bytes, char *why, size_t why_size) {
     using namespace attention_impl;
     AttentionGraphs *graphs = new AttentionGraphs();
     graphs->NH = NH, graphs->KVH = KVH, graphs->HS = C / NH;
@@ -210,18 +211,21 @@ AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, int KVH, ch
     graphs->backward = backward_graph(B, T, C, NH, KVH, 0, tensors);
     std::string reason = build_graph(*graphs->forward, graphs->handle);
     if (reason.empty()) reason = build_graph(*graphs->backward, graphs->handle);
+    int64_t forward_bytes = 0, backward_bytes = 0;
+    if (reason.empty() && (!graphs->forward->get_workspace_size(forward_bytes).is_good() ||
+                           !graphs->backward->get_workspace_size(backward_bytes).is_good()))
+        reason = "no workspace size for its plans";
+    graphs->workspace = workspace;
+    graphs->workspace_bytes = (size_t)std::max(forward_bytes, backward_bytes);
+    if (reason.empty() && graphs->workspace_bytes > workspace_bytes)
+        reason = "its plans need a " + std::to_string(graphs->workspace_bytes) + "-byte workspace, the " +
+                 "memory plan holds " + std::to_string(workspace_bytes) + " (attention_workspace_bytes)";
     if (!reason.empty()) {
         snprintf(why, why_size, "%s", reason.c_str());
         cudnnDestroy(graphs->handle);
         delete graphs;
         return NULL;
     }
-    int64_t forward_bytes = 0, backward_bytes = 0;
-    if (!graphs->forward->get_workspace_size(forward_bytes).is_good() ||
-        !graphs->backward->get_workspace_size(backward_bytes).is_good())
-        fail("cuDNN attention: no workspace size for its plans");
-    graphs->workspace_bytes = (size_t)std::max(forward_bytes, backward_bytes);
-    if (graphs->workspace_bytes) cuda_check(cudaMalloc(&graphs->workspace, graphs->workspace_bytes));
     return graphs;
 }
 
@@ -243,7 +247,6 @@ int cudnn_attention_validate(int B, int T, int C, int NH, int KVH, int sm_versio
 }
 
 void cudnn_attention_destroy(AttentionGraphs *graphs) {
-    if (graphs->workspace) cuda_check(cudaFree(graphs->workspace));
     cudnnDestroy(graphs->handle);
     delete graphs;
 }

@@ -9,15 +9,17 @@
 
 #include <cuda_runtime.h>
 
-struct AttentionGraphs; // cuDNN's handle, the forward and backward graphs and their workspace
+struct AttentionGraphs; // cuDNN's handle, the forward and backward graphs and the workspace they run in
 
 // The graphs' tensors (their uids in cuDNN's variant packs).
 enum AttentionTensor { ATT_Q = 1, ATT_K, ATT_V, ATT_O, ATT_STATS, ATT_DOUT, ATT_DQ, ATT_DK, ATT_DV };
 
 // Builds the graphs for causal attention over qkv (B,T,QKV) with NH query heads sharing KVH key/value heads
-// (gpu/attention.cuh's layout; GPT-2: KVH = NH) on the current device and allocates their workspace. NULL
-// when cuDNN has no plan for them, with its reason (one line) in why.
-AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, int KVH, char *why, size_t why_size);
+// (gpu/attention.cuh's layout; GPT-2: KVH = NH) on the current device, to run in workspace (workspace_bytes
+// of device memory the caller owns: the memory plan's, memory_plan.h's attention_workspace_bytes). NULL when
+// cuDNN has no plan for them or its plans need a larger workspace, with the reason (one line) in why.
+AttentionGraphs *cudnn_attention_create(int B, int T, int C, int NH, int KVH, void *workspace,
+                                        size_t workspace_bytes, char *why, size_t why_size);
 void cudnn_attention_destroy(AttentionGraphs *graphs);
 // The same graphs checked against cudnn-frontend's support rules for compute capability sm_version (90:
 // Hopper, 100: Blackwell) and this cuDNN version, without a device: validation only, no plan is built. 1 when
@@ -29,7 +31,7 @@ int cudnn_attention_validate(int B, int T, int C, int NH, int KVH, int sm_versio
 // point cuDNN. 0 for an unknown tensor. (test/test_cudnn_graphs.cpp checks them against the layouts.)
 int cudnn_attention_layout(int B, int T, int C, int NH, int KVH, int tensor, int64_t dims[4],
                            int64_t strides[4], size_t *column);
-size_t cudnn_attention_workspace_bytes(const AttentionGraphs *graphs);
+size_t cudnn_attention_workspace_bytes(const AttentionGraphs *graphs); // what the plans asked for
 const char *cudnn_attention_version(void); // "9.28.1": the library loaded, not the headers'
 
 // The layouts of gpu/attention.cuh's attention_forward and attention_backward; BF16 data as raw pointers.

@@ -16,6 +16,8 @@
 #     float8: the header names the architecture, the plan fits, its groups add up, its total and planned step
 #     equal test_memory_plan's (which checks them against arithmetic from the published shapes), float8's
 #     step is shorter; in shard groups of 8 it does not fit and sharding over all 32 is suggested;
+#   - cuDNN's attention workspace: its own line with --attention fast (llama3-8B T=8192: 4.001 GiB; 124M
+#     B=16 T=1024: 0.376 GiB), none with exact, none with auto (train_cpu has no cuDNN);
 #   - bad values end with one error naming the flag (--gpu_memory_gb 0, --zero_stage 2, float32,
 #     float8 with B*T not a multiple of 16, --nodes above the processes, --keep_gathered without ZeRO-3).
 # Environment: TRAIN_CPU (default ./train_cpu), TEST_MEMORY_PLAN (default ./test/build/test_memory_plan).
@@ -175,6 +177,24 @@ refused "--dtype" "--dtype float32 (no GPU plan)" --model_size 124M --dtype floa
 refused "multiple of 16" "float8 with B*T = 15" --model_size 124M --dtype float8 --batch_size 3 --seq_len 5
 refused "--nodes" "--nodes above the processes" --model_size 124M --world_size 8 --nodes 9
 refused "--keep_gathered" "--keep_gathered 1 with ZeRO-1" --model_size 124M --world_size 8 --zero_stage 1 --keep_gathered 1
+
+# cuDNN's attention workspace (memory_plan.h's attention_workspace_bytes: the deterministic backward's dP,
+# B x NH x T x T x 2 bytes, plus B x NH x T FP32 softmax sums): its own line with --attention fast, none with
+# exact, none with auto in this build (train_cpu has no cuDNN)
+ws_line() { # OUTPUT: the attention workspace's line
+    printf '%s\n' "$1" | grep -E '^ +attn_workspace +[0-9.]+ GiB +cuDNN attention workspace'
+}
+out=$(dry --model_size llama3-8B --seq_len 8192 --batch_size 1 --attention fast)
+ws_line "$out" | grep -q ' 4\.001 GiB '
+result $? "llama3-8B T=8192 B=1 --attention fast: the cuDNN attention workspace, 4.001 GiB (32 heads)"
+exact=$(dry --model_size llama3-8B --seq_len 8192 --batch_size 1 --attention exact)
+! ws_line "$exact" >/dev/null && [ $(($(field "$out" plan_total_bytes) - $(field "$exact" plan_total_bytes))) = 4296015872 ]
+result $? "llama3-8B T=8192 B=1: --attention exact plans no workspace, fast 4296015872 bytes more"
+out=$(dry --model_size 124M --batch_size 16 --seq_len 1024 --attention fast)
+ws_line "$out" | grep -q ' 0\.376 GiB '
+result $? "124M B=16 T=1024 --attention fast: the cuDNN attention workspace, 0.376 GiB (384 MiB of dP)"
+! ws_line "$(dry --model_size 124M --batch_size 16 --seq_len 1024)" >/dev/null
+result $? "124M --attention auto in a build without cuDNN: no workspace"
 
 # dev/perf_model.sh: its eight rows (124M and 1.5B x bfloat16 and float8 x exact and fast attention), each
 # step the sum of its parts (one process: no communication; three parts printed to 0.01 ms, so within

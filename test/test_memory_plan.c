@@ -3,9 +3,9 @@
 // its GEMM inputs as 1-byte transposes where bfloat16 keeps 2-byte copies. Also the FP8 shape rules.
 // Then the ZeRO and recompute plans against expectations derived here from what each stage must hold
 // (not from memory_plan.h's lines), and the --dry_run report of dry_run.h: its verdicts, suggestions and
-// validation. Then Llama 2 70B's plan on 4 nodes x 8 H200s against arithmetic done here from its published
-// shapes. It prints "reference ..." lines with plan totals that test/test_dry_run.sh compares with the
-// trainer's --dry_run output.
+// validation, and cuDNN's attention workspace in both. Then Llama 2 70B's plan on 4 nodes x 8 H200s against
+// arithmetic done here from its published shapes. It prints "reference ..." lines with plan totals that
+// test/test_dry_run.sh compares with the trainer's --dry_run output.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +62,7 @@ static int fp8_shapes_status(const GPTConfig *cfg, int B, int T) {
 // ZeRO and recompute. Expectations come from what each configuration must hold, argued in the comments.
 
 static MemoryPlan plan_of(const GPTConfig *cfg, int dtype, int B, int T, int world, int zero, int recompute) {
-    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0};
+    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0, 0};
     MemoryPlan plan;
     memory_plan_compute(&plan, cfg, &s);
     char label[160];
@@ -182,7 +182,7 @@ static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
         expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + SHARD_ALIGN * world + 256) + 2 * 12 * C * C,
                "%s ZeRO-3 W=%d float8: FP8 weights and transposes of 2 layers", name, world);
         // --keep_gathered: a weight slot for each of the L layers, the gradients' two slots unchanged
-        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1};
+        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1, 0};
         MemoryPlan keep;
         memory_plan_compute(&keep, cfg, &keep_settings);
         check_layout(&keep, "keep_gathered");
@@ -304,7 +304,7 @@ static void test_float8_smaller(void) {
 #define LLAMA70_N ((size_t)8 * 4096)
 
 static PlanSettings llama70_settings(int dtype, int recompute, int B, int shard_group) {
-    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0};
+    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0, 0};
     return s;
 }
 
@@ -557,19 +557,76 @@ static void test_report_verdicts(void) {
     expect(n >= 1, "dry run 70B float8 W=1: %d suggestions, each needing at most 141 GB", n);
 }
 
+// cuDNN's attention workspace (memory_plan.h's attention_workspace_bytes: cudnn-frontend's dP workspace of
+// the deterministic backward, b h T T 2 bytes with T rounded up to 64 and 128, plus its FP32 softmax sums, b
+// h T 4 bytes): a line of the dry run with --attention fast, none with exact, none with auto in this build
+// (no cuDNN), and counted where the report asks what fits.
+static void test_attention_workspace(void) {
+    static char out[1 << 16];
+    char line[160];
+    const size_t ws124 = (size_t)16 * 12 * 1024 * 1024 * 2 + (size_t)16 * 12 * 1024 * 4;
+    const size_t ws8b = (size_t)32 * 8192 * 8192 * 2 + (size_t)32 * 8192 * 4;
+    expect(attention_workspace_bytes(16, 1024, 12) == ws124 && ws124 == 403439616,
+           "attention workspace, 124M B=16 T=1024: 384 MiB of dP + 0.75 MiB of softmax sums");
+    expect(attention_workspace_bytes(1, 8192, 32) == ws8b && ws8b == 4296015872,
+           "attention workspace, llama3-8B B=1 T=8192: 4 GiB of dP + 1 MiB of softmax sums");
+    expect(attention_workspace_bytes(1, 100, 2) == (size_t)2 * 128 * 128 * 2 + 2 * 100 * 4,
+           "attention workspace, T=100: the dP rows rounded up to 64 and its columns to 128");
+    expect(!plan_fast_attention(ATTENTION_AUTO) && !plan_fast_attention(ATTENTION_EXACT) &&
+               plan_fast_attention(ATTENTION_FAST),
+           "a build without cuDNN plans the workspace for --attention fast only");
+
+    GPTConfig g124 = preset_config("124M", GPT2_VOCAB_SIZE), l8 = preset_config("llama3-8B", 0);
+    TrainOptions opts = default_options("124M", DTYPE_BFLOAT16, 0, 0);
+    opts.attention = ATTENTION_EXACT;
+    run_report(&opts, &g124, 16, 1024, 1, out, sizeof(out));
+    size_t exact_total = reference_total("124M", DTYPE_BFLOAT16, 16, 1024, 1, 0);
+    snprintf(line, sizeof(line), "plan_total_bytes %zu ", exact_total);
+    expect(strstr(out, line) && !strstr(out, "attn_workspace"),
+           "dry run 124M B=16 T=1024 --attention exact: no attention workspace");
+    opts.attention = ATTENTION_AUTO;
+    run_report(&opts, &g124, 16, 1024, 1, out, sizeof(out));
+    expect(strstr(out, line) && !strstr(out, "attn_workspace"),
+           "dry run 124M B=16 T=1024 --attention auto without cuDNN: no attention workspace");
+    opts.attention = ATTENTION_FAST;
+    run_report(&opts, &g124, 16, 1024, 1, out, sizeof(out));
+    snprintf(line, sizeof(line), "plan_total_bytes %zu ", exact_total + ws124); // a multiple of 256
+    expect(strstr(out, line) &&
+               strstr(out, "attn_workspace                0.376 GiB  cuDNN attention workspace"),
+           "dry run 124M B=16 T=1024 --attention fast: the workspace's line, 0.376 GiB, and in the total");
+
+    TrainOptions l8_opts = default_options("llama3-8B", DTYPE_BFLOAT16, 0, 0);
+    l8_opts.attention = ATTENTION_FAST;
+    run_report(&l8_opts, &l8, 1, 8192, 1, out, sizeof(out));
+    expect(strstr(out, "attn_workspace                4.001 GiB  cuDNN attention workspace") != NULL,
+           "dry run llama3-8B B=1 T=8192 --attention fast: the workspace's line, 4.001 GiB");
+
+    // The fit the suggestions and the fastest-that-fits search ask (dry_run_fits): the workspace counts.
+    PlanSettings exact = plan_settings_from_options(&opts, 16, 1024, 1), fast = exact;
+    exact.fast_attention = 0;
+    double between = (double)dry_run_needed_bytes(&g124, &exact) + ws124 / 2.0;
+    expect(dry_run_fits(&g124, &exact, between) && !dry_run_fits(&g124, &fast, between),
+           "124M B=16 T=1024: a GPU 192 MiB above the exact plan fits it and not the fast one");
+    opts.gpu_memory_gb = between / 1e9;
+    int status = run_report(&opts, &g124, 16, 1024, 1, out, sizeof(out));
+    expect(
+        status == 1 && strstr(out, "\n  --attention exact ") && suggestions_that_fit(out, between) >= 1,
+        "dry run 124M B=16 T=1024 --attention fast on that GPU: does not fit, --attention exact suggested");
+}
+
 // The searches behind the suggestions: the largest batch fits and one more does not; the smallest world
 // size fits and half of it does not.
 static void test_suggestion_searches(void) {
     GPTConfig g7 = preset_config("7B", GPT2_VOCAB_SIZE), g70 = preset_config("70B", GPT2_VOCAB_SIZE);
     double gpu = 141e9;
-    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0};
+    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0, 0};
     int b = dry_run_largest_batch(&g7, s, gpu);
     PlanSettings fit = s, over = s;
     fit.B = b;
     over.B = b + 1;
     expect(b >= 1 && b < 8 && dry_run_fits(&g7, &fit, gpu) && !dry_run_fits(&g7, &over, gpu),
            "7B bfloat16 B=8: largest batch that fits is %d", b);
-    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0};
+    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0, 0};
     int w = dry_run_smallest_world(&g70, t, 1, gpu);
     PlanSettings at = t, half = t;
     at.world_size = w;
@@ -613,8 +670,8 @@ int main(void) {
     GPTConfig small = preset_config("d2", 256), gpt124 = preset_config("124M", 50257);
     MemoryPlan bf, f8;
     int B = 4, T = 64;
-    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0});
-    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0});
+    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0, 0});
     check_layout(&bf, "d2 bfloat16");
     check_layout(&f8, "d2 float8");
     size_t P = param_count(&small), L = small.num_layers, C = small.channels, N = (size_t)B * T;
@@ -636,8 +693,8 @@ int main(void) {
           "scale), 3 per weight, two 64-bit counters for each");
     // At 124M and a realistic batch, float8 must need less memory than bfloat16 for the activations.
     MemoryPlan bf124, f8124;
-    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0});
-    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0});
+    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0});
     check_layout(&f8124, "124M float8");
     check(f8124.total < bf124.total, "124M B=16 T=1024: float8 plans less memory than bfloat16");
     check(param_count(&gpt124) * 4 == bf124.bytes[BUF_PARAMS], "124M parameters");
@@ -675,5 +732,6 @@ int main(void) {
     test_suggestion_searches();
     test_report_verdicts();
     test_report_validation();
+    test_attention_workspace();
     return test_summary();
 }

@@ -12,7 +12,9 @@
 // architecture (gpt_model.h's shapes): GPT-2's qkv 3C, fc 4C, LayerNorm's two statistics, biases; Llama's
 // grouped-query qkv (NH + 2 KVH) hs, fc [up | gate] 2F and hidden F, RMSNorm's one statistic, no biases, its
 // own LM head and the RoPE table.
-//   small models: GPT-2 and Llama x layers 1-4 x widths 32-128 x two batch shapes x bfloat16/float8 x ZeRO
+//   small models: GPT-2 and Llama x layers 1-4 x widths 32-128 x two batch shapes (the second with
+//   --attention
+//                 fast: cuDNN's workspace in the plan) x bfloat16/float8 x ZeRO
 //                 0/1/3 x world sizes 1-8, every rank x recompute 0/1 x (ZeRO-3) --keep_gathered 0/1
 //                 (parameter units that the world size does not divide included: their chunks carry padding);
 //   70B:          GPT-2's 70B and llama2-70B, float8, ZeRO-3, 32 ranks (every rank), B=1, T=2048, recompute
@@ -32,6 +34,9 @@
 #pragma GCC diagnostic pop
 
 #include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -285,7 +290,8 @@ static void check_activations(GPT *m) {
 
 // The buffers of the whole model: head, backward scratch (each sized for the widest linear it serves:
 // dqkv the attention's input gradient, dfch fc's output gradient (GPT-2's GELU backward, Llama's SwiGLU
-// backward writes it)), reductions' scratch, Llama's RoPE table, tokens, step values, GEMM workspace.
+// backward writes it)), reductions' scratch, Llama's RoPE table, tokens, step values, GEMM workspace, the
+// attention workspace.
 static void check_model_buffers(GPT *m) {
     const GPTConfig *cfg = &m->config;
     size_t N = (size_t)m->B * m->T, C = cfg->channels, NC = N * C, widest = 0;
@@ -340,6 +346,13 @@ static void check_model_buffers(GPT *m) {
                       (char *)m->guard_history >= (char *)(m->step_results + 1),
                   "the step's parameters, results and guard window overlap");
     GEMM_IN_BUFFER(m, BUF_GEMM_WORKSPACE, (char *)plan_ptr(m, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
+    // gpt_alloc: cuDNN's fused attention runs in the workspace the plan sized for it (--attention fast; auto
+    // in a build with cuDNN), which the exact kernels do not have
+    if (m->plan.settings.fast_attention)
+        GEMM_IN_BUFFER(m, BUF_ATTENTION_WORKSPACE, m->attention_workspace,
+                       attention_workspace_bytes(m->B, m->T, cfg->num_heads));
+    else
+        expect_layout(!m->attention_workspace, "an attention workspace without the fast attention");
 }
 
 // fp8_state_views: every array, the counters 8-byte aligned, and amax_current followed by weight_amax (one
@@ -536,6 +549,8 @@ static int check_small_models(long *padded_units) {
                                                 layout_options(dtype, zero_stages[zi], recompute,
                                                                shapes[si][0], shapes[si][1]);
                                             opts.keep_gathered = keep;
+                                            // the second shape with cuDNN's attention workspace
+                                            opts.attention = si ? ATTENTION_FAST : ATTENTION_EXACT;
                                             check_fp8_shapes(&cfg, opts.batch_size, opts.seq_len);
                                             GPT m;
                                             carve(&m, &cfg, &opts, world, rank);
@@ -671,8 +686,41 @@ static void self_test(void) {
     self_test_llama();
 }
 
+// gpt_alloc's choice before it allocates (fit_attention_workspace), given the device's free bytes: the plan
+// with cuDNN's attention workspace where it fits; where it does not, auto plans without it and says why, and
+// --attention fast exits with one error.
+static void check_attention_fit(void) {
+    GPTConfig cfg = small_config(2, 64, 2, 0);
+    TrainOptions opts = layout_options(DTYPE_BFLOAT16, 0, 0, 2, 16);
+    opts.attention = ATTENTION_FAST;
+    GPT m;
+    carve(&m, &cfg, &opts, 1, 0);
+    const size_t total = m.plan.total, workspace = m.plan.bytes[BUF_ATTENTION_WORKSPACE];
+    char declined[160] = "";
+    fit_attention_workspace(&m, &cfg, ATTENTION_AUTO, total, declined, sizeof declined);
+    check(m.plan.total == total && declined[0] == '\0',
+          "attention fit: the plan with the workspace fits as it is");
+    fit_attention_workspace(&m, &cfg, ATTENTION_AUTO, total - 1, declined, sizeof declined);
+    check(m.plan.bytes[BUF_ATTENTION_WORKSPACE] == 0 && m.plan.total == total - workspace &&
+              strstr(declined, "auto: cuDNN's deterministic backward needs a"),
+          "attention fit: auto, one byte short, plans without the workspace and says why");
+    carve(&m, &cfg, &opts, 1, 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        fit_attention_workspace(&m, &cfg, ATTENTION_FAST, total - 1, declined, sizeof declined);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+          "attention fit: --attention fast, one byte short, exits");
+}
+
 int main(void) {
     double start = wall_time_ms();
+    check_attention_fit();
     self_test();
     long padded_units = 0;
     int small = check_small_models(&padded_units), big = check_70b("70B") + check_70b("llama2-70B"),
