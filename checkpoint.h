@@ -650,12 +650,13 @@ typedef struct {
     int64_t step;            // optimizer steps completed
     int64_t updates_applied; // AdamW's t: steps not skipped by the NaN/Inf guard
     int64_t skipped_steps;
+    int64_t consecutive_skips; // the guards' skips in a row up to this step (run_control.h)
     DataLoaderPosition train_position;
     int rank, world_size;
     int dtype, fp8_recipe, amax_history_len;
     int batch_size, seq_len;
     int seed, shuffle;     // the data order: a resumed run must draw the same
-    long long guard_count; // accepted steps recorded in the step guard's window (health.h)
+    long long guard_count; // finite steps recorded in the step guard's window (health.h)
     int zero_stage;        // with shard_group, how the moments of this file are sharded (dist.h)
     int shard_group;       // the ranks a shard spans (--shard_group_size; 0 or world_size: all of them)
     RunIdentity identity;
@@ -739,8 +740,9 @@ enum {
     SH_FP8_MARGIN,
     SH_TOKENS_PER_STEP,
     SH_DATA_FINGERPRINT,
-    SH_FP8_POW2_SCALES, // 0 in version-2 files, which predate it: the default
-    SH_SHARD_GROUP      // 0 in files that predate it: one group of all the ranks
+    SH_FP8_POW2_SCALES,  // 0 in version-2 files, which predate it: the default
+    SH_SHARD_GROUP,      // 0 in files that predate it: one group of all the ranks
+    SH_CONSECUTIVE_SKIPS // 0 in files that predate it: the guards' skips in a row were not counted
 };
 
 // The ranks a file's shards span, and a run's.
@@ -834,6 +836,7 @@ static inline void save_state_file(const char *path, const TrainState *st, const
     h[SH_SEED] = st->seed;
     h[SH_SHUFFLE] = st->shuffle;
     h[SH_GUARD_COUNT] = st->guard_count;
+    h[SH_CONSECUTIVE_SKIPS] = st->consecutive_skips;
     h[SH_ZERO_STAGE] = st->zero_stage;
     float identity_floats[RUN_IDENTITY_FLOATS];
     run_identity_floats(&st->identity, identity_floats);
@@ -909,15 +912,19 @@ static inline void check_run_identity(const char *path, const int64_t *h, const 
 }
 
 // The counters of a state header against each other: every step so far was applied or skipped, the guard's
-// window saw each applied one, the data position is a position.
+// window saw each applied one (and the finite skipped ones), the data position is a position.
 static inline void check_state_counters(const char *path, const int64_t *h) {
     if (h[SH_STEP] < 0 || h[SH_UPDATES] < 0 || h[SH_SKIPPED] < 0 ||
         h[SH_UPDATES] + h[SH_SKIPPED] != h[SH_STEP])
         fail("%s: corrupt counters: step %ld, %ld updates applied and %ld skipped (they must add up)", path,
              (long)h[SH_STEP], (long)h[SH_UPDATES], (long)h[SH_SKIPPED]);
-    if (h[SH_GUARD_COUNT] != h[SH_UPDATES])
-        fail("%s: corrupt step guard count %ld (the window records each of the %ld applied updates)", path,
-             (long)h[SH_GUARD_COUNT], (long)h[SH_UPDATES]);
+    if (h[SH_GUARD_COUNT] < h[SH_UPDATES] || h[SH_GUARD_COUNT] > h[SH_STEP])
+        fail("%s: corrupt step guard count %ld (the window records each of the %ld applied updates and at "
+             "most every one of the %ld steps)",
+             path, (long)h[SH_GUARD_COUNT], (long)h[SH_UPDATES], (long)h[SH_STEP]);
+    if (h[SH_CONSECUTIVE_SKIPS] < 0 || h[SH_CONSECUTIVE_SKIPS] > h[SH_SKIPPED])
+        fail("%s: corrupt count of %ld steps skipped in a row (of %ld skipped)", path,
+             (long)h[SH_CONSECUTIVE_SKIPS], (long)h[SH_SKIPPED]);
     if (h[SH_EPOCH] < 0 || h[SH_SHARD] < 0 || h[SH_BATCH] < 0)
         fail("%s: corrupt data position (epoch %ld, shard %ld, batch %ld)", path, (long)h[SH_EPOCH],
              (long)h[SH_SHARD], (long)h[SH_BATCH]);
@@ -981,6 +988,7 @@ static inline void take_state_counters(TrainState *st, const int64_t *h) {
     st->train_position.shard_index = h[SH_SHARD];
     st->train_position.batch_index = h[SH_BATCH];
     st->guard_count = h[SH_GUARD_COUNT];
+    st->consecutive_skips = h[SH_CONSECUTIVE_SKIPS];
 }
 
 // Re-sharding: the moments of the full-vector range [begin, begin + count) from the files of the run that

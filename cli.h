@@ -24,6 +24,8 @@ typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2
 typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
+// --stop_signal: the signal that, besides SIGTERM and SIGINT, stops a run with a checkpoint (run_control.h).
+typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 } StopSignalChoice;
 
 #define OPTION_STRING_LEN 512
 #define GUARD_MAX_WINDOW                                                                                     \
@@ -61,7 +63,8 @@ typedef struct {
     int fp8_stats_every;
     float skip_loss_z, skip_norm_z;
     int guard_window;
-    int inject_nan_step, inject_stall_rank;
+    int inject_nan_step, inject_stall_rank, inject_signal_step, inject_signal_rank;
+    int time_limit_s, stop_signal, max_consecutive_skips; // stop_signal: StopSignalChoice
     float price_kwh, pue;
     int eval_only;
     int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
@@ -183,6 +186,18 @@ static const OptionSpec OPTION_SPECS[] = {
      "test: make the gradient of this step (1-based) NaN (0: never)"},
     {"inject_stall_rank", OPT_INT, OPT_AT(inject_stall_rank), "-1", -1, 1 << 20, NULL,
      "test: this rank stops answering before its first step, as a hung process would (-1: none)"},
+    {"inject_signal_step", OPT_INT, OPT_AT(inject_signal_step), "0", 0, 1 << 30, NULL,
+     "test: rank --inject_signal_rank sends itself SIGTERM as this step (1-based) starts (0: never)"},
+    {"inject_signal_rank", OPT_INT, OPT_AT(inject_signal_rank), "0", 0, 1 << 20, NULL,
+     "test: the rank --inject_signal_step signals"},
+    {"time_limit_s", OPT_INT, OPT_AT(time_limit_s), "0", 0, 1 << 30, NULL,
+     "stop with a checkpoint (exit 75) before this many seconds since the start have passed, leaving room "
+     "for two steps and a checkpoint as long as the longest so far (0: no limit)"},
+    {"stop_signal", OPT_CHOICE, OPT_AT(stop_signal), "usr1", 0, 0, "usr1|usr2|none",
+     "the signal that, as SIGTERM and SIGINT do, stops the run after its step with a checkpoint (exit 75): "
+     "Slurm's early warning (#SBATCH --signal=USR1@180)"},
+    {"max_consecutive_skips", OPT_INT, OPT_AT(max_consecutive_skips), "8", 1, 1 << 30, NULL,
+     "end the run (exit 76, after a checkpoint) when the guards skip this many steps in a row"},
     {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
     {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,

@@ -1,8 +1,11 @@
 // health.h: what both trainers do to keep an FP8 run trustworthy, on the host side.
 //  - The step guard: a step is skipped (no update, counted) when its loss or gradient norm is NaN/Inf,
 //    or, with --skip_loss_z / --skip_norm_z, when it lies that many standard deviations above the mean
-//    of the last --guard_window accepted steps. The thresholds are computed before the step, so the GPU
-//    trainer decides on the device without waiting for the host.
+//    of the last --guard_window steps with a finite loss and norm, the skipped spikes among them: a lasting
+//    shift (a shard of other text, a large learning rate) then widens the window within a step or two
+//    instead of having every later step skipped. The thresholds are computed before the step, so the GPU
+//    trainer decides on the device without waiting for the host. Steps skipped in a row end the run
+//    (run_control.h).
 //  - FP8 telemetry (--fp8_stats_every): per FP8 tensor the amax, scale, and how many values the cast
 //    saturated (|x*s| above the format's maximum) or flushed to zero.
 //  - Energy and cost at the end of a run.
@@ -27,14 +30,14 @@ FP8_HD static inline int step_skip_reason(float loss, float norm, float max_loss
 }
 
 // ----------------------------------------------------------------------------
-// The moving window of accepted steps' losses and norms. Its contents are training state: they are
+// The moving window of the finite steps' losses and norms. Its contents are training state: they are
 // saved in the state file, so a resumed run skips exactly the steps an uninterrupted one would.
 
-#define GUARD_MIN_SAMPLES 8 // fewer accepted steps than this: no statistics yet, the z-guards wait
+#define GUARD_MIN_SAMPLES 8 // fewer finite steps than this: no statistics yet, the z-guards wait
 
 typedef struct {
     int window;
-    long long count; // accepted steps recorded so far; slot of the next is count % window
+    long long count; // steps recorded so far; slot of the next is count % window
     float *history;  // (2, window): losses then norms
 } StepGuard;
 
@@ -102,7 +105,7 @@ FP8_HD static inline float guard_threshold(const float *values, long long count,
     return (float)guard_add(mean, guard_mul((double)z, guard_sqrt(guard_div(var, (double)(n - 1)))));
 }
 
-// An accepted step's loss and norm into the window history (2, window), count the records so far.
+// A finite step's loss and norm into the window history (2, window), count the records so far.
 FP8_HD static inline void guard_record(float *history, int window, long long *count, float loss, float norm) {
     int slot = (int)(*count % window);
     history[slot] = loss;

@@ -39,6 +39,7 @@
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "health.h"
+#include "run_control.h"
 #include "sampling.h"
 #include "tokenizer.h"
 #include "train_log.h"
@@ -1514,6 +1515,11 @@ static void sum_activation_counts(const Dist *dist, Fp8Stats *stats) {
 // ----------------------------------------------------------------------------
 // Training
 
+// run_control.h's view of the ranks: the start-up agreement's sums.
+static void sum_doubles_over_ranks(void *dist, double *values, int n) {
+    dist_sum_doubles((const Dist *)dist, values, (size_t)n);
+}
+
 #ifndef TRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
     Dist dist;
@@ -1543,17 +1549,6 @@ int main(int argc, char **argv) {
     }
     dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
     prepare_output_dir(opts.output_dir);
-    long resume_step = -1;
-    if (opts.resume) {
-        double proposal = resume_step_proposal(dist.rank, opts.output_dir);
-        dist_sum_doubles(&dist, &proposal, 1);
-        resume_step = resume_step_agreed(proposal, dist.rank, opts.output_dir);
-        if (!resume_has_work(&opts, resume_step)) {
-            free(init_params);
-            dist_finalize(&dist);
-            return 0;
-        }
-    }
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
     if (*opts.debug_state && (accum_steps != 1 || world != 1))
@@ -1564,6 +1559,22 @@ int main(int argc, char **argv) {
                     cfg.vocab_size);
     int have_val = *opts.val_data != '\0';
     if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, world, 0, 0, cfg.vocab_size);
+    // before any other collective: ranks with other flags would meet in mismatched ones
+    check_ranks_agree(&opts, &cfg, &train_loader, have_val ? &val_loader : NULL, dist.rank, world,
+                      sum_doubles_over_ranks, &dist);
+    long resume_step = -1;
+    if (opts.resume) {
+        double proposal = resume_step_proposal(dist.rank, opts.output_dir);
+        dist_sum_doubles(&dist, &proposal, 1);
+        resume_step = resume_step_agreed(proposal, dist.rank, opts.output_dir);
+        if (!resume_has_work(&opts, resume_step)) {
+            free(init_params);
+            if (have_val) dataloader_free(&val_loader);
+            dataloader_free(&train_loader);
+            dist_finalize(&dist);
+            return 0;
+        }
+    }
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
@@ -1619,10 +1630,14 @@ int main(int argc, char **argv) {
     float dloss = 1.0f / ((float)B * T * accum_steps * world);
 
     fp8_stats_reset_counts(&model.fp8.stats); // the start-up weight casts belong to no step
+    RunControl control;
+    run_control_start(&control, &opts);
     dist_stall_if_chosen(&dist, opts.inject_stall_rank);
 
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
+        run_control_inject(&opts, dist.rank, step);
+        int stop_vote = run_control_vote(&control);
         memset(model.grads, 0, model.num_params * sizeof(float));
         if (model.ways > 1) memset(model.grad_shard, 0, model.shard_count * sizeof(float)); // else: grads
         double loss_sum = 0.0;
@@ -1647,7 +1662,9 @@ int main(int argc, char **argv) {
         }
         reduce_gradients(&model);
         if (step + 1 == opts.inject_nan_step) model.grad_shard[0] = NAN;
-        float loss = (float)dist_mean(&dist, loss_sum / accum_steps);
+        double sums[2] = {loss_sum / accum_steps, stop_vote}; // the votes to stop ride on the loss's sum
+        dist_sum_doubles(&dist, sums, 2);
+        float loss = (float)(sums[0] / world);
         float norm = grad_norm(&model);
         if (have_debug && step == first_step)
             memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
@@ -1667,8 +1684,8 @@ int main(int argc, char **argv) {
             state.updates_applied++;
             adamw_update(&model, &opts, lr, grad_scale, (long)state.updates_applied);
             gather_weights(&model);
-            step_guard_record(&guard, loss, norm);
         }
+        if (skip_reason != SKIP_NONFINITE) step_guard_record(&guard, loss, norm);
         // also after a skip: the GPU recasts unconditionally, and the telemetry agrees
         refresh_compute_weights(&model);
         state.step = step + 1;
@@ -1682,19 +1699,26 @@ int main(int argc, char **argv) {
             sum_activation_counts(&dist, &model.fp8.stats);
             report_fp8_stats(&log, &opts, step + 1, &model.fp8.stats);
         }
-        int last = step + 1 == opts.steps;
+        run_control_step_time(&control, ms);
+        run_control_after_step(&control, (int)sums[1], skip_reason != SKIP_NONE, &state.consecutive_skips);
+        int last = step + 1 == opts.steps, early_end = !last && run_control_ends_early(&control);
+        // the checkpoint first: a validation that fails (a full disk, say) loses no training
+        if (*opts.output_dir && (is_due(step + 1, opts.ckpt_every, last) || early_end)) {
+            double checkpoint_start = wall_time_ms();
+            state.train_position = train_loader.pos;
+            save_checkpoint(&model, &opts, &state, &guard);
+            run_control_checkpoint_time(&control, wall_time_ms() - checkpoint_start);
+        }
+        if (early_end) break;
         if (have_val && is_due(step + 1, opts.val_every, last))
             log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
         if (opts.sample_every > 0 && (step + 1) % opts.sample_every == 0)
             sample_text(&model, cpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
                         opts.sample_len, step);
-        if (*opts.output_dir && is_due(step + 1, opts.ckpt_every, last)) {
-            state.train_position = train_loader.pos;
-            save_checkpoint(&model, &opts, &state, &guard);
-        }
     }
     if (have_debug) debug_state_write(opts.debug_state, &debug);
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
+    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps);
     log_energy(&log, -1.0, &opts, "the CPU trainer reads no energy counter");
     run_log_close(&log);
     step_guard_free(&guard);
@@ -1705,6 +1729,6 @@ int main(int argc, char **argv) {
     free(sample_tokens);
     gpt_free(&model);
     dist_finalize(&dist);
-    return 0;
+    return status;
 }
 #endif

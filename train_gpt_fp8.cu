@@ -47,6 +47,7 @@
 #include "gpu/attention.cuh"
 #include "gpu/common.cuh"
 #include "health.h"
+#include "run_control.h"
 #include "gpu/fp8.cuh"
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
@@ -1430,10 +1431,12 @@ static void update_step(GPT *model) {
     launch<inject_nan_kernel>({1, 1, 0, stream}, grads, model->step_params);
     global_norm_squared(&model->step_results->norm_squared, grads, model->shard_floats, model->reduce_scratch,
                         stream);
+    launch<stop_vote_kernel>({1, 1, 0, stream}, model->step_results, model->step_params);
     if (model->comm.comm) {
         comm_after_compute(model);
         comm_group_start(&model->comm);
-        comm_all_reduce(&model->comm, &model->step_results->loss_sum, 1, ncclFloat32, ncclSum,
+        // the loss sum and, beside it, the votes to stop: every rank learns both from one all-reduce
+        comm_all_reduce(&model->comm, &model->step_results->loss_sum, 2, ncclFloat32, ncclSum,
                         model->comm_stream);
         comm_group_end(&model->comm);
         if (model->zero_stage != 0) // every group holds all the shards: the norm is one group's sum
@@ -1474,8 +1477,10 @@ static void run_captured(GPT *model, StepFunction fn, cudaGraphExec_t *exec, int
 
 // Step `step`'s values into pinned slot step % 2, whose last copy (step - 2's) has run: the host has read
 // step - 2's results, copied after it. updates_known: the AdamW updates of the steps the host has read.
-static void set_step_params(GPT *model, const TrainOptions *opts, int step, long long updates_known) {
+static void set_step_params(GPT *model, const TrainOptions *opts, int step, long long updates_known,
+                            int stop_vote) {
     StepParams *p = &model->step_params_host[step % 2];
+    p->stop_vote = stop_vote;
     p->skip_loss_z = opts->skip_loss_z;
     p->skip_norm_z = opts->skip_norm_z;
     p->guard_window = opts->guard_window;
@@ -1878,7 +1883,8 @@ static int host_waits_for_step(const GPT *model, const TrainOptions *opts, int s
 // The host's part of step `step` once its results are in: the state's counters, the step line, the float8
 // saturation line and telemetry, the debug state's loss.
 static void finish_step(GPT *model, const TrainOptions *opts, int step, double start_ms, TrainState *state,
-                        RunLog *log, Fp8Stats *stats, DebugState *debug, StepClock *clock) {
+                        RunLog *log, Fp8Stats *stats, DebugState *debug, StepClock *clock,
+                        RunControl *control) {
     const StepResults *r = step_results_of(model, step);
     double now = wall_time_ms(), ms = now - (start_ms > clock->last_read_ms ? start_ms : clock->last_read_ms);
     clock->last_read_ms = now;
@@ -1890,6 +1896,8 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     state->updates_applied = r->updates_applied;
     state->guard_count = r->guard_count;
     state->step = step + 1;
+    run_control_step_time(control, ms);
+    run_control_after_step(control, (int)r->stop_votes, r->skipped != SKIP_NONE, &state->consecutive_skips);
     if (debug->step_losses) debug->step_losses[step - debug->first_step] = r->loss;
     const StepParams *p = &model->step_params_host[step % 2];
     StepRecord record = {
@@ -1971,6 +1979,23 @@ static void check_gpu_recipe(const TrainOptions *opts) {
              opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", opts->zero_stage);
 }
 
+// A sum over the ranks before the model's buffers exist (run_control.h's agreement of the settings): a
+// buffer of its own for the moment.
+static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
+    Comm *comm = (Comm *)comm_ptr;
+    if (!comm->comm) return;
+    double *device;
+    cudaStream_t stream;
+    cuda_check(cudaMalloc((void **)&device, n * sizeof(double)));
+    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cuda_check(cudaMemcpy(device, values, n * sizeof(double), cudaMemcpyHostToDevice));
+    comm_all_reduce(comm, device, (size_t)n, ncclFloat64, ncclSum, stream);
+    comm_wait_stream(comm, stream, "the ranks' settings");
+    cuda_check(cudaMemcpy(values, device, n * sizeof(double), cudaMemcpyDeviceToHost));
+    cuda_check(cudaStreamDestroy(stream));
+    cuda_check(cudaFree(device));
+}
+
 #ifndef TRAIN_GPT_FP8_NO_MAIN // test/test_plan_bounds.cu includes this file for its host functions
 int main(int argc, char **argv) {
     Dist dist;
@@ -2034,6 +2059,9 @@ int main(int argc, char **argv) {
              props.name, props.major, props.minor);
     Comm comm, group, replicas;
     comm_init(&comm, &dist, opts.output_dir, opts.nccl_timeout_s);
+    // before any other collective: ranks with other flags would meet in mismatched ones
+    check_ranks_agree(&opts, &cfg, &train_loader, have_val ? &val_loader : NULL, dist.rank, dist.world_size,
+                      sum_over_ranks_at_start, &comm);
     dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
     if (dist.replicas > 1) {
         comm_split(&comm, dist.replica, &group);
@@ -2115,11 +2143,14 @@ int main(int argc, char **argv) {
     // results it needs before going on (host_waits_for_step).
     int pending = -1;
     double pending_start = 0.0;
+    RunControl control;
+    run_control_start(&control, &opts);
     dist_stall_if_chosen(&dist, opts.inject_stall_rank);
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
+        run_control_inject(&opts, dist.rank, step);
         nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts
-        set_step_params(&model, &opts, step, state.updates_applied);
+        set_step_params(&model, &opts, step, state.updates_applied, run_control_vote(&control));
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
             dataloader_next_batch(&train_loader);
@@ -2127,7 +2158,8 @@ int main(int argc, char **argv) {
             float bf16_loss = 0.0f;
             if (bf16_check && micro == 0) {
                 if (pending >= 0) // its line first
-                    finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock);
+                    finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock,
+                                &control);
                 pending = -1;
                 bf16_loss = bf16_shadow_loss(&model);
             }
@@ -2151,24 +2183,31 @@ int main(int argc, char **argv) {
         copy_step_results(&model, step);
         nvtxRangePop();
         if (pending >= 0)
-            finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock);
+            finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock,
+                        &control);
         pending = step, pending_start = start;
-        int last = step + 1 == opts.steps, validate = have_val && is_due(step + 1, opts.val_every, last);
-        int sample = opts.sample_every > 0 && (step + 1) % opts.sample_every == 0;
-        int checkpoint = *opts.output_dir && is_due(step + 1, opts.ckpt_every, last);
-        if (!(last || validate || sample || checkpoint ||
+        // a stop the ranks agreed on in a step read so far (every rank reads the same steps at the same
+        // points): this step, already under way, is the last
+        int last = step + 1 == opts.steps, early_end = !last && run_control_ends_early(&control);
+        int validate = !early_end && have_val && is_due(step + 1, opts.val_every, last);
+        int sample = !early_end && opts.sample_every > 0 && (step + 1) % opts.sample_every == 0;
+        int checkpoint = *opts.output_dir && (is_due(step + 1, opts.ckpt_every, last) || early_end);
+        if (!(last || early_end || validate || sample || checkpoint ||
               host_waits_for_step(&model, &opts, step, have_debug)))
             continue;
-        finish_step(&model, &opts, step, start, &state, &log, &stats, &debug, &clock);
+        finish_step(&model, &opts, step, start, &state, &log, &stats, &debug, &clock, &control);
         pending = -1;
+        if (checkpoint) { // before the validation: one that fails (a full disk, say) loses no training
+            double checkpoint_start = wall_time_ms();
+            state.train_position = train_loader.pos;
+            save_checkpoint(&model, &dist, &opts, &state, &guard);
+            run_control_checkpoint_time(&control, wall_time_ms() - checkpoint_start);
+        }
+        if (early_end) break;
         if (validate) log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
         if (sample)
             sample_text(&model, gpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
                         opts.sample_len, step);
-        if (checkpoint) {
-            state.train_position = train_loader.pos;
-            save_checkpoint(&model, &dist, &opts, &state, &guard);
-        }
     }
     if (have_debug) debug_state_write(opts.debug_state, &debug);
     size_t free_bytes, total_bytes;
@@ -2186,6 +2225,7 @@ int main(int argc, char **argv) {
                (total_bytes - free_bytes) / 1073741824.0);
     }
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
+    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps);
     log_energy(&log, energy_all_ranks(&model, &energy), &opts,
                energy.unavailable ? energy.unavailable : "a GPU of another rank has no energy counter");
     run_log_close(&log);
@@ -2200,6 +2240,6 @@ int main(int argc, char **argv) {
     comm_destroy_all(&model);
     energy_meter_stop(&energy);
     dist_finalize(&dist);
-    return 0;
+    return status;
 }
 #endif // TRAIN_GPT_FP8_NO_MAIN

@@ -33,16 +33,18 @@ typedef struct {
     int keep_fp8_counts; // the host reads this step's FP8 telemetry: leave the counts for it to copy and
                          // reset
     int inject_nan;      // test: make this step's gradient NaN
+    int stop_vote;       // this rank asks to stop after this step (run_control.h)
 } StepParams;
 
 typedef struct {
     float loss_sum;      // sum of the micro-batch mean losses of this step (over all ranks once reduced)
+    float stop_votes;    // ranks that asked to stop after this step (run_control.h): reduced with loss_sum
     float val_loss_sum;  // sum of the mean losses of evaluated batches (validation, BF16 shadow check)
     double norm_squared; // of the accumulated FP32 gradients (all of them, over all ranks)
     float loss, grad_norm;
     int skipped;                  // SKIP_* (train_log.h): why the update was not applied, 0 when it was
     long long updates_applied;    // AdamW updates so far, skipped steps not counted
-    long long guard_count;        // accepted steps recorded in the guard's window so far (health.h)
+    long long guard_count;        // finite steps recorded in the guard's window so far (health.h)
     SaturationSummary saturation; // float8: this step's saturated values over every FP8 tensor
     double host_values[4]; // host values on their way through a collective (NCCL reduces device memory)
 } StepResults;
@@ -491,8 +493,8 @@ __global__ void accumulate_mean_kernel(float *sum, const float *losses, int N) {
 }
 
 // The step's loss and gradient norm, and whether to apply it: health.h's guard, as on the CPU, on the
-// device's copy of its window (2, window) (losses, then norms). An update takes this update's bias
-// corrections, counts itself and enters the window.
+// device's copy of its window (2, window) (losses, then norms). A finite step enters the window; an update
+// takes this update's bias corrections and counts itself.
 __global__ void step_decide_kernel(StepResults *results, StepParams *params, float *guard_history) {
     const float loss = results->loss_sum * params->inv_micro_batches,
                 norm = (float)sqrt(results->norm_squared);
@@ -503,12 +505,13 @@ __global__ void step_decide_kernel(StepResults *results, StepParams *params, flo
     results->skipped = step_skip_reason(
         loss, norm, guard_threshold(guard_history, results->guard_count, window, params->skip_loss_z),
         guard_threshold(guard_history + window, results->guard_count, window, params->skip_norm_z));
+    if (results->skipped != SKIP_NONFINITE)
+        guard_record(guard_history, window, &results->guard_count, loss, norm);
     if (results->skipped) return;
     const long long pick = results->updates_applied - params->updates_known; // 0 or 1
     params->beta1_correction = params->beta1_candidates[pick];
     params->beta2_correction = params->beta2_candidates[pick];
     results->updates_applied++;
-    guard_record(guard_history, window, &results->guard_count, loss, norm);
 }
 
 // float8, once a step: the step's saturated values summed up for the host's per-step line, then, unless
@@ -523,6 +526,12 @@ __global__ void fp8_step_telemetry_kernel(StepResults *results, unsigned long lo
     for (int i = threadIdx.x; i < 2 * num_counted; i += blockDim.x) counts[i] = 0;
     if (!block_min) return;
     for (int i = threadIdx.x; i < num_counted; i += blockDim.x) block_min[i] = INFINITY, block_max[i] = 0.0f;
+}
+
+// This rank's vote to stop after the step, into the results beside the loss sum, whose all-reduce sums the
+// votes of every rank.
+__global__ void stop_vote_kernel(StepResults *results, const StepParams *params) {
+    results->stop_votes = (float)params->stop_vote;
 }
 
 // Test hook (--inject_nan_step): a NaN in the gradient, which the guard must catch.

@@ -9,6 +9,9 @@
 #   make test_dist_emu      ./train_emu under mpirun (2 and 4 processes, ZeRO 0/1/3) against ./train_cpu
 #   make test_racecheck     the trainer under the emulation's race checker: every kernel, every recipe, both
 #                           architectures, no race (test/test_racecheck.sh)
+#   make test_preempt       runs that end early keep their work, ./train_cpu and ./train_emu, one process and two:
+#                           stop signals, --time_limit_s, a second signal, ranks with other flags, the guards'
+#                           stops (test/test_preempt.sh)
 #   make mutants            mutation testing, outside make test (about an hour on 2 cores): dev/mutants.py plants
 #                           each GPU bug of its list in a copy of the tree and runs the targets that must fail
 # Included by the main Makefile after emu/emu.mk. This fragment leaves the default goal as it was.
@@ -42,7 +45,7 @@ test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) 
 	@mkdir -p $(@D)
 	$(call emu_link_racecheck,test/test_emu.cu,$(EMU_OBJS))
 
-.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck mutants
+.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt mutants
 test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_racecheck test/build/bench_kernels_emu \
           test/build/bench_kernels_racecheck
 	bash test/test_emu.sh
@@ -56,12 +59,15 @@ test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
 test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist_emu.sh
 
+test_preempt: train_emu train_cpu
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_preempt.sh
+
 test_racecheck: test/build/train_emu_racecheck
 	DATA="$(DATA)" bash test/test_racecheck.sh
 
 mutants: python_deps
 	$(PYTHON) dev/mutants.py
 
-test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck
+test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt
 
 .DEFAULT_GOAL := $(_emu_test_saved_goal)

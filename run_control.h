@@ -1,0 +1,240 @@
+// run_control.h: how a run ends before its last step without losing work, shared by both trainers.
+//  - Stop requests: SIGTERM (Slurm's preemption and time limit, `kill`), SIGINT (Ctrl-C) and --stop_signal
+//    (SIGUSR1 by default: Slurm's early warning, `#SBATCH --signal=USR1@180`). The handler only notes the
+//    signal; every rank votes in the step's collective (the loss sum carries the votes), so all of them stop
+//    after the same step, write a checkpoint and exit EXIT_STOPPED: `--resume 1` then continues bit-exactly.
+//    A second signal ends the process at once (128 + the signal, as the default action would): the files
+//    of a checkpoint being written are temp files, removed here, and `latest_checkpoint` still names the
+//    previous complete one.
+//  - --time_limit_s: a rank votes to stop once the time left would not hold two more steps and a checkpoint
+//    as long as the longest so far (two: the CUDA trainer learns of the vote a step late).
+//  - The guards (health.h): --max_consecutive_skips skipped steps in a row end the run after a checkpoint
+//    with EXIT_UNHEALTHY, and so does a run whose steps were mostly skipped: a run never reports success
+//    after training on almost nothing.
+//  - Ranks that agree: at start every rank's settings against rank 0's (check_ranks_agree).
+#ifndef RUN_CONTROL_H
+#define RUN_CONTROL_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "dist.h"
+
+// Exit statuses besides 0 (done) and 1 (an error): a job script requeues on EXIT_STOPPED.
+#define EXIT_STOPPED 75   // stopped early on request, the last step checkpointed (sysexits' EX_TEMPFAIL)
+#define EXIT_UNHEALTHY 76 // the guards skipped too many steps: the weights are those of the last good step
+
+static volatile sig_atomic_t stop_signal_received;
+
+// Async-signal-safe: unlink and write and _exit only.
+static inline void on_stop_signal(int signo) {
+    if (!stop_signal_received) {
+        stop_signal_received = signo;
+        return;
+    }
+    for (int i = 0; i < MAX_OPEN_TEMP_FILES; i++)
+        if (open_temp_files[i][0]) unlink(open_temp_files[i]);
+    static const char line[] = "error: a second stop signal: ending now; latest_checkpoint still names the "
+                               "last complete checkpoint\n";
+    ssize_t written = write(STDERR_FILENO, line, sizeof(line) - 1);
+    (void)written;
+    _exit(128 + signo);
+}
+
+static inline int stop_signal_number(const TrainOptions *opts) {
+    return opts->stop_signal == STOP_SIGNAL_USR1   ? SIGUSR1
+           : opts->stop_signal == STOP_SIGNAL_USR2 ? SIGUSR2
+                                                   : 0;
+}
+
+static inline const char *signal_name(int signo) {
+    return signo == SIGTERM   ? "SIGTERM"
+           : signo == SIGINT  ? "SIGINT"
+           : signo == SIGUSR1 ? "SIGUSR1"
+           : signo == SIGUSR2 ? "SIGUSR2"
+                              : "a signal";
+}
+
+typedef struct {
+    double start_ms, limit_ms; // limit_ms 0: no --time_limit_s
+    double longest_step_ms, longest_checkpoint_ms;
+    int consecutive_skips_limit;
+    int stopping;       // the ranks agreed to stop: after this step, a checkpoint, EXIT_STOPPED
+    int unhealthy;      // the guards ended the run: a checkpoint, EXIT_UNHEALTHY
+    int time_limit_hit; // this rank voted for the time limit (the reason it prints)
+} RunControl;
+
+// Installs the handlers (SA_RESTART: a read or write the signal interrupts goes on) and starts the clock.
+static inline void run_control_start(RunControl *rc, const TrainOptions *opts) {
+    memset(rc, 0, sizeof(*rc));
+    rc->start_ms = wall_time_ms();
+    rc->limit_ms = 1e3 * opts->time_limit_s;
+    rc->consecutive_skips_limit = opts->max_consecutive_skips;
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, NULL);
+    sigaction(SIGINT, &action, NULL);
+    if (stop_signal_number(opts)) sigaction(stop_signal_number(opts), &action, NULL);
+}
+
+// --inject_signal_step: the chosen rank signals itself as step `step` (0-based) starts, as a scheduler would.
+static inline void run_control_inject(const TrainOptions *opts, int rank, int step) {
+    if (step + 1 == opts->inject_signal_step && rank == opts->inject_signal_rank) raise(SIGTERM);
+}
+
+// This rank's vote, taken as a step starts: 1 to stop after it.
+static inline int run_control_vote(RunControl *rc) {
+    double elapsed = wall_time_ms() - rc->start_ms;
+    if (rc->limit_ms > 0 && elapsed + 2 * rc->longest_step_ms + rc->longest_checkpoint_ms >= rc->limit_ms)
+        rc->time_limit_hit = 1;
+    return stop_signal_received || rc->time_limit_hit;
+}
+
+static inline void run_control_step_time(RunControl *rc, double ms) {
+    if (ms > rc->longest_step_ms) rc->longest_step_ms = ms;
+}
+
+static inline void run_control_checkpoint_time(RunControl *rc, double ms) {
+    if (ms > rc->longest_checkpoint_ms) rc->longest_checkpoint_ms = ms;
+}
+
+// A finished step as every rank sees it alike: stop_votes from the step's collective, whether the guards
+// skipped it. consecutive_skips is training state (the state file keeps it).
+static inline void run_control_after_step(RunControl *rc, int stop_votes, int skipped,
+                                          int64_t *consecutive_skips) {
+    *consecutive_skips = skipped ? *consecutive_skips + 1 : 0;
+    if (*consecutive_skips >= rc->consecutive_skips_limit) rc->unhealthy = 1;
+    if (stop_votes > 0) rc->stopping = 1;
+}
+
+static inline int run_control_ends_early(const RunControl *rc) {
+    return rc->stopping || rc->unhealthy;
+}
+
+// The last lines of a run (rank 0's) and its exit status. steps_done: the run's steps (all invocations),
+// skipped of them.
+static inline int run_control_finish(const RunControl *rc, const TrainOptions *opts, int rank,
+                                     long steps_done, long skipped) {
+    const char *saved =
+        *opts->output_dir ? "checkpoint written to --output_dir" : "nothing saved (no --output_dir)";
+    if (rc->unhealthy) {
+        if (rank == 0)
+            fprintf(
+                stderr,
+                "error: the guards skipped %d steps in a row (step %ld): the updates diverge or the data "
+                "changed; %s with the weights of the last applied step: resume with --resume 1 and a lower "
+                "--lr, a --grad_clip, other --skip_loss_z/--skip_norm_z, or raise --max_consecutive_skips\n",
+                rc->consecutive_skips_limit, steps_done, saved);
+        return EXIT_UNHEALTHY;
+    }
+    if (rc->stopping) {
+        printf("stopped | step %ld of %d | %s | %s; continue with --resume 1 (exit %d)\n", steps_done,
+               opts->steps,
+               rc->time_limit_hit     ? "--time_limit_s reached"
+               : stop_signal_received ? signal_name(stop_signal_received)
+                                      : "another rank was asked to stop",
+               saved, EXIT_STOPPED);
+        return EXIT_STOPPED;
+    }
+    if (2 * skipped > steps_done) {
+        if (rank == 0)
+            fprintf(
+                stderr,
+                "error: the guards skipped %ld of the run's %ld steps: it trained on almost nothing; lower "
+                "--lr, set a --grad_clip or relax --skip_loss_z/--skip_norm_z\n",
+                skipped, steps_done);
+        return EXIT_UNHEALTHY;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// Ranks that agree. Every rank must run the same settings: ranks started with different flags would
+// otherwise train silently apart (--lr, --seed) or meet in mismatched collectives (--steps, --channels).
+// At start each rank digests every flag, the model's shape and the data's shard list; the ranks compare the
+// digests with rank 0's through the trainer's sum over the ranks, and every rank refuses a mismatch, naming
+// the setting. A digest keeps 52 bits, which a double holds exactly: summing rank 0's digests with zeros from
+// the others hands them to every rank whole.
+
+typedef void (*SumOverRanks)(void *ctx, double *values, int n);
+
+enum { AGREE_MODEL = NUM_OPTION_SPECS, AGREE_TRAIN_DATA, AGREE_VAL_DATA, NUM_AGREED };
+
+static inline double digest52(uint64_t h) {
+    return (double)(h >> 12);
+}
+
+// The shards of a data set as its loader found them: their names and token counts.
+static inline uint64_t shard_list_digest(const DataLoader *loader) {
+    uint64_t h = FNV1A_START;
+    for (int i = 0; loader && i < loader->num_shards; i++) {
+        h = fnv1a(h, loader->shard_paths[i], strlen(loader->shard_paths[i]) + 1);
+        h = fnv1a(h, &loader->shard_tokens[i], sizeof(loader->shard_tokens[i]));
+    }
+    return h;
+}
+
+static inline void option_value_text(const TrainOptions *opts, const OptionSpec *spec, char *text,
+                                     size_t len) {
+    const char *field = (const char *)opts + spec->offset;
+    if (spec->kind == OPT_STRING)
+        snprintf(text, len, "'%s'", field);
+    else if (spec->kind == OPT_FLOAT)
+        snprintf(text, len, "%g", *(const float *)field);
+    else
+        snprintf(text, len, "%d", *(const int *)field);
+}
+
+static inline void settings_digests(const TrainOptions *opts, const GPTConfig *cfg, const DataLoader *train,
+                                    const DataLoader *val, double digests[NUM_AGREED]) {
+    for (int i = 0; i < NUM_OPTION_SPECS; i++) {
+        const OptionSpec *spec = &OPTION_SPECS[i];
+        const char *field = (const char *)opts + spec->offset;
+        size_t bytes = spec->kind == OPT_STRING  ? strlen(field)
+                       : spec->kind == OPT_FLOAT ? sizeof(float)
+                                                 : sizeof(int);
+        digests[i] = digest52(fnv1a(FNV1A_START, field, bytes));
+    }
+    digests[AGREE_MODEL] = digest52(fnv1a(FNV1A_START, cfg, sizeof(*cfg)));
+    digests[AGREE_TRAIN_DATA] = digest52(shard_list_digest(train));
+    digests[AGREE_VAL_DATA] = digest52(shard_list_digest(val));
+}
+
+// Every rank compares its settings with rank 0's; on a mismatch every rank fails, naming the first setting
+// that differs (rank 0 with its value, the others with theirs).
+static inline void check_ranks_agree(const TrainOptions *opts, const GPTConfig *cfg, const DataLoader *train,
+                                     const DataLoader *val, int rank, int world_size, SumOverRanks sum,
+                                     void *ctx) {
+    if (world_size == 1) return;
+    double mine[NUM_AGREED], values[NUM_AGREED];
+    settings_digests(opts, cfg, train, val, mine);
+    for (int i = 0; i < NUM_AGREED; i++) values[i] = rank == 0 ? mine[i] : 0.0;
+    sum(ctx, values, NUM_AGREED); // rank 0's digests
+    for (int i = 0; i < NUM_AGREED; i++) values[i] = values[i] != mine[i];
+    sum(ctx, values, NUM_AGREED); // ranks that differ from rank 0, per setting
+    for (int i = 0; i < NUM_AGREED; i++) {
+        if (values[i] == 0.0) continue;
+        char value[OPTION_STRING_LEN + 8] = "";
+        if (i < NUM_OPTION_SPECS) option_value_text(opts, &OPTION_SPECS[i], value, sizeof(value));
+        const char *what = i == AGREE_MODEL        ? "the model's shape (flags or --init_from)"
+                           : i == AGREE_TRAIN_DATA ? "the --train_data shards (names or sizes)"
+                           : i == AGREE_VAL_DATA   ? "the --val_data shards (names or sizes)"
+                                                   : NULL;
+        if (what)
+            fail("rank %d: %s differs on %.0f of %d ranks from rank 0's: every rank must run the same "
+                 "settings",
+                 rank, what, values[i], world_size);
+        fail("--%s: rank %d has %s; %.0f of %d ranks have a value other than rank 0's: start every rank with "
+             "the same flags",
+             OPTION_SPECS[i].name, rank, value, values[i], world_size);
+    }
+}
+
+#endif // RUN_CONTROL_H

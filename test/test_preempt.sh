@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# test_preempt.sh: runs that end early keep their work, on ./train_cpu and ./train_emu (the CUDA trainer on the
+# emulation), one process and two (mpirun). A float8 d2 model, B=4, T=32, constant learning rate.
+#  1. Stop requests: a SIGTERM the run sends itself at step 5 (--inject_signal_step), a SIGTERM from outside
+#     once 3 steps are logged, and --time_limit_s 1: each exits 75 with a checkpoint before the last step, and
+#     `--resume 1` then ends byte-identical (final model and state files, the log's step records) to a run
+#     that never stopped. Two processes: the signal reaches rank 1 only, both stop after the same step.
+#  2. Two signals back to back: the run ends at once (143), leaves no temp file, and the checkpoint
+#     latest_checkpoint names resumes to the same final files.
+#  3. Ranks started with different flags (mpirun's MPMD form, one flag changed on rank 1): refused before any
+#     step, exit 1, every rank's line naming the flag.
+#  4. The guards: a lasting shift of the data (a short shard of text, then a shard of random characters) with
+#     --skip_loss_z 3 skips a few steps and trains on (before: 80 of 150 steps skipped, every one after the
+#     shift, and exit 0); --lr 10 --grad_clip 0 (non-finite from step 2 or 3) ends with exit 76 after 8 skips in a
+#     row, its checkpoint holding the last applied step's weights; with --max_consecutive_skips 1000 the same
+#     run ends with exit 76 because most of its steps were skipped.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir TMP test_preempt
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 CUDA_EMU_THREADS=1
+
+test_data_dir "$TMP/data" text
+# the shifted data: 10,000 characters of text (70 batches of 128 tokens), then 100,000 random characters
+head -c 10000 "$TMP/data/text.txt" 2>/dev/null >"$TMP/shift_a.txt" || head -c 10000 "$DATA" >"$TMP/shift_a.txt"
+"$PY" -c "
+import random
+random.seed(1)
+print(''.join(random.choice('abcdefghijklmnopqrstuvwxyz ,.;:QWERTYUIOP0123456789') for _ in range(100000)))" \
+    >"$TMP/shift_b.txt"
+for part in a b; do
+    "$PY" scripts/prepare_data.py --input "$TMP/shift_$part.txt" --output_dir "$TMP/shift" --name "s_$part" \
+        --tokenizer byte --val_fraction 0.1 >/dev/null
+done
+
+MPIRUN=()
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_cpu)"; then
+    MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x CUDA_EMU_THREADS)
+    if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+else
+    echo "note: mpirun or an MPI build missing: the two-process cases are not run (apt-get install libopenmpi-dev openmpi-bin)"
+fi
+
+logged_steps() { local n; n=$(grep -c '"type":"step"' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
+steps_of() { grep '"type":"step"' "$1" | sed -E 's/"ms":[^,]*,"tokens_per_second":[^,]*,//'; }
+step_file() { printf '%s/%s_%08d%s' "$1" "$2" "$3" "$4"; }
+# same_end NAME DIR REF STEPS RANKS: DIR's final model, state files and log steps equal REF's
+same_end() {
+    local name=$1 dir=$2 ref=$3 steps=$4 ranks=$5 r same=1
+    cmp -s "$(step_file "$dir" model "$steps" .bin)" "$(step_file "$ref" model "$steps" .bin)" || same=0
+    for ((r = 0; r < ranks; r++)); do
+        cmp -s "$(step_file "$dir" state "$steps" "_$(printf %05d $r).bin")" \
+            "$(step_file "$ref" state "$steps" "_$(printf %05d $r).bin")" || same=0
+    done
+    [ "$(steps_of "$dir.jsonl")" = "$(steps_of "$ref.jsonl")" ] || same=0
+    result $((1 - same)) "$name: resumed run byte-identical to the uninterrupted one (model, states, log)"
+}
+# stopped_early NAME STATUS DIR STEPS: exit 75 and a checkpoint before the last step
+stopped_early() {
+    local latest
+    latest=$(cat "$3/latest_checkpoint" 2>/dev/null || echo none)
+    if [ "$2" = 75 ] && [ "$latest" != none ] && [ "$latest" -lt "$4" ]; then
+        ok "$1: exit 75 with a checkpoint of step $latest of $4"
+    else
+        bad "$1: exit $2, latest_checkpoint $latest (expected 75 and a step below $4)"
+    fi
+}
+
+for bin in ./train_cpu ./train_emu; do
+    [ -x "$bin" ] || { bad "$bin not built (make train_cpu train_emu)"; continue; }
+    tag=$(basename "$bin")
+    # train_emu's steps take about 30 times train_cpu's: fewer steps, the same kinds of stop
+    if [ "$tag" = train_cpu ]; then steps=800; else steps=60; fi
+    base=(--model_size d2 --vocab 256 --seq_len 32 --batch_size 4 --dtype float8 --lr_schedule constant
+          --train_data "$TMP/data/text_train_*.bin" --val_data "$TMP/data/text_val_*.bin" --val_every 0
+          --val_batches 1 --steps "$steps")
+    run() { # NAME FLAGS...: base with FLAGS into $TMP/$tag_NAME, its log beside it; sets status
+        local name=$1 args
+        shift
+        mapfile -d '' args < <(merge_flags "${base[@]}" -- "$@")
+        status=0
+        "$bin" "${args[@]}" --output_dir "$TMP/${tag}_$name" --log_file "$TMP/${tag}_$name.jsonl" \
+            >>"$TMP/${tag}_$name.out" 2>&1 || status=$?
+    }
+    run straight
+    result "$status" "$tag: the uninterrupted run ($steps steps)"
+
+    run injected --inject_signal_step 5
+    stopped_early "$tag: SIGTERM at step 5" "$status" "$TMP/${tag}_injected" "$steps"
+    grep -q "^stopped | step [0-9]* of $steps | SIGTERM" "$TMP/${tag}_injected.out" ||
+        bad "$tag: no 'stopped' line naming SIGTERM"
+    run injected --resume 1
+    same_end "$tag: SIGTERM at step 5" "$TMP/${tag}_injected" "$TMP/${tag}_straight" "$steps" 1
+
+    # from outside, as a scheduler sends it, once three steps are logged
+    "$bin" "${base[@]}" --output_dir "$TMP/${tag}_killed" --log_file "$TMP/${tag}_killed.jsonl" \
+        >"$TMP/${tag}_killed.out" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ "$(logged_steps "$TMP/${tag}_killed.jsonl")" -ge 3 ] && break
+        sleep 0.05
+    done
+    kill -TERM "$pid"
+    status=0
+    wait "$pid" || status=$?
+    stopped_early "$tag: SIGTERM from outside" "$status" "$TMP/${tag}_killed" "$steps"
+    run killed --resume 1
+    same_end "$tag: SIGTERM from outside" "$TMP/${tag}_killed" "$TMP/${tag}_straight" "$steps" 1
+
+    run timed --time_limit_s 1
+    stopped_early "$tag: --time_limit_s 1" "$status" "$TMP/${tag}_timed" "$steps"
+    grep -q "time_limit_s reached" "$TMP/${tag}_timed.out" || bad "$tag: the stop line does not name --time_limit_s"
+    run timed --resume 1
+    same_end "$tag: --time_limit_s 1" "$TMP/${tag}_timed" "$TMP/${tag}_straight" "$steps" 1
+
+    # two signals at once (two kinds: a second SIGTERM pending beside the first would merge with it): the
+    # second ends the process where it is, checkpointing every step
+    "$bin" "${base[@]}" --ckpt_every 1 --output_dir "$TMP/${tag}_twice" --log_file "$TMP/${tag}_twice.jsonl" \
+        >"$TMP/${tag}_twice.out" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ "$(cat "$TMP/${tag}_twice/latest_checkpoint" 2>/dev/null)" -ge 3 ] 2>/dev/null && break
+        sleep 0.05
+    done
+    kill -USR1 "$pid"
+    kill -TERM "$pid"
+    status=0
+    wait "$pid" || status=$?
+    leftovers=$(find "$TMP/${tag}_twice" -name '*.tmp*' | wc -l)
+    if [[ "$status" = 143 || "$status" = 138 ]] && [ "$leftovers" = 0 ] && grep -q "second stop signal" "$TMP/${tag}_twice.out"; then
+        ok "$tag: a second signal ends the run at once ($status), no temp file left"
+    else
+        bad "$tag: two signals: exit $status (expected 128 + the signal), $leftovers temp files left"
+    fi
+    run twice --ckpt_every 1 --resume 1
+    same_end "$tag: two signals" "$TMP/${tag}_twice" "$TMP/${tag}_straight" "$steps" 1
+
+    # the guards
+    guard=(--train_data "$TMP/shift/s_*_train_*.bin" --val_data "")
+    run shift "${guard[@]}" --steps 150 --lr 1e-3 --skip_loss_z 3
+    skipped=$(grep -c '"skipped":1' "$TMP/${tag}_shift.jsonl") || true
+    if [ "$status" = 0 ] && [ "${skipped:-0}" -le 15 ]; then
+        ok "$tag: a lasting data shift: $skipped of 150 steps skipped, the run goes on"
+    else
+        bad "$tag: a lasting data shift: exit $status, $skipped of 150 steps skipped"
+    fi
+    guard+=(--lr 10 --grad_clip 0)
+    run diverge "${guard[@]}" --steps 40
+    last_applied=$(grep '"skipped":0' "$TMP/${tag}_diverge.jsonl" | tail -1 | sed -E 's/.*"step":([0-9]+).*/\1/')
+    stop=$(cat "$TMP/${tag}_diverge/latest_checkpoint" 2>/dev/null || echo none)
+    # the CUDA trainer reads a step's results while the next one runs: it stops one step later
+    late=0
+    [ "$tag" = train_emu ] && late=1
+    if [ "$status" = 76 ] && grep -q "error: the guards skipped 8 steps in a row" "$TMP/${tag}_diverge.out" &&
+        [ "$stop" = $((last_applied + 8 + late)) ]; then
+        ok "$tag: diverging (--lr 10 --grad_clip 0): exit 76 after 8 skips in a row, checkpoint of step $stop"
+    else
+        bad "$tag: diverging: exit $status, checkpoint $stop, last applied step $last_applied"
+    fi
+    run applied "${guard[@]}" --steps "$last_applied"
+    if cmp -s "$(step_file "$TMP/${tag}_diverge" model "$stop" .bin)" \
+        "$(step_file "$TMP/${tag}_applied" model "$last_applied" .bin)"; then
+        ok "$tag: the stop's checkpoint holds the weights of the last applied step ($last_applied)"
+    else
+        bad "$tag: the stop's checkpoint differs from the weights of the last applied step ($last_applied)"
+    fi
+    run mostly "${guard[@]}" --steps 40 --max_consecutive_skips 1000
+    result $((status != 76)) "$tag: most steps skipped: exit 76 (got $status)"
+    grep -q "error: the guards skipped [0-9]* of the run's 40 steps" "$TMP/${tag}_mostly.out" ||
+        bad "$tag: no line saying most steps were skipped"
+
+    [ ${#MPIRUN[@]} -gt 0 ] || continue
+    mpi() { # NAME FLAGS...: two processes
+        local name=$1
+        shift
+        local args
+        mapfile -d '' args < <(merge_flags "${base[@]}" -- "$@")
+        status=0
+        "${MPIRUN[@]}" -np 2 "$bin" "${args[@]}" --zero_stage 1 --output_dir "$TMP/${tag}_$name" \
+            --log_file "$TMP/${tag}_$name.jsonl" >>"$TMP/${tag}_$name.out" 2>&1 || status=$?
+    }
+    mpi straight2 --steps 12
+    result "$status" "$tag: the uninterrupted two-process run"
+    mpi signal2 --steps 12 --inject_signal_step 5 --inject_signal_rank 1
+    stopped_early "$tag: two processes, SIGTERM to rank 1 only" "$status" "$TMP/${tag}_signal2" 12
+    at=$(cat "$TMP/${tag}_signal2/latest_checkpoint" 2>/dev/null) || at=none
+    if [ -f "$(step_file "$TMP/${tag}_signal2" state "$at" _00000.bin)" ] &&
+        [ -f "$(step_file "$TMP/${tag}_signal2" state "$at" _00001.bin)" ]; then
+        ok "$tag: both ranks checkpointed step $at"
+    else
+        bad "$tag: not every rank checkpointed step $at"
+    fi
+    mpi signal2 --steps 12 --resume 1
+    same_end "$tag: two processes, SIGTERM to rank 1" "$TMP/${tag}_signal2" "$TMP/${tag}_straight2" 12 2
+
+    for change in "--lr 1e-3" "--steps 13" "--channels 64" "--seed 7"; do
+        flag=${change%% *}
+        mapfile -d '' other < <(merge_flags "${base[@]}" -- $change)
+        status=0
+        "${MPIRUN[@]}" -np 1 "$bin" "${base[@]}" --output_dir "$TMP/${tag}_disagree" : \
+            -np 1 "$bin" "${other[@]}" --output_dir "$TMP/${tag}_disagree" >"$TMP/${tag}_disagree.out" 2>&1 ||
+            status=$?
+        lines=$(grep -c "^error: $flag: rank [01] has" "$TMP/${tag}_disagree.out" || true)
+        if [ "$status" = 1 ] && [ "$lines" = 2 ] && ! grep -q '^step ' "$TMP/${tag}_disagree.out"; then
+            ok "$tag: ranks started with different $flag: refused on both ranks before any step"
+        else
+            bad "$tag: ranks with different $flag: exit $status, $lines error lines naming it"
+        fi
+    done
+done
+finish
