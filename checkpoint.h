@@ -74,8 +74,14 @@ static inline void note_temp_file(const char *tmp_path, int open) {
     }
 }
 
+// Until the ranks agree on a run tag, the process id: unique on this host, and what is written then
+// (rank 0's NCCL id file) is written by one rank only.
+static char run_tag[24];
+
 static inline void temp_path(const char *path, char *tmp_path, size_t tmp_len) {
-    if ((size_t)snprintf(tmp_path, tmp_len, "%s.tmp", path) >= tmp_len) fail("%s: path too long", path);
+    if (!run_tag[0]) snprintf(run_tag, sizeof(run_tag), "p%ld", (long)getpid());
+    if ((size_t)snprintf(tmp_path, tmp_len, "%s.%s.tmp", path, run_tag) >= tmp_len)
+        fail("%s: path too long", path);
 }
 
 static inline FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_len) {
@@ -135,6 +141,14 @@ static inline void make_dir(const char *path) {
             fail("--output_dir: cannot create directory %s: %s", path, strerror(errno));
         if (stat(partial, &st) == 0 && !S_ISDIR(st.st_mode))
             fail("--output_dir: cannot create directory %s: %s is not a directory", path, partial);
+        char target[CHECKPOINT_PATH_LEN];
+        ssize_t n = stat(partial, &st) != 0 ? readlink(partial, target, sizeof(target) - 1) : -1;
+        if (n >= 0) {
+            target[n] = '\0';
+            fail("--output_dir: %s is a symbolic link to %s, which does not exist: create it or name another "
+                 "directory",
+                 partial, target);
+        }
         *p = saved;
         if (saved == '\0') break;
     }
@@ -384,8 +398,7 @@ static inline FILE *model_file_open_part(const char *path, char *tmp, size_t tmp
     temp_path(path, tmp, tmp_len);
     FILE *f = fopen(tmp, "r+b");
     if (!f)
-        fail("%s: cannot open to write this rank's part: %s (rank 0 creates it: --output_dir must be a "
-             "directory every rank sees)",
+        fail("%s: cannot open to write this rank's part: %s (rank 0 created it; was it removed by hand?)",
              tmp, strerror(errno));
     return f;
 }

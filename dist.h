@@ -121,8 +121,22 @@ static inline Dist dist_single(void) {
     return d;
 }
 
+// mpirun (OpenMPI) started several processes, and RANK / WORLD_SIZE say otherwise: torchrun does not run
+// under mpirun, so they are exports left from another launch, and each process would take itself for
+// another rank than MPI's.
+static inline void dist_refuse_stale_env(void) {
+    int mpi_world = dist_env_int("OMPI_COMM_WORLD_SIZE"), mpi_rank = dist_env_int("OMPI_COMM_WORLD_RANK");
+    if (mpi_world > 1 && dist_env_int("WORLD_SIZE") >= 0 &&
+        (dist_env_int("WORLD_SIZE") != mpi_world || dist_env_int("RANK") != mpi_rank))
+        fail("environment RANK=%s WORLD_SIZE=%s disagree with mpirun's rank %d of %d: unset RANK and "
+             "WORLD_SIZE "
+             "(left exported from another launch?) or do not pass them to mpirun with -x",
+             getenv("RANK") ? getenv("RANK") : "(unset)", getenv("WORLD_SIZE"), mpi_rank, mpi_world);
+}
+
 static inline void dist_init(Dist *d, int *argc, char ***argv) {
     *d = dist_single();
+    dist_refuse_stale_env();
 #ifdef USE_MPI
     if (dist_ranks_from_mpi()) {
         MPI_Init(argc, argv);

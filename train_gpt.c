@@ -39,6 +39,7 @@
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 #include "health.h"
+#include "run_files.h"
 #include "sampling.h"
 #include "tokenizer.h"
 #include "train_log.h"
@@ -1543,6 +1544,8 @@ int main(int argc, char **argv) {
     }
     dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
     prepare_output_dir(opts.output_dir);
+    run_dir_claim(&opts, dist.rank);
+    run_dir_agree(&opts, dist.rank, dist.world_size, dist_rank_sum, &dist);
     long resume_step = -1;
     if (opts.resume) {
         double proposal = resume_step_proposal(dist.rank, opts.output_dir);
@@ -1566,6 +1569,7 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, world, 0, 0, cfg.vocab_size);
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
+    check_run_inputs(&opts, dist.rank, &train_loader, have_val ? &val_loader : NULL);
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts.dtype = DTYPE_FLOAT8;
         opts.fp8_recipe = FP8_RECIPE_CURRENT;
@@ -1628,6 +1632,7 @@ int main(int argc, char **argv) {
         double loss_sum = 0.0;
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
+            micro_step_progress(step + 1, micro, accum_steps);
             dataloader_next_batch(&train_loader);
             float bf16_loss = 0.0f;
             if (bf16_check && micro == 0)

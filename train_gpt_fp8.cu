@@ -47,6 +47,7 @@
 #include "gpu/attention.cuh"
 #include "gpu/common.cuh"
 #include "health.h"
+#include "run_files.h"
 #include "gpu/fp8.cuh"
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
@@ -426,6 +427,11 @@ static void sum_over_ranks(GPT *model, double *values, int n) {
     cuda_check(cudaMemcpyAsync(pinned, device, n * sizeof(double), cudaMemcpyDeviceToHost, model->stream));
     comm_wait_stream(&model->comm, model->stream, "a sum over the ranks");
     memcpy(values, pinned, n * sizeof(double));
+}
+
+// sum_over_ranks as run_files.h's RankSum.
+static void sum_over_ranks_of(void *model, double *values, int n) {
+    sum_over_ranks((GPT *)model, values, n);
 }
 
 // ----------------------------------------------------------------------------
@@ -1993,6 +1999,7 @@ int main(int argc, char **argv) {
         return status;
     }
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
+    run_dir_claim(&opts, dist.rank);
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;
     int accum_steps = resolve_grad_accum_steps(&opts, T, dist.world_size);
@@ -2014,6 +2021,7 @@ int main(int argc, char **argv) {
         dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, dist.world_size, 0, 0, cfg.vocab_size);
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
+    check_run_inputs(&opts, dist.rank, &train_loader, have_val ? &val_loader : NULL);
     int *sample_tokens = (int *)malloc_check(N * sizeof(int), "sample buffer");
 
     cudaDeviceProp props;
@@ -2039,12 +2047,6 @@ int main(int argc, char **argv) {
         comm_split(&comm, dist.replica, &group);
         comm_split(&comm, dist.group_rank, &replicas);
     }
-    struct stat output_stat;
-    if (dist.rank != 0 && *opts.output_dir &&
-        (stat(opts.output_dir, &output_stat) != 0 || !S_ISDIR(output_stat.st_mode)))
-        fail("--output_dir: rank %d does not see %s, which rank 0 created: it must be on a filesystem every "
-             "rank shares",
-             dist.rank, opts.output_dir);
 
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts.dtype = DTYPE_FLOAT8;
@@ -2054,6 +2056,7 @@ int main(int argc, char **argv) {
     gpt_alloc(&model, &cfg, &opts, B, T, accum_steps, &comm, dist.replicas > 1 ? &group : NULL);
     if (dist.replicas > 1) model.replica_comm = replicas;
     model.replica = dist.replica;
+    run_dir_agree(&opts, dist.rank, dist.world_size, sum_over_ranks_of, &model); // before any training
     TrainState state = train_state_init(&opts, &train_loader, B, T, accum_steps, dist.rank, dist.world_size);
     StepGuard guard;
     step_guard_init(&guard, opts.guard_window);
@@ -2122,6 +2125,7 @@ int main(int argc, char **argv) {
         set_step_params(&model, &opts, step, state.updates_applied);
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
+            micro_step_progress(step + 1, micro, accum_steps);
             dataloader_next_batch(&train_loader);
             upload_batch(&model, train_loader.inputs, train_loader.targets);
             float bf16_loss = 0.0f;
