@@ -27,6 +27,7 @@ BASE=(--model_size d2 --vocab 256 --seq_len 32 --batch_size 4 --val_every 0 --va
       --train_data "$TMP/data/text_train_000000.bin" --val_data "$TMP/data/text_val_000000.bin")
 CPU=(./train_cpu "${BASE[@]}" --dtype float32)
 EMU=(./train_emu "${BASE[@]}" --dtype bfloat16)
+# Each check ends '&& verdict=0 || verdict=1': a failing check is reported, and set -e does not end the script.
 one_line() { # FILE SUBSTRING...: exactly one line, 'error: ', every substring
     local file=$1 s
     shift
@@ -43,13 +44,13 @@ for second in "--overwrite 1" "--resume 1"; do
     read -r -a flags <<<"$second"
     status=0
     "${CPU[@]}" --steps 1500 --output_dir "$TMP/shared" "${flags[@]}" >/dev/null 2>"$TMP/second.err" || status=$?
-    [ $status = 1 ] && one_line "$TMP/second.err" "$TMP/shared is in use by another run" "host $(hostname), pid $first"
-    result $? "train_cpu: a second run ($second) on a directory in use is refused: $(head -c 300 "$TMP/second.err")"
+    [ $status = 1 ] && one_line "$TMP/second.err" "$TMP/shared is in use by another run" "host $(hostname), pid $first" && verdict=0 || verdict=1
+    result $verdict "train_cpu: a second run ($second) on a directory in use is refused: $(head -c 300 "$TMP/second.err")"
 done
 status=0
 wait $first || status=$?
-[ $status = 0 ] && cmp -s "$TMP/alone/model_00001500.bin" "$TMP/shared/model_00001500.bin"
-result $? "train_cpu: the first run ends as a run alone does (exit $status, model_00001500.bin identical)"
+[ $status = 0 ] && cmp -s "$TMP/alone/model_00001500.bin" "$TMP/shared/model_00001500.bin" && verdict=0 || verdict=1
+result $verdict "train_cpu: the first run ends as a run alone does (exit $status, model_00001500.bin identical)"
 
 mkdir -p "$TMP/held"
 echo "host elsewhere, pid 4242" >"$TMP/held/.run_lock"
@@ -60,8 +61,8 @@ status=0
 "${EMU[@]}" --steps 1 --output_dir "$TMP/held" >/dev/null 2>"$TMP/emu_held.err" || status=$?
 kill "$holder"
 wait "$holder" 2>/dev/null || true
-[ $status = 1 ] && one_line "$TMP/emu_held.err" "$TMP/held is in use by another run" "host elsewhere, pid 4242"
-result $? "train_emu: a directory locked by another process is refused: $(head -c 300 "$TMP/emu_held.err")"
+[ $status = 1 ] && one_line "$TMP/emu_held.err" "$TMP/held is in use by another run" "host elsewhere, pid 4242" && verdict=0 || verdict=1
+result $verdict "train_emu: a directory locked by another process is refused: $(head -c 300 "$TMP/emu_held.err")"
 
 # 2. a killed run's temp files
 for bin in cpu emu; do
@@ -70,9 +71,9 @@ for bin in cpu emu; do
     touch "$D/model_00000005.bin.r0123456789abc.tmp" "$D/state_00000005_00000.bin.p77.tmp" \
         "$D/latest_checkpoint.p77.tmp" "$D/notes.tmp"
     if [ $bin = cpu ]; then run=("${CPU[@]}"); else run=("${EMU[@]}"); fi
-    "${run[@]}" --steps 1 --output_dir "$D" >/dev/null 2>&1
-    [ "$(cd "$D" && ls ./*.tmp | tr '\n' ' ')" = "./notes.tmp " ]
-    result $? "train_$bin: a killed run's temp files removed, nothing else ($(cd "$D" && ls | tr '\n' ' '))"
+    "${run[@]}" --steps 1 --output_dir "$D" >/dev/null 2>&1 || true
+    [ "$(cd "$D" && ls ./*.tmp | tr '\n' ' ')" = "./notes.tmp " ] && verdict=0 || verdict=1
+    result $verdict "train_$bin: a killed run's temp files removed, nothing else ($(cd "$D" && ls | tr '\n' ' '))"
 done
 
 # 3. node-local output directories, 4. stale RANK / WORLD_SIZE
@@ -91,14 +92,14 @@ if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_emu)"; then
         [ $status != 0 ] && [ "$(grep -c '^error: ' "$TMP/local_$bin.err")" = 2 ] &&
             [ "$(grep '^error: ' "$TMP/local_$bin.err" | sort -u | wc -l)" = 1 ] &&
             grep -q "rank(s) 1 of 2 do not see the directory rank 0 writes" "$TMP/local_$bin.err" &&
-            ! grep -q "^step " "$TMP/local_$bin.out"
-        result $? "train_$bin: node-local --output_dir: both ranks refuse in one line, before any step: $(head -n 1 "$TMP/local_$bin.err")"
+            ! grep -q "^step " "$TMP/local_$bin.out" && verdict=0 || verdict=1
+        result $verdict "train_$bin: node-local --output_dir: both ranks refuse in one line, before any step: $(head -n 1 "$TMP/local_$bin.err")"
 
         status=0
         RANK=0 WORLD_SIZE=4 "${MPIRUN[@]}" -x RANK -x WORLD_SIZE -np 2 "${run[@]}" --steps 1 --output_dir "" \
             >/dev/null 2>"$TMP/stale_$bin.err" || status=$?
-        [ $status != 0 ] && grep -q "^error: environment RANK=0 WORLD_SIZE=4 disagree with mpirun's rank" "$TMP/stale_$bin.err"
-        result $? "train_$bin: stale RANK / WORLD_SIZE under mpirun named: $(grep -m1 '^error' "$TMP/stale_$bin.err")"
+        [ $status != 0 ] && grep -q "^error: environment RANK=0 WORLD_SIZE=4 disagree with mpirun's rank" "$TMP/stale_$bin.err" && verdict=0 || verdict=1
+        result $verdict "train_$bin: stale RANK / WORLD_SIZE under mpirun named: $(grep -m1 '^error' "$TMP/stale_$bin.err")"
     done
 else
     echo "SKIPPED the MPI cases: mpirun or an MPI build of train_emu missing"
@@ -119,13 +120,13 @@ for bin in cpu emu; do
 import json, sys
 text = open(sys.argv[1]).read()
 assert text.endswith('\n') and len(text) > 0
-for line in text.splitlines(): json.loads(line)" "$TMP/small_$bin.jsonl"
-    result $? "train_$bin: a log that cannot grow: one error line, only whole records ($(wc -l <"$TMP/small_$bin.jsonl") kept): $(head -c 200 "$TMP/small_$bin.err")"
+for line in text.splitlines(): json.loads(line)" "$TMP/small_$bin.jsonl" && verdict=0 || verdict=1
+    result $verdict "train_$bin: a log that cannot grow: one error line, only whole records ($(wc -l <"$TMP/small_$bin.jsonl") kept): $(head -c 200 "$TMP/small_$bin.err")"
 done
 
 # 6. progress of a long step
 timeout 30 "${CPU[@]}" --steps 1 --total_batch_size $((128 * 16384)) --output_dir "" >"$TMP/long.out" 2>&1 || true
-grep -q "^progress | step 1: micro-step [0-9]*/16384$" "$TMP/long.out"
-result $? "train_cpu: a step of 16384 micro-steps prints its progress ($(grep -m1 '^progress' "$TMP/long.out" || echo none))"
+grep -q "^progress | step 1: micro-step [0-9]*/16384$" "$TMP/long.out" && verdict=0 || verdict=1
+result $verdict "train_cpu: a step of 16384 micro-steps prints its progress ($(grep -m1 '^progress' "$TMP/long.out" || echo none))"
 
 finish
