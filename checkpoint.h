@@ -926,8 +926,7 @@ static inline FILE *open_state_file(const char *path, int rank, int64_t h[STATE_
     if (h[SH_VERSION] == 2)
         fail("%s: state file version 2, whose data fingerprint covers only the first and last 4 KiB of each "
              "shard; this build fingerprints whole shards (version 3): resume it with the build that wrote "
-             "it, "
-             "or start a new run with --init_from its model file",
+             "it, or start a new run with --init_from its model file",
              path);
     if (h[SH_VERSION] != STATE_FILE_VERSION)
         fail("%s: unsupported state file version %ld (expected %d)", path, (long)h[1], STATE_FILE_VERSION);

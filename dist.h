@@ -129,8 +129,7 @@ static inline void dist_refuse_stale_env(void) {
     if (mpi_world > 1 && dist_env_int("WORLD_SIZE") >= 0 &&
         (dist_env_int("WORLD_SIZE") != mpi_world || dist_env_int("RANK") != mpi_rank))
         fail("environment RANK=%s WORLD_SIZE=%s disagree with mpirun's rank %d of %d: unset RANK and "
-             "WORLD_SIZE "
-             "(left exported from another launch?) or do not pass them to mpirun with -x",
+             "WORLD_SIZE (left exported from another launch?) or do not pass them to mpirun with -x",
              getenv("RANK") ? getenv("RANK") : "(unset)", getenv("WORLD_SIZE"), mpi_rank, mpi_world);
 }
 

@@ -177,9 +177,8 @@ static inline void run_dir_agree(const TrainOptions *opts, int rank, int world, 
         }
     }
     if (missing)
-        fail("--output_dir: %s: rank(s) %s%s of %d do not see the directory rank 0 writes (its %s): every "
-             "rank "
-             "must name one directory on a filesystem all the nodes share, not a node-local path",
+        fail("--output_dir: %s: rank(s) %s%s of %d do not see the directory rank 0 writes (its %s): "
+             "every rank must name one directory on a filesystem all the nodes share, not a node-local path",
              opts->output_dir, ranks, missing > 16 ? " and more" : "", world, RUN_TOKEN_NAME);
 }
 
