@@ -32,7 +32,7 @@ ifneq ($(MPI_LINK),)
   MPI_LIBS := $(MPI_LINK)
 endif
 
-HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h debug_state.h \
+HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h run_files.h debug_state.h \
            sampling.h health.h dist.h memory_plan.h dry_run.h time_plan.h run_control.h
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas

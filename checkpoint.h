@@ -40,13 +40,16 @@
 #define MODEL_FILE_HEADER_INTS 256
 #define LLAMA_NORM_EPS 1e-5f // RMSNorm's epsilon, the only one Llama files here carry
 #define STATE_FILE_MAGIC 20261130
-#define STATE_FILE_VERSION 2 // 2: with the run identity
+#define STATE_FILE_VERSION 3 // 2: with the run identity; 3: its data fingerprint of whole shards
 #define STATE_FILE_HEADER_INTS 64
 
 // ----------------------------------------------------------------------------
-// Atomic writes: data goes to "<path>.tmp", is flushed to disk, then renamed over <path>. A run that ends
-// on an error while a temp file is open (a full disk, say) removes it at exit: what it replaces stays as
-// it was, and nothing half-written is left beside it.
+// Atomic writes: data goes to "<path>.<run tag>.tmp", is flushed to disk, then renamed over <path>. A run
+// that ends on an error while a temp file is open (a full disk, say) removes it at exit: what it replaces
+// stays as it was, and nothing half-written is left beside it. The run tag (run_files.h, agreed by the
+// ranks, since all of them write into the model file's temp that rank 0 created) keeps two processes that
+// write one path from truncating each other's temp file; a killed run's leftovers are removed by the next
+// run that takes the directory (run_dir_claim).
 
 #define MAX_OPEN_TEMP_FILES 4
 static char open_temp_files[MAX_OPEN_TEMP_FILES][CHECKPOINT_PATH_LEN];
@@ -71,8 +74,14 @@ static inline void note_temp_file(const char *tmp_path, int open) {
     }
 }
 
+// Until the ranks agree on a run tag, the process id: unique on this host, and what is written then
+// (rank 0's NCCL id file) is written by one rank only.
+static char run_tag[24];
+
 static inline void temp_path(const char *path, char *tmp_path, size_t tmp_len) {
-    if ((size_t)snprintf(tmp_path, tmp_len, "%s.tmp", path) >= tmp_len) fail("%s: path too long", path);
+    if (!run_tag[0]) snprintf(run_tag, sizeof(run_tag), "p%ld", (long)getpid());
+    if ((size_t)snprintf(tmp_path, tmp_len, "%s.%s.tmp", path, run_tag) >= tmp_len)
+        fail("%s: path too long", path);
 }
 
 static inline FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_len) {
@@ -132,6 +141,14 @@ static inline void make_dir(const char *path) {
             fail("--output_dir: cannot create directory %s: %s", path, strerror(errno));
         if (stat(partial, &st) == 0 && !S_ISDIR(st.st_mode))
             fail("--output_dir: cannot create directory %s: %s is not a directory", path, partial);
+        char target[CHECKPOINT_PATH_LEN];
+        ssize_t n = stat(partial, &st) != 0 ? readlink(partial, target, sizeof(target) - 1) : -1;
+        if (n >= 0) {
+            target[n] = '\0';
+            fail("--output_dir: %s is a symbolic link to %s, which does not exist: create it or name another "
+                 "directory",
+                 partial, target);
+        }
         *p = saved;
         if (saved == '\0') break;
     }
@@ -381,8 +398,7 @@ static inline FILE *model_file_open_part(const char *path, char *tmp, size_t tmp
     temp_path(path, tmp, tmp_len);
     FILE *f = fopen(tmp, "r+b");
     if (!f)
-        fail("%s: cannot open to write this rank's part: %s (rank 0 creates it: --output_dir must be a "
-             "directory every rank sees)",
+        fail("%s: cannot open to write this rank's part: %s (rank 0 created it; was it removed by hand?)",
              tmp, strerror(errno));
     return f;
 }
@@ -502,6 +518,36 @@ static inline void check_zero_slots(FILE *f, const char *path, const GPTConfig *
     }
 }
 
+// A model whose every weight tensor is constant (all zeros: a file whose writer died before writing its
+// values, or a zeroed copy) trains nowhere (its loss stays ln V), so it is refused. Real models differ
+// within their first tensor's first values: the read stops there.
+static inline void check_model_not_constant(FILE *f, const char *path, const GPTConfig *cfg,
+                                            ModelFileFormat format) {
+    FileTensor slots[NUM_PARAM_TENSORS];
+    ModelFileIO io = {f, path, format, 0};
+    float chunk[4096];
+    size_t offset = 0, bytes = format.version == 3 ? 4 : 2;
+    for (int i = 0, count = model_file_slots(cfg, format.layout, slots); i < count; i++) {
+        size_t n = (param_is_per_layer(slots[i].slot) ? (size_t)cfg->num_layers : 1) *
+                   file_slot_size(cfg, &slots[i]);
+        if (slots[i].part[0] != FILE_ZEROS) {
+            if (fseek(f, (long)(model_file_header_bytes(format.layout) + offset * bytes), SEEK_SET) != 0)
+                fail("%s: cannot seek: %s", path, strerror(errno));
+            float first = 0.0f;
+            for (size_t done = 0; done < n; done += 4096) {
+                size_t m = n - done < 4096 ? n - done : 4096;
+                read_slice(chunk, m, &io);
+                if (done == 0) first = chunk[0];
+                for (size_t j = 0; j < m; j++)
+                    if (chunk[j] != first) return;
+            }
+        }
+        offset += n;
+    }
+    fail("%s: every weight tensor is constant (an all-zero or unwritten model): not a model to train from",
+         path);
+}
+
 // Reads the header of a model file and checks it describes a model, and that the file holds exactly it.
 static inline GPTConfig read_model_header(FILE *f, const char *path, ModelFileFormat *format) {
     int64_t size = file_size_check(f, path);
@@ -562,6 +608,7 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, ModelFileFo
 static inline GPTConfig read_model_file_config(FILE *f, const char *path, ModelFileFormat *format) {
     GPTConfig cfg = read_model_header(f, path, format);
     if (format->layout == FILE_LLAMA3) check_zero_slots(f, path, &cfg, *format);
+    check_model_not_constant(f, path, &cfg, *format);
     return cfg;
 }
 
@@ -627,6 +674,7 @@ static inline void load_model_range(const char *path, const GPTConfig *expected,
     ModelFileFormat format;
     GPTConfig cfg = read_model_header(f, path, &format);
     check_model_shape(path, &cfg, expected);
+    if (begin == 0) check_model_not_constant(f, path, &cfg, format); // once per model: the range at 0
     ModelFileIO io = {f, path, format, 0};
     visit_file_range(&io, &cfg, begin, count, out, read_slice);
     fclose(f);
@@ -878,6 +926,11 @@ static inline FILE *open_state_file(const char *path, int rank, int64_t h[STATE_
     fread_check(h, sizeof(int64_t), STATE_FILE_HEADER_INTS, f, path);
     if (h[SH_MAGIC] != STATE_FILE_MAGIC)
         fail("%s: not a training state file (bad magic %ld)", path, (long)h[0]);
+    if (h[SH_VERSION] == 2)
+        fail("%s: state file version 2, whose data fingerprint covers only the first and last 4 KiB of each "
+             "shard; this build fingerprints whole shards (version 3): resume it with the build that wrote "
+             "it, or start a new run with --init_from its model file",
+             path);
     if (h[SH_VERSION] != STATE_FILE_VERSION)
         fail("%s: unsupported state file version %ld (expected %d)", path, (long)h[1], STATE_FILE_VERSION);
     return f;

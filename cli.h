@@ -54,7 +54,7 @@ typedef struct {
     int warmup_steps;
     float final_lr_frac;
     float beta1, beta2, eps, weight_decay, grad_clip;
-    int val_every, val_batches, sample_every, sample_len, ckpt_every, keep_checkpoints, resume;
+    int val_every, val_batches, sample_every, sample_len, ckpt_every, keep_checkpoints, resume, overwrite;
     int seed, shuffle;
     int cuda_graph;
     int attention; // AttentionChoice
@@ -161,6 +161,8 @@ static const OptionSpec OPTION_SPECS[] = {
      "keep the N newest complete checkpoints in --output_dir, delete older ones (0: keep all)"},
     {"resume", OPT_INT, OPT_AT(resume), "0", 0, 1, NULL,
      "1: continue from the latest checkpoint in --output_dir"},
+    {"overwrite", OPT_INT, OPT_AT(overwrite), "0", 0, 1, NULL,
+     "1: start a fresh run in an --output_dir that holds another run's checkpoint (refused otherwise)"},
     {"seed", OPT_INT, OPT_AT(seed), "1337", 0, 2147483647, NULL, "initialisation and shuffling seed"},
     {"shuffle", OPT_INT, OPT_AT(shuffle), "0", 0, 1, NULL, "1: shuffle batch order within shards each epoch"},
     {"cuda_graph", OPT_INT, OPT_AT(cuda_graph), "1", 0, 1, NULL,
@@ -415,6 +417,11 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--bf16_check_every: compares a reduced-precision run with bfloat16; this run is float32");
     if (opts->resume && !*opts->output_dir)
         fail("--resume: needs --output_dir, the directory whose latest checkpoint to continue");
+    if (opts->resume && *opts->init_from)
+        fail("--init_from: a --resume 1 run continues the checkpoint's own model; give one of the two");
+    if (opts->resume && opts->overwrite)
+        fail(
+            "--overwrite: a --resume 1 run continues the checkpoint it would overwrite; give one of the two");
     if (opts->ckpt_every > 0 && !*opts->output_dir)
         fail("--ckpt_every: checkpoints are written to --output_dir, which is empty");
     if (opts->keep_gathered && opts->zero_stage != 3)

@@ -113,8 +113,9 @@ static inline int64_t file_size_check(FILE *f, const char *path) {
 
 // FNV-1a, 64 bits: a digest of bytes that needs no table (checkpoint fingerprints, the ranks' agreement).
 #define FNV1A_START 0xcbf29ce484222325ull
+#define FNV1A_PRIME 0x100000001b3ull
 static inline uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)data)[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)data)[i]) * FNV1A_PRIME;
     return h;
 }
 

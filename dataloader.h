@@ -367,27 +367,69 @@ static inline void dataloader_set_position(DataLoader *loader, DataLoaderPositio
     loader->pos = pos;
 }
 
-// A fingerprint of the training data: the shards' count, their token counts, and their first and last
-// 4 KiB of tokens (reading them all would take minutes on a large corpus). A checkpoint records it, so
-// that a run is not continued on other data by mistake.
+// A fingerprint of the training data: the shards' count, their sizes and every byte of their tokens, so
+// that a checkpoint is not continued on other data by mistake, also where a shard changed in its middle.
+// Read once at start, at the disk's speed (0.5 s per GiB from the page cache on a 2-core machine): the
+// first and last 4 KiB that version-2 state files hashed missed a change in a shard's middle.
 static inline uint64_t dataloader_fingerprint(const DataLoader *loader) {
-    uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the values below
-    uint8_t buf[4096];
+    uint64_t h = FNV1A_START;
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = (uint8_t *)malloc_check(CHUNK, "dataloader: fingerprint buffer");
     for (int i = 0; i < loader->num_shards; i++) {
         const char *path = loader->shard_paths[i];
         int64_t bytes = loader->format->token_bytes * loader->shard_tokens[i];
-        size_t n = bytes < (int64_t)sizeof(buf) ? (size_t)bytes : sizeof(buf);
+        h = (h ^ (uint64_t)bytes) * FNV1A_PRIME;
         FILE *f = fopen_regular(path);
-        for (int end = 0; end < 2; end++) {
-            long at = DATALOADER_HEADER_BYTES + (end ? (long)(bytes - (int64_t)n) : 0L);
-            if (fseek(f, at, SEEK_SET) != 0) fail("%s: cannot seek: %s", path, strerror(errno));
+        if (fseek(f, DATALOADER_HEADER_BYTES, SEEK_SET) != 0)
+            fail("%s: cannot seek: %s", path, strerror(errno));
+        for (int64_t done = 0; done < bytes;) {
+            size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : (size_t)CHUNK;
             fread_check(buf, 1, n, f, path);
-            for (int k = 0; k < 8; k++) h = (h ^ (uint8_t)((uint64_t)bytes >> (8 * k))) * 0x100000001b3ull;
-            for (size_t k = 0; k < n; k++) h = (h ^ buf[k]) * 0x100000001b3ull;
+            size_t k = 0;
+            for (; k + 8 <= n; k += 8) { // 8 bytes a multiply: the read, not the hash, sets the pace
+                uint64_t w;
+                memcpy(&w, buf + k, 8);
+                h = (h ^ w) * FNV1A_PRIME;
+                h ^= h >> 32;
+            }
+            h = fnv1a(h, buf + k, n - k);
+            done += (int64_t)n;
         }
         fclose(f);
     }
+    free(buf);
     return h;
+}
+
+// Every token of the shards is below the vocabulary size: for validation data, read whole at start, so that
+// a bad token ends the run before training rather than at its final validation.
+static inline void dataloader_check_tokens(const DataLoader *loader, const char *flag) {
+    int w = loader->format->token_bytes;
+    enum { CHUNK_TOKENS = 1 << 18 };
+    uint8_t *buf = (uint8_t *)malloc_check((size_t)CHUNK_TOKENS * w, "dataloader: token check buffer");
+    for (int i = 0; i < loader->num_shards; i++) {
+        const char *path = loader->shard_paths[i];
+        FILE *f = fopen_regular(path);
+        if (fseek(f, DATALOADER_HEADER_BYTES, SEEK_SET) != 0)
+            fail("%s: cannot seek: %s", path, strerror(errno));
+        for (int64_t done = 0; done < loader->shard_tokens[i];) {
+            int64_t left = loader->shard_tokens[i] - done;
+            size_t n = left < CHUNK_TOKENS ? (size_t)left : (size_t)CHUNK_TOKENS;
+            fread_check(buf, (size_t)w, n, f, path);
+            for (size_t k = 0; k < n; k++) {
+                uint32_t token = dataloader_le_uint(buf + (size_t)w * k, w);
+                if (token < (uint32_t)loader->vocab_size) continue;
+                free(buf); // not left to the exit: the leak checker finds no pointer to it in a register
+                fail("%s: token id %u at token offset %lld is >= vocab_size %d (%s: every token must be in "
+                     "the "
+                     "model's vocabulary)",
+                     path, (unsigned)token, (long long)(done + (int64_t)k), loader->vocab_size, flag);
+            }
+            done += (int64_t)n;
+        }
+        fclose(f);
+    }
+    free(buf);
 }
 
 static inline void dataloader_free(DataLoader *loader) {

@@ -121,8 +121,21 @@ static inline Dist dist_single(void) {
     return d;
 }
 
+// mpirun (OpenMPI) started several processes, and RANK / WORLD_SIZE say otherwise: torchrun does not run
+// under mpirun, so they are exports left from another launch, and each process would take itself for
+// another rank than MPI's.
+static inline void dist_refuse_stale_env(void) {
+    int mpi_world = dist_env_int("OMPI_COMM_WORLD_SIZE"), mpi_rank = dist_env_int("OMPI_COMM_WORLD_RANK");
+    if (mpi_world > 1 && dist_env_int("WORLD_SIZE") >= 0 &&
+        (dist_env_int("WORLD_SIZE") != mpi_world || dist_env_int("RANK") != mpi_rank))
+        fail("environment RANK=%s WORLD_SIZE=%s disagree with mpirun's rank %d of %d: unset RANK and "
+             "WORLD_SIZE (left exported from another launch?) or do not pass them to mpirun with -x",
+             getenv("RANK") ? getenv("RANK") : "(unset)", getenv("WORLD_SIZE"), mpi_rank, mpi_world);
+}
+
 static inline void dist_init(Dist *d, int *argc, char ***argv) {
     *d = dist_single();
+    dist_refuse_stale_env();
 #ifdef USE_MPI
     if (dist_ranks_from_mpi()) {
         MPI_Init(argc, argv);
@@ -385,6 +398,15 @@ static inline void dist_sum_doubles_in_group(const Dist *d, double *buf, size_t 
 #else
     (void)d, (void)buf, (void)n;
 #endif
+}
+
+// values = their sum over the ranks, every rank calling it at the same point: the start-up agreements of
+// run_control.h and run_files.h, over each trainer's own collectives (MPI on the CPU, NCCL on the GPU).
+typedef void (*RankSum)(void *ctx, double *values, int n);
+
+// RankSum over MPI's host collectives (the CPU trainer's).
+static inline void dist_rank_sum(void *dist, double *values, int n) {
+    dist_sum_doubles((const Dist *)dist, values, (size_t)n);
 }
 
 // The global mean of a value every rank holds one of.

@@ -190,13 +190,13 @@ static inline void log_fp8_stats(RunLog *log, int step, const Fp8Stats *s) {
         if (s->scale_min[t] <= s->scale_max[t])
             snprintf(spread, sizeof(spread), "\"scale_min\":%.9g,\"scale_max\":%.9g", s->scale_min[t],
                      s->scale_max[t]);
-        fprintf(log->jsonl,
-                "{\"type\":\"fp8_stats\",\"step\":%d,\"tensor\":\"%s\",\"format\":\"%s\",\"amax\":%.9g,"
-                "\"scale\":%.9g,%s,\"saturated\":%llu,\"flushed\":%llu,\"elements\":%llu}\n",
-                step, name, fp8_format_name(fp8_stats_format(s, t)), s->amax[t], s->scale[t], spread,
-                s->saturated[t], s->flushed[t], s->elements[t]);
+        run_log_record(
+            log,
+            "{\"type\":\"fp8_stats\",\"step\":%d,\"tensor\":\"%s\",\"format\":\"%s\",\"amax\":%.9g,"
+            "\"scale\":%.9g,%s,\"saturated\":%llu,\"flushed\":%llu,\"elements\":%llu}\n",
+            step, name, fp8_format_name(fp8_stats_format(s, t)), s->amax[t], s->scale[t], spread,
+            s->saturated[t], s->flushed[t], s->elements[t]);
     }
-    fflush(log->jsonl);
 }
 
 // A step's saturated values over num_tensors tensors, tensor t's count at saturated[t * stride] (the GPU
@@ -248,16 +248,14 @@ static inline void report_fp8_stats(RunLog *log, const TrainOptions *opts, int s
 static inline void log_energy(RunLog *log, double joules, const TrainOptions *opts, const char *why_not) {
     if (joules < 0) {
         printf("energy | not measured (%s)\n", why_not);
-        if (log->jsonl) fprintf(log->jsonl, "{\"type\":\"energy\",\"measured\":0}\n");
+        run_log_record(log, "{\"type\":\"energy\",\"measured\":0}\n");
         return;
     }
     double kwh = joules / 3.6e6, cost = kwh * opts->pue * opts->price_kwh;
     printf("energy | %.1f J | %.6f kWh | cost %.6f (price %.4f per kWh, PUE %.2f)\n", joules, kwh, cost,
            opts->price_kwh, opts->pue);
-    if (log->jsonl)
-        fprintf(log->jsonl,
-                "{\"type\":\"energy\",\"measured\":1,\"joules\":%.3f,\"kwh\":%.9g,\"cost\":%.9g}\n", joules,
-                kwh, cost);
+    run_log_record(log, "{\"type\":\"energy\",\"measured\":1,\"joules\":%.3f,\"kwh\":%.9g,\"cost\":%.9g}\n",
+                   joules, kwh, cost);
 }
 
 // ----------------------------------------------------------------------------
@@ -269,12 +267,9 @@ static inline void log_bf16_check(RunLog *log, const TrainOptions *opts, int ste
                                   float bf16_loss) {
     float diff = loss - bf16_loss;
     printf("bf16  %5d | loss %.6f | bfloat16 loss %.6f | difference %+.6f\n", step, loss, bf16_loss, diff);
-    if (log->jsonl) {
-        fprintf(log->jsonl,
-                "{\"type\":\"bf16_check\",\"step\":%d,\"loss\":%.9g,\"bf16_loss\":%.9g,\"diff\":%.9g}\n",
-                step, loss, bf16_loss, diff);
-        fflush(log->jsonl);
-    }
+    run_log_record(log,
+                   "{\"type\":\"bf16_check\",\"step\":%d,\"loss\":%.9g,\"bf16_loss\":%.9g,\"diff\":%.9g}\n",
+                   step, loss, bf16_loss, diff);
     if (opts->bf16_check_tolerance > 0.0f && fabsf(diff) > opts->bf16_check_tolerance) {
         if (opts->bf16_check_stop)
             fail("--bf16_check_tolerance: at step %d the loss differs from bfloat16 by %+.6f (tolerance %g)",
@@ -291,9 +286,8 @@ static inline void log_eval_only(RunLog *log, const char *model_path, float bf16
     printf("eval  | %s | bfloat16 weights: val loss %.6f (perplexity %.4f) | float8 weights: val loss %.6f "
            "(perplexity %.4f) | difference %+.6f\n",
            model_path, bf16_loss, exp(bf16_loss), fp8_loss, exp(fp8_loss), fp8_loss - bf16_loss);
-    if (log->jsonl)
-        fprintf(log->jsonl, "{\"type\":\"eval_only\",\"bf16_val_loss\":%.9g,\"fp8_val_loss\":%.9g}\n",
-                bf16_loss, fp8_loss);
+    run_log_record(log, "{\"type\":\"eval_only\",\"bf16_val_loss\":%.9g,\"fp8_val_loss\":%.9g}\n", bf16_loss,
+                   fp8_loss);
 }
 
 #endif // HEALTH_H

@@ -66,6 +66,7 @@ typedef struct {
     int stopping;       // the ranks agreed to stop: after this step, a checkpoint, EXIT_STOPPED
     int unhealthy;      // the guards ended the run: a checkpoint, EXIT_UNHEALTHY
     int time_limit_hit; // this rank voted for the time limit (the reason it prints)
+    int log_failed;     // this rank's log could not be written (train_log.h): stop, then exit 1
 } RunControl;
 
 // Installs the handlers (SA_RESTART: a read or write the signal interrupts goes on) and starts the clock.
@@ -89,12 +90,14 @@ static inline void run_control_inject(const TrainOptions *opts, int rank, int st
     if (step + 1 == opts->inject_signal_step && rank == opts->inject_signal_rank) raise(SIGTERM);
 }
 
-// This rank's vote, taken as a step starts: 1 to stop after it.
-static inline int run_control_vote(RunControl *rc) {
+// This rank's vote, taken as a step starts: 1 to stop after it. log_failed: a log write failed (a full
+// disk), which stops the run as a signal does, but ends it with exit 1.
+static inline int run_control_vote(RunControl *rc, int log_failed) {
     double elapsed = wall_time_ms() - rc->start_ms;
     if (rc->limit_ms > 0 && elapsed + 2 * rc->longest_step_ms + rc->longest_checkpoint_ms >= rc->limit_ms)
         rc->time_limit_hit = 1;
-    return stop_signal_received || rc->time_limit_hit;
+    rc->log_failed |= log_failed;
+    return stop_signal_received || rc->time_limit_hit || rc->log_failed;
 }
 
 static inline void run_control_step_time(RunControl *rc, double ms) {
@@ -119,9 +122,9 @@ static inline int run_control_ends_early(const RunControl *rc) {
 }
 
 // The last lines of a run (rank 0's) and its exit status. steps_done: the run's steps (all invocations),
-// skipped of them.
+// skipped of them; log_failed: a write of this rank's log failed (an exit 1 whose line was printed then).
 static inline int run_control_finish(const RunControl *rc, const TrainOptions *opts, int rank,
-                                     long steps_done, long skipped) {
+                                     long steps_done, long skipped, int log_failed) {
     const char *saved =
         *opts->output_dir ? "checkpoint written to --output_dir" : "nothing saved (no --output_dir)";
     if (rc->unhealthy) {
@@ -134,6 +137,8 @@ static inline int run_control_finish(const RunControl *rc, const TrainOptions *o
                 rc->consecutive_skips_limit, steps_done, saved);
         return EXIT_UNHEALTHY;
     }
+    if (rc->log_failed || log_failed) // its error line was printed when the write failed
+        return 1;
     if (rc->stopping) {
         printf("stopped | step %ld of %d | %s | %s; continue with --resume 1 (exit %d)\n", steps_done,
                opts->steps,
@@ -162,8 +167,6 @@ static inline int run_control_finish(const RunControl *rc, const TrainOptions *o
 // digests with rank 0's through the trainer's sum over the ranks, and every rank refuses a mismatch, naming
 // the setting. A digest keeps 52 bits, which a double holds exactly: summing rank 0's digests with zeros from
 // the others hands them to every rank whole.
-
-typedef void (*SumOverRanks)(void *ctx, double *values, int n);
 
 enum { AGREE_MODEL = NUM_OPTION_SPECS, AGREE_TRAIN_DATA, AGREE_VAL_DATA, NUM_AGREED };
 
@@ -210,7 +213,7 @@ static inline void settings_digests(const TrainOptions *opts, const GPTConfig *c
 // Every rank compares its settings with rank 0's; on a mismatch every rank fails, naming the first setting
 // that differs (rank 0 with its value, the others with theirs).
 static inline void check_ranks_agree(const TrainOptions *opts, const GPTConfig *cfg, const DataLoader *train,
-                                     const DataLoader *val, int rank, int world_size, SumOverRanks sum,
+                                     const DataLoader *val, int rank, int world_size, RankSum sum,
                                      void *ctx) {
     if (world_size == 1) return;
     double mine[NUM_AGREED], values[NUM_AGREED];

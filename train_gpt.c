@@ -40,6 +40,7 @@
 #include "gpt_model.h"
 #include "health.h"
 #include "run_control.h"
+#include "run_files.h"
 #include "sampling.h"
 #include "tokenizer.h"
 #include "train_log.h"
@@ -1515,11 +1516,6 @@ static void sum_activation_counts(const Dist *dist, Fp8Stats *stats) {
 // ----------------------------------------------------------------------------
 // Training
 
-// run_control.h's view of the ranks: the start-up agreement's sums.
-static void sum_doubles_over_ranks(void *dist, double *values, int n) {
-    dist_sum_doubles((const Dist *)dist, values, (size_t)n);
-}
-
 #ifndef TRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
     Dist dist;
@@ -1549,6 +1545,7 @@ int main(int argc, char **argv) {
     }
     dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
     prepare_output_dir(opts.output_dir);
+    run_dir_claim(&opts, dist.rank);
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
     if (*opts.debug_state && (accum_steps != 1 || world != 1))
@@ -1561,7 +1558,8 @@ int main(int argc, char **argv) {
     if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, world, 0, 0, cfg.vocab_size);
     // before any other collective: ranks with other flags would meet in mismatched ones
     check_ranks_agree(&opts, &cfg, &train_loader, have_val ? &val_loader : NULL, dist.rank, world,
-                      sum_doubles_over_ranks, &dist);
+                      dist_rank_sum, &dist);
+    run_dir_agree(&opts, dist.rank, dist.world_size, dist_rank_sum, &dist); // before any training
     long resume_step = -1;
     if (opts.resume) {
         double proposal = resume_step_proposal(dist.rank, opts.output_dir);
@@ -1577,6 +1575,7 @@ int main(int argc, char **argv) {
     }
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
+    check_run_inputs(&opts, dist.rank, &train_loader, have_val ? &val_loader : NULL);
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts.dtype = DTYPE_FLOAT8;
         opts.fp8_recipe = FP8_RECIPE_CURRENT;
@@ -1637,12 +1636,13 @@ int main(int argc, char **argv) {
     for (int step = (int)state.step; step < opts.steps; step++) {
         double start = wall_time_ms();
         run_control_inject(&opts, dist.rank, step);
-        int stop_vote = run_control_vote(&control);
+        int stop_vote = run_control_vote(&control, log.failed);
         memset(model.grads, 0, model.num_params * sizeof(float));
         if (model.ways > 1) memset(model.grad_shard, 0, model.shard_count * sizeof(float)); // else: grads
         double loss_sum = 0.0;
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
+            micro_step_progress(step + 1, micro, accum_steps);
             dataloader_next_batch(&train_loader);
             float bf16_loss = 0.0f;
             if (bf16_check && micro == 0)
@@ -1718,7 +1718,8 @@ int main(int argc, char **argv) {
     }
     if (have_debug) debug_state_write(opts.debug_state, &debug);
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
-    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps);
+    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps,
+                                    log.failed);
     log_energy(&log, -1.0, &opts, "the CPU trainer reads no energy counter");
     run_log_close(&log);
     step_guard_free(&guard);

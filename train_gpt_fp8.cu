@@ -48,6 +48,7 @@
 #include "gpu/common.cuh"
 #include "health.h"
 #include "run_control.h"
+#include "run_files.h"
 #include "gpu/fp8.cuh"
 #include "gpu/gemm.cuh"
 #include "gpu/layers.cuh"
@@ -2018,6 +2019,7 @@ int main(int argc, char **argv) {
         return status;
     }
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
+    run_dir_claim(&opts, dist.rank);
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;
     int accum_steps = resolve_grad_accum_steps(&opts, T, dist.world_size);
@@ -2039,6 +2041,7 @@ int main(int argc, char **argv) {
         dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, dist.world_size, 0, 0, cfg.vocab_size);
     Tokenizer tokenizer;
     load_tokenizer_for(&tokenizer, &opts, &cfg);
+    check_run_inputs(&opts, dist.rank, &train_loader, have_val ? &val_loader : NULL);
     int *sample_tokens = (int *)malloc_check(N * sizeof(int), "sample buffer");
 
     cudaDeviceProp props;
@@ -2062,17 +2065,12 @@ int main(int argc, char **argv) {
     // before any other collective: ranks with other flags would meet in mismatched ones
     check_ranks_agree(&opts, &cfg, &train_loader, have_val ? &val_loader : NULL, dist.rank, dist.world_size,
                       sum_over_ranks_at_start, &comm);
+    run_dir_agree(&opts, dist.rank, dist.world_size, sum_over_ranks_at_start, &comm); // before any training
     dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
     if (dist.replicas > 1) {
         comm_split(&comm, dist.replica, &group);
         comm_split(&comm, dist.group_rank, &replicas);
     }
-    struct stat output_stat;
-    if (dist.rank != 0 && *opts.output_dir &&
-        (stat(opts.output_dir, &output_stat) != 0 || !S_ISDIR(output_stat.st_mode)))
-        fail("--output_dir: rank %d does not see %s, which rank 0 created: it must be on a filesystem every "
-             "rank shares",
-             dist.rank, opts.output_dir);
 
     if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts.dtype = DTYPE_FLOAT8;
@@ -2150,9 +2148,10 @@ int main(int argc, char **argv) {
         double start = wall_time_ms();
         run_control_inject(&opts, dist.rank, step);
         nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts
-        set_step_params(&model, &opts, step, state.updates_applied, run_control_vote(&control));
+        set_step_params(&model, &opts, step, state.updates_applied, run_control_vote(&control, log.failed));
         int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
         for (int micro = 0; micro < accum_steps; micro++) {
+            micro_step_progress(step + 1, micro, accum_steps);
             dataloader_next_batch(&train_loader);
             upload_batch(&model, train_loader.inputs, train_loader.targets);
             float bf16_loss = 0.0f;
@@ -2225,7 +2224,8 @@ int main(int argc, char **argv) {
                (total_bytes - free_bytes) / 1073741824.0);
     }
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
-    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps);
+    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps,
+                                    log.failed);
     log_energy(&log, energy_all_ranks(&model, &energy), &opts,
                energy.unavailable ? energy.unavailable : "a GPU of another rank has no energy counter");
     run_log_close(&log);

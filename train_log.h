@@ -6,10 +6,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -36,8 +39,43 @@ static inline int is_due(int steps_done, int every, int last) {
 }
 
 typedef struct {
-    FILE *jsonl; // NULL: no JSON-lines log
+    FILE *jsonl;      // NULL: no JSON-lines log
+    const char *path; // --log_file
+    int failed;       // a write failed: no more records; the run stops after its step (run_control.h)
 } RunLog;
+
+// One JSON-lines record, written whole or not at all: formatted first, then written with write(2) (no
+// stdio buffer that could flush a piece of it later). A failed write (a full disk) is cut back to the last
+// whole record, said once, and stops the run after its step with a checkpoint (run_control.h): the log never
+// holds a torn line, and the training since the last checkpoint is kept where the disk still takes it.
+__attribute__((format(printf, 2, 3))) static inline void run_log_record(RunLog *log, const char *fmt, ...) {
+    if (!log->jsonl || log->failed) return;
+    char record[4096];
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(record, sizeof(record), fmt, args);
+    va_end(args);
+    if (n < 0 || (size_t)n >= sizeof(record))
+        fail("--log_file: %s: a record of %d bytes is too long", log->path, n);
+    int fd = fileno(log->jsonl);
+    struct stat st;
+    off_t before = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+    ssize_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, record + done, (size_t)(n - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += w;
+    }
+    if (done == n) return;
+    int err = done < n && errno ? errno : EIO;
+    int cut = done == 0 || (before >= 0 && ftruncate(fd, before) == 0);
+    fflush(stdout);
+    fprintf(
+        stderr, "error: --log_file: %s: a write failed: %s (disk full?); %s; the run stops after this step\n",
+        log->path, strerror(err), cut ? "the log ends at its last whole record" : "its last record is torn");
+    log->failed = 1;
+}
 
 // Opens the JSON-lines log. A resumed run (resume_step > 0) keeps the records up to its checkpoint and
 // drops those of steps after it, which the resumed run is about to redo, so the log reads as one run.
@@ -45,6 +83,8 @@ typedef struct {
 // a full disk during the rewrite leaves the log as it was.
 static inline void run_log_open(RunLog *log, const char *path, long resume_step) {
     log->jsonl = NULL;
+    log->path = path;
+    log->failed = 0;
     if (!*path) return;
     FILE *old = resume_step > 0 ? fopen(path, "rb") : NULL;
     if (!old) {
@@ -99,26 +139,37 @@ static inline void log_step(RunLog *log, const StepRecord *r) {
            r->lr, r->grad_norm, r->ms, r->tokens_per_second);
     if (r->skipped) printf(" | skipped (%s)", skip_reason_name(r->skipped));
     printf("\n");
-    if (log->jsonl) {
-        char loss[32], norm[32];
-        fprintf(log->jsonl,
-                "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,"
-                "\"tokens_per_second\":%.1f,\"skipped\":%d,\"skip_reason\":\"%s\"}\n",
-                r->step, json_float(loss, sizeof(loss), r->loss), r->lr,
-                json_float(norm, sizeof(norm), r->grad_norm), r->ms, r->tokens_per_second, r->skipped != 0,
-                skip_reason_name(r->skipped));
-        fflush(log->jsonl);
-    }
+    char loss[32], norm[32];
+    run_log_record(log,
+                   "{\"type\":\"step\",\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.3f,"
+                   "\"tokens_per_second\":%.1f,\"skipped\":%d,\"skip_reason\":\"%s\"}\n",
+                   r->step, json_float(loss, sizeof(loss), r->loss), r->lr,
+                   json_float(norm, sizeof(norm), r->grad_norm), r->ms, r->tokens_per_second, r->skipped != 0,
+                   skip_reason_name(r->skipped));
     fflush(stdout);
 }
 
 static inline void log_val(RunLog *log, int step, float val_loss) {
     printf("val   %5d | loss %.6f | perplexity %.4f\n", step, val_loss, exp(val_loss));
-    if (log->jsonl) {
-        fprintf(log->jsonl, "{\"type\":\"val\",\"step\":%d,\"val_loss\":%.9g,\"perplexity\":%.9g}\n", step,
-                val_loss, exp(val_loss));
-        fflush(log->jsonl);
+    run_log_record(log, "{\"type\":\"val\",\"step\":%d,\"val_loss\":%.9g,\"perplexity\":%.9g}\n", step,
+                   val_loss, exp(val_loss));
+    fflush(stdout);
+}
+
+// A step of many micro-steps (a large --total_batch_size) says how far it is every PROGRESS_EVERY_MS, so a
+// long first step is not mistaken for a hang. Called before each micro-step (micro from 0).
+#define PROGRESS_EVERY_MS 10000.0
+
+static inline void micro_step_progress(int step, int micro, int micro_steps) {
+    static double last_ms;
+    double now = wall_time_ms();
+    if (micro == 0) {
+        last_ms = now;
+        return;
     }
+    if (now - last_ms < PROGRESS_EVERY_MS) return;
+    last_ms = now;
+    printf("progress | step %d: micro-step %d/%d\n", step, micro, micro_steps);
     fflush(stdout);
 }
 

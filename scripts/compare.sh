@@ -99,7 +99,7 @@ mkdir -p "$out"
 rm -f "$out/compare.md" "$out/compare.png"
 for dtype in bfloat16 float8; do
     extra=(--output_dir "")
-    [ -n "$ckpt_root" ] && extra=(--output_dir "$ckpt_root/$dtype")
+    [ -n "$ckpt_root" ] && extra=(--output_dir "$ckpt_root/$dtype" --overwrite 1) # a comparison starts afresh
     echo "== $dtype: $binary ${flags[*]} --dtype $dtype (log $out/$dtype.txt)"
     # the progress shown here is the validation and summary lines; every line is in the .txt
     set +e

@@ -66,7 +66,7 @@ for run in "${runs[@]}"; do
     RUN_NAME="${run/:/_}"
     echo "== run $RUN_INDEX/${#runs[@]}: $RUN_NAME ($steps steps)"
     ./train_cpu "${common[@]}" --dtype "$dtype" --fp8_recipe "$recipe" --output_dir "out/demo/$RUN_NAME" \
-        --log_file "out/demo/$RUN_NAME.jsonl" --sample_every "$steps" --sample_len 120 | show_progress
+        --overwrite 1 --log_file "out/demo/$RUN_NAME.jsonl" --sample_every "$steps" --sample_len 120 | show_progress
 done
 python3 - "$(duration $((SECONDS - demo_start)))" <<'PY'
 import json, sys

@@ -252,7 +252,7 @@ for run in 124M:bfloat16 124M:float8 1.5B:bfloat16 1.5B:float8; do
     fi
     init="$out/init_$model/model_00000001.bin"
     [ -f "$init" ] || timeout "$(limit 60 || echo 1)" ./train --model_size "$model" --dtype bfloat16 --batch_size $B --seq_len 1024 --steps 1 \
-        --ckpt_every 1 --train_data "$train_data" --val_data "" --output_dir "$out/init_$model" >/dev/null 2>&1
+        --ckpt_every 1 --train_data "$train_data" --val_data "" --output_dir "$out/init_$model" --overwrite 1 >/dev/null 2>&1
     timeout "$(limit 180 || echo 1)" python3 dev/train_gpt2_torch.py --init_from "$init" --dtype "$dtype" --batch_size $B --seq_len 1024 \
         --steps 30 --train_data "$train_data" --val_data "" --lr 3e-4 --warmup_steps 5 --log_file "$out/$name.jsonl" \
         >"$out/$name.txt" 2>&1

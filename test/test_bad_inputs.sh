@@ -7,7 +7,8 @@
 # sanitizer's own exit code, which is set apart below), stderr exactly one line that starts with 'error: '
 # and contains every expected substring (the first names the file or flag at fault), nothing from a
 # sanitizer, and for cases marked 'early' no training step printed before the error. The bad files (shards,
-# model files, checkpoint directories) are built here in a temporary directory.
+# model files, checkpoint directories) are built here in a temporary directory. Rows marked 'emu' run
+# ./train_emu (the CUDA trainer on the emulation, --dtype bfloat16) too: the checks both trainers share.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -21,6 +22,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-exitcode=87:print_stacktrace=1:halt_on_err
 
 [ -x ./train_cpu ] || make train_cpu >/dev/null
 [ -x test/build/train_cpu_asan ] || make test/build/train_cpu_asan >/dev/null
+[ -x ./train_emu ] || make train_emu >/dev/null
 BINARIES=(./train_cpu test/build/train_cpu_asan)
 
 # ---------------------------------------------------------------------------------------------------
@@ -44,6 +46,9 @@ mapfile -d '' args < <(merge_flags "${BASE[@]}" -- --steps 2 --output_dir "$DIR/
 ./train_cpu "${args[@]}" >/dev/null
 mapfile -d '' args < <(merge_flags "${BASE[@]}" -- --arch llama --output_dir "$DIR/llama")
 ./train_cpu "${args[@]}" >/dev/null # a Llama model file (llm.c's Llama 3 format) to corrupt
+cp "$TRAIN" "$DIR/mid.bin" # a shard changed in its middle after this checkpoint (below)
+mapfile -d '' args < <(merge_flags "${BASE[@]}" -- --train_data "$DIR/mid.bin" --output_dir "$DIR/ckpt_mid")
+./train_cpu "${args[@]}" >/dev/null
 
 # ---------------------------------------------------------------------------------------------------
 # bad files
@@ -68,6 +73,16 @@ t300[10:12] = struct.pack("<H", 300)  # token offset 5, inside the first batch
 shard("token_300.bin", 5000, bytes(t300))
 shard("glob_0.bin", 5000, toks)
 shard("glob_1.bin", 5000, toks, magic=7)
+v300 = bytearray(toks)
+v300[8000:8002] = struct.pack("<H", 300)  # token offset 4000: past the one batch --val_batches 1 reads
+shard("val_token_300.bin", 5000, bytes(v300))
+mid = bytearray(open(os.path.join(d, "mid.bin"), "rb").read())
+mid[len(mid) // 2 & ~1] ^= 1  # a token's low bit: still a byte token, in neither end's 4 KiB
+open(os.path.join(d, "mid.bin"), "wb").write(mid)
+for name in ("log_train.bin", "log_val.bin"):
+    shutil.copy(train, os.path.join(d, name))
+shutil.copy(os.path.join(os.path.dirname(train), "text_tokenizer.bin"), os.path.join(d, "log_tokenizer.bin"))
+os.symlink(os.path.join(d, "nowhere", "out"), os.path.join(d, "dangling"))
 
 model = open(os.path.join(d, "ckpt", "model_00000002.bin"), "rb").read()
 def model_file(name, data):
@@ -77,6 +92,10 @@ model_file("model_truncated.bin", model[:-100])
 model_file("model_short.bin", model[:500])
 model_file("model_bad_version.bin", model[:4] + struct.pack("<i", 4) + model[8:])
 model_file("model_bad_shape.bin", model[:20] + struct.pack("<i", 0) + model[24:])  # heads = 0
+model_file("model_plain.bin", model)
+model_file("log_model.bin", model)
+model_file("model_zero.bin", model[:1024] + bytes(len(model) - 1024))
+model_file("model_ones.bin", model[:1024] + struct.pack("<f", 1.0) * ((len(model) - 1024) // 4))
 
 def ckpt(name, edit):
     dst = os.path.join(d, name)
@@ -121,6 +140,10 @@ ckpt("ckpt_negative_v", moment_value(1, 0, -1.0))
 ckpt("ckpt_position", header_field(9, 1000000))
 ckpt("ckpt_version1", header_field(1, 1))
 ckpt("ckpt_state_dir", state_directory)
+ckpt("ckpt_version2", header_field(1, 2))
+ckpt("ckpt_fresh", lambda p: None)
+ckpt("ckpt_zero_model", lambda p: open(os.path.join(p, "model_00000002.bin"), "wb").write(
+    model[:1024] + bytes(len(model) - 1024)))
 h = list(struct.unpack("<256i", model[:1024]))
 maxT, V, L, NH, C, Vp = h[2], h[3], h[4], h[5], h[6], h[7]
 huge = h[:]
@@ -156,16 +179,24 @@ EOF
 # ---------------------------------------------------------------------------------------------------
 # the table
 cases=0
-while IFS=$'\t' read -r name args expected when; do
+emu_cases=0
+while IFS=$'\t' read -r name args expected when emu; do
     [[ -z "$name" || "$name" == \#* ]] && continue
     cases=$((cases + 1))
     subst() { local s=${1//@DIR@/$DIR}; s=${s//@TRAIN@/$TRAIN}; s=${s//@VAL@/$VAL}; echo "${s//@CKPT@/$DIR/ckpt}"; }
     read -r -a extra <<<"$(subst "$args")"
     IFS='|' read -r -a needles <<<"$(subst "$expected")"
-    for bin in "${BINARIES[@]}"; do
+    binaries=("${BINARIES[@]}")
+    if [ "$emu" = emu ]; then
+        binaries+=(./train_emu)
+        emu_cases=$((emu_cases + 1))
+    fi
+    for bin in "${binaries[@]}"; do
         tag="$name [$(basename "$bin")]"
         rc=0
-        mapfile -d '' args < <(merge_flags "${BASE[@]}" --output_dir "$DIR/out_$name" -- "${extra[@]}")
+        dtype=()
+        [ "$bin" = ./train_emu ] && dtype=(--dtype bfloat16) # float32 is train_cpu's only
+        mapfile -d '' args < <(merge_flags "${BASE[@]}" --output_dir "$DIR/out_${name}_$(basename "$bin")" -- "${dtype[@]}" "${extra[@]}")
         "$bin" "${args[@]}" >"$DIR/case.out" 2>"$DIR/case.err" || rc=$?
         err=$(cat "$DIR/case.err")
         lines=$(wc -l <"$DIR/case.err")
@@ -185,7 +216,7 @@ while IFS=$'\t' read -r name args expected when; do
         fi
     done
 done <"$TABLE"
-echo "$cases cases from $(basename "$TABLE"), each with ${#BINARIES[@]} binaries"
+echo "$cases cases from $(basename "$TABLE"), each with ${#BINARIES[@]} binaries, $emu_cases of them also with ./train_emu"
 [ "$cases" -ge 16 ] && ok || bad "only $cases cases in $TABLE"
 
 finish

@@ -584,7 +584,7 @@ static void test_model_files(void) {
     snprintf(path, sizeof(path), "%s/model.bin", tmpdir);
     save_model_file(path, params, &c);
     char tmp[600];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    temp_path(path, tmp, sizeof(tmp)); // this process's temp name
     expect(access(tmp, F_OK) != 0, "save_model_file left %s behind", tmp);
 
     FILE *f = fopen(path, "rb");

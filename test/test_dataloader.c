@@ -547,9 +547,9 @@ static void test_set_position(const ShardSet *d, int shuffle, int W) {
 // ---------------------------------------------------------------------------------------------------
 // fingerprint
 
-// dataloader_fingerprint by its definition, from the files' bytes: FNV-1a over, for each shard, its token
-// bytes' length (8 little-endian bytes) and first <= 4 KiB of them, then the length again and the last
-// <= 4 KiB. Holding GPT-2 shards to it keeps the checkpoints written before the Llama 3 format valid.
+// dataloader_fingerprint by its definition, from the files' bytes: for each shard, its token bytes' length
+// into an FNV-1a style state, then every 8 bytes of its tokens as one little-endian word (multiply, then
+// the high half folded into the low), the last < 8 bytes one by one. State files (version 3) hold it.
 static uint64_t fingerprint_of_files(char *const *paths, int n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < n; i++) {
@@ -559,11 +559,15 @@ static uint64_t fingerprint_of_files(char *const *paths, int n) {
         if (fseek(f, DATALOADER_HEADER_BYTES, SEEK_SET) != 0) fail("%s: cannot seek", paths[i]);
         fread_check(body, 1, (size_t)bytes, f, paths[i]);
         fclose(f);
-        int64_t m = bytes < 4096 ? bytes : 4096;
-        for (int end = 0; end < 2; end++) {
-            for (int k = 0; k < 8; k++) h = (h ^ (uint8_t)((uint64_t)bytes >> (8 * k))) * 0x100000001b3ull;
-            for (int64_t k = 0; k < m; k++) h = (h ^ body[(end ? bytes - m : 0) + k]) * 0x100000001b3ull;
+        h = (h ^ (uint64_t)bytes) * 0x100000001b3ull;
+        int64_t k = 0;
+        for (; k + 8 <= bytes; k += 8) {
+            uint64_t w = 0;
+            for (int b = 0; b < 8; b++) w |= (uint64_t)body[k + b] << (8 * b);
+            h = (h ^ w) * 0x100000001b3ull;
+            h ^= h >> 32;
         }
+        for (; k < bytes; k++) h = (h ^ body[k]) * 0x100000001b3ull;
         free(body);
     }
     return h;
@@ -585,6 +589,23 @@ static void test_fingerprint(void) {
         dataloader_free(&l);
     }
     CHECK(prints[0] != prints[1] && prints[2] != prints[3], "the two formats' fingerprints differ");
+    // one token changed in the middle of a shard, 10 KB from both ends (version 2 read only 4 KiB of each)
+    const char *mid = path_in_dir("mid_gpt2_000000.bin");
+    write_shard(mid, DATALOADER_MAGIC, 0, 10000);
+    DataLoader l;
+    dataloader_init(&l, mid, 1, 4, 0, 1, 0, 0, 128256);
+    uint64_t before = dataloader_fingerprint(&l);
+    dataloader_free(&l);
+    FILE *f = fopen_check(mid, "r+b");
+    if (fseek(f, DATALOADER_HEADER_BYTES + 2 * 5000, SEEK_SET) != 0) fail("%s: cannot seek", mid);
+    int c = fgetc(f);
+    if (fseek(f, DATALOADER_HEADER_BYTES + 2 * 5000, SEEK_SET) != 0) fail("%s: cannot seek", mid);
+    fputc(c ^ 1, f);
+    fclose(f);
+    dataloader_init(&l, mid, 1, 4, 0, 1, 0, 0, 128256);
+    CHECK(dataloader_fingerprint(&l) != before,
+          "a token changed in a shard's middle changes the fingerprint");
+    dataloader_free(&l);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -73,9 +73,9 @@ while read -r _ site _ calls _ redundant _ function; do
     detected=""
     for order in first-stream last-stream; do
         status=0
-        CUDA_EMU_DROP_WAIT_SITE=$site CUDA_EMU_STREAM_ORDER=$order run "drop_$site" --zero_stage 3 --cuda_graph 0 ||
-            status=$?
-        if [ $status != 0 ] || ! same_as_reference "drop_$site"; then detected="$detected $order"; fi
+        CUDA_EMU_DROP_WAIT_SITE=$site CUDA_EMU_STREAM_ORDER=$order run "drop_${site}_$order" --zero_stage 3 \
+            --cuda_graph 0 || status=$?
+        if [ $status != 0 ] || ! same_as_reference "drop_${site}_$order"; then detected="$detected $order"; fi
     done
     if [ "$redundant" = "$calls" ]; then
         ok "wait site $site ($function, $calls calls): every wait already implied by others${detected:+; left out, it changes the result in$detected}"
@@ -88,7 +88,7 @@ done < <(grep '^wait_site ' "$tmp/sites.txt")
 for config in bfloat16:0:0 float8:0:0 float8:1:0 float8:3:0 bfloat16:3:1 float8:3:1; do
     IFS=: read -r dtype zero recompute <<<"$config"
     flags=(--dtype "$dtype" --zero_stage "$zero" --recompute "$recompute")
-    CUDA_EMU_REPORT="$tmp/report_$config.txt" run "memory_$zero" "${flags[@]}" --cuda_graph 0 --steps 1
+    CUDA_EMU_REPORT="$tmp/report_$config.txt" run "memory_$zero" "${flags[@]}" --cuda_graph 0 --steps 1 --overwrite 1 # one directory per ZeRO stage
     peak=$(sed -n 's/^device_memory_peak_bytes //p' "$tmp/report_$config.txt")
     planned=$(sed -n 's/^memory | planned \([0-9]*\) bytes.*/\1/p' "$tmp/memory_$zero.out")
     mapfile -d '' args < <(merge_flags "${model[@]}" -- "${flags[@]}" --dry_run 1)

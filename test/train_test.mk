@@ -10,6 +10,9 @@
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
 #   make test_recompute    --recompute 1 is bit-identical to --recompute 0 in every dtype
 #   make test_bad_inputs   every bad input of test/bad_inputs.tsv gives one clean error line (also under ASan)
+#   make test_run_files    an output directory belongs to one run: two runs at once, node-local directories
+#                          (mpirun), stale RANK / WORLD_SIZE, a log that cannot grow, a long step's progress
+#                          (train_cpu and train_emu)
 #   make test_llmc_llama   llm.c's Llama files as its own Python writers made them (test/llmc_llama) load with
 #                          llm.c's first loss, and what train_cpu writes is the llama3 branch's file
 # This fragment leaves the including Makefile's default goal as it was.
@@ -28,7 +31,7 @@ test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
 
 .PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_llmc_llama \
-        test_trainer
+        test_run_files test_trainer
 test_gradcheck: test/build/test_gradcheck
 	./test/build/test_gradcheck gpt2
 	./test/build/test_gradcheck llama
@@ -50,15 +53,18 @@ test_resume: train_cpu test/test_resume.sh
 test_recompute: train_cpu test/test_recompute.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_recompute.sh
 
-test_bad_inputs: train_cpu test/build/train_cpu_asan test/test_bad_inputs.sh test/bad_inputs.tsv
+test_bad_inputs: train_cpu train_emu test/build/train_cpu_asan test/test_bad_inputs.sh test/bad_inputs.tsv
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_bad_inputs.sh
+
+test_run_files: train_cpu train_emu test/test_run_files.sh
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_run_files.sh
 
 test_llmc_llama: train_cpu test/test_llmc_llama.sh
 	PYTHON=$(PYTHON) bash test/test_llmc_llama.sh
 
 # all of the above
 test_trainer: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs \
-              test_llmc_llama
+              test_run_files test_llmc_llama
 
 test_cpu: test_trainer
 

@@ -1,0 +1,232 @@
+// run_files.h: an output directory belongs to one run, and a run writes only its own files; shared by both
+// trainers.
+//  - Rank 0 holds an flock on <dir>/.run_lock for the run's life: a second run on the directory (a
+//    requeued job started while the first still runs, a typo in a sweep) is refused with the holder's host
+//    and pid, before it writes anything. The kernel drops the lock when the holder dies, also on SIGKILL.
+//    A filesystem without flock gets a warning, and the run goes on unguarded.
+//  - A fresh run into a directory that names a checkpoint (latest_checkpoint) is refused unless
+//    --overwrite 1, which also removes that pointer so that no later --resume continues the old run.
+//  - Every rank reads back a token rank 0 wrote (<dir>/.run_token, unique to the run) before any
+//    training: ranks that see another directory of the same name (node-local paths) are named on every rank
+//    in one line, where otherwise they would train to the end and fail at the final checkpoint.
+//  - The run tag in that token names this run's temp files (checkpoint.h's temp_path).
+//  - --log_file may name no input: it would be truncated or appended to.
+#ifndef RUN_FILES_H
+#define RUN_FILES_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "common.h"
+#include "dataloader.h"
+#include "dist.h"
+
+#define RUN_LOCK_NAME ".run_lock"
+#define RUN_TOKEN_NAME ".run_token"
+
+static inline void run_file_path(const char *dir, const char *name, char *path, size_t len) {
+    if ((size_t)snprintf(path, len, "%s/%s", dir, name) >= len) fail("--output_dir: %s: path too long", dir);
+}
+
+static inline void host_name(char *host, size_t len) {
+    if (gethostname(host, len) != 0) snprintf(host, len, "unknown host");
+    host[len - 1] = '\0';
+}
+
+// Held until the process ends: closing any descriptor of the file would drop the lock.
+static int run_lock_fd = -1;
+
+static inline void run_dir_lock(const char *dir) {
+    char path[CHECKPOINT_PATH_LEN];
+    run_file_path(dir, RUN_LOCK_NAME, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) fail("--output_dir: cannot open the lock file %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == ENOLCK || errno == ENOSYS || errno == EOPNOTSUPP) {
+            printf("warning: --output_dir: %s cannot be locked (%s): nothing stops a second run from writing "
+                   "this directory at the same time\n",
+                   path, strerror(errno));
+            close(fd);
+            return;
+        }
+        if (errno != EWOULDBLOCK) fail("--output_dir: cannot lock %s: %s", path, strerror(errno));
+        char holder[256] = "";
+        ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        fail("--output_dir: %s is in use by another run (%s, lock %s): wait for it to end, or choose another "
+             "directory",
+             dir, *holder ? holder : "its host and pid not yet written", path);
+    }
+    char host[128], line[256];
+    host_name(host, sizeof(host));
+    int len = snprintf(line, sizeof(line), "host %s, pid %ld\n", host, (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len)
+        fail("--output_dir: cannot write %s: %s", path, strerror(errno));
+    run_lock_fd = fd;
+}
+
+// Temp files of a killed run: what checkpoint.h writes in the directory, with any run's tag.
+static inline int is_leftover_temp(const char *name) {
+    size_t n = strlen(name);
+    return n > 4 && strcmp(name + n - 4, ".tmp") == 0 &&
+           (!strncmp(name, "model_", 6) || !strncmp(name, "state_", 6) ||
+            !strncmp(name, "latest_checkpoint.", 18));
+}
+
+static inline void remove_leftover_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) fail("--output_dir: cannot list %s: %s", dir, strerror(errno));
+    char path[CHECKPOINT_PATH_LEN];
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        if (!is_leftover_temp(e->d_name)) continue;
+        run_file_path(dir, e->d_name, path, sizeof(path));
+        if (remove(path) != 0 && errno != ENOENT)
+            fail("--output_dir: cannot remove %s, left by a killed run: %s", path, strerror(errno));
+    }
+    closedir(d);
+}
+
+// Rank 0, before anything is written into the directory (prepare_output_dir has made it): the lock, the
+// refusal of a fresh run over a checkpoint, a killed run's temp files removed.
+static inline void run_dir_claim(const TrainOptions *opts, int rank) {
+    if (rank != 0 || !*opts->output_dir) return;
+    const char *dir = opts->output_dir;
+    run_dir_lock(dir);
+    char pointer[CHECKPOINT_PATH_LEN];
+    run_file_path(dir, "latest_checkpoint", pointer, sizeof(pointer));
+    struct stat st;
+    if (!opts->resume && !opts->overwrite && stat(pointer, &st) == 0)
+        fail("--output_dir: %s holds a checkpoint of another run (%s): continue it with --resume 1, start "
+             "over it with --overwrite 1, or choose another directory",
+             dir, pointer);
+    if (opts->overwrite && remove(pointer) != 0 && errno != ENOENT)
+        fail("--overwrite: cannot remove %s: %s", pointer, strerror(errno));
+    remove_leftover_temps(dir);
+}
+
+// A tag unique to this run (the time in microseconds and the pid of rank 0), exact in a double.
+static inline double run_tag_proposal(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return (double)((t ^ ((uint64_t)getpid() << 32)) & ((1ull << 52) - 1));
+}
+
+// Whether this rank reads back the token rank 0 wrote.
+static inline int sees_run_token(const char *path, const char *expected) {
+    char got[64] = "";
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(got, 1, sizeof(got) - 1, f);
+    fclose(f);
+    got[n] = '\0';
+    return strcmp(got, expected) == 0;
+}
+
+// Every rank, at the same point after run_dir_claim: the run tag agreed, and every rank shown to see the
+// directory rank 0 writes. Which ranks do not see it goes over the ranks as bits, 52 to a double (exact).
+static inline void run_dir_agree(const TrainOptions *opts, int rank, int world, RankSum sum, void *ctx) {
+    double tag = rank == 0 ? run_tag_proposal() : 0.0;
+    char token[64] = "", path[CHECKPOINT_PATH_LEN];
+    if (*opts->output_dir) run_file_path(opts->output_dir, RUN_TOKEN_NAME, path, sizeof(path));
+    if (rank == 0) {
+        snprintf(run_tag, sizeof(run_tag), "r%013llx", (unsigned long long)tag);
+        snprintf(token, sizeof(token), "%s\n", run_tag);
+        if (*opts->output_dir) {
+            char tmp[CHECKPOINT_PATH_LEN];
+            FILE *f = atomic_open(path, tmp, sizeof(tmp));
+            fputs(token, f);
+            atomic_commit(f, tmp, path);
+        }
+    }
+    if (world > 1) sum(ctx, &tag, 1); // also the barrier between rank 0's write and the others' reads
+    snprintf(run_tag, sizeof(run_tag), "r%013llx", (unsigned long long)tag);
+    snprintf(token, sizeof(token), "%s\n", run_tag);
+    if (!*opts->output_dir || world == 1) return;
+    int blind = !sees_run_token(path, token);
+    char ranks[512] = "";
+    int missing = 0;
+    for (int first = 0; first < world; first += 4 * 52) {
+        double bits[4] = {0, 0, 0, 0};
+        if (blind && rank >= first && rank < first + 4 * 52)
+            bits[(rank - first) / 52] = (double)(1ull << ((rank - first) % 52));
+        sum(ctx, bits, 4);
+        for (int r = first; r < first + 4 * 52 && r < world; r++) {
+            if (!(((uint64_t)bits[(r - first) / 52] >> ((r - first) % 52)) & 1)) continue;
+            size_t used = strlen(ranks);
+            if (missing++ < 16) snprintf(ranks + used, sizeof(ranks) - used, "%s%d", used ? ", " : "", r);
+        }
+    }
+    if (missing)
+        fail("--output_dir: %s: rank(s) %s%s of %d do not see the directory rank 0 writes (its %s): "
+             "every rank must name one directory on a filesystem all the nodes share, not a node-local path",
+             opts->output_dir, ranks, missing > 16 ? " and more" : "", world, RUN_TOKEN_NAME);
+}
+
+static inline int same_file(const struct stat *a, const char *path) {
+    struct stat b;
+    return stat(path, &b) == 0 && a->st_dev == b.st_dev && a->st_ino == b.st_ino;
+}
+
+static inline void check_log_not(const char *log_path, const struct stat *log, const char *path,
+                                 const char *flag) {
+    if (same_file(log, path))
+        fail("--log_file: %s is the file %s names (%s): the log would overwrite it; name another file",
+             log_path, flag, path);
+}
+
+// Whether name is a file this run writes in its output directory.
+static inline int is_run_file_name(const char *name) {
+    long step;
+    return checkpoint_file_step(name, &step) || !strcmp(name, "latest_checkpoint") ||
+           !strcmp(name, RUN_LOCK_NAME) || !strcmp(name, RUN_TOKEN_NAME);
+}
+
+// --log_file is opened for writing: it may be no input of the run (a shard, the model it starts from, the
+// tokenizer) and no file the run writes in --output_dir. Files are compared as the filesystem knows them
+// (device and inode), so another spelling of a path is caught too.
+static inline void check_log_file(const TrainOptions *opts, const DataLoader *train, const DataLoader *val) {
+    if (!*opts->log_file) return;
+    char parent[CHECKPOINT_PATH_LEN];
+    snprintf(parent, sizeof(parent), "%s", opts->log_file);
+    char *slash = strrchr(parent, '/');
+    const char *name = slash ? slash + 1 : opts->log_file;
+    if (slash)
+        slash[slash == parent ? 1 : 0] = '\0';
+    else
+        strcpy(parent, ".");
+    struct stat dir;
+    if (*opts->output_dir && stat(opts->output_dir, &dir) == 0 && same_file(&dir, parent) &&
+        is_run_file_name(name))
+        fail("--log_file: %s is a file the run writes in --output_dir %s; name another file", opts->log_file,
+             opts->output_dir);
+    struct stat log;
+    if (stat(opts->log_file, &log) != 0) return; // a new file is no input
+    for (int i = 0; i < train->num_shards; i++)
+        check_log_not(opts->log_file, &log, train->shard_paths[i], "--train_data");
+    for (int i = 0; val && i < val->num_shards; i++)
+        check_log_not(opts->log_file, &log, val->shard_paths[i], "--val_data");
+    if (*opts->init_from) check_log_not(opts->log_file, &log, opts->init_from, "--init_from");
+    if (*opts->tokenizer) check_log_not(opts->log_file, &log, opts->tokenizer, "--tokenizer");
+    if (*opts->debug_state) check_log_not(opts->log_file, &log, opts->debug_state, "--debug_state");
+}
+
+// The inputs checked at start where that is cheap: the log names none of them, and every token of the
+// validation shards is in the vocabulary (a bad one would otherwise end the run at its final validation).
+static inline void check_run_inputs(const TrainOptions *opts, int rank, const DataLoader *train,
+                                    const DataLoader *val) {
+    if (rank == 0) check_log_file(opts, train, val);
+    if (val) dataloader_check_tokens(val, "--val_data");
+}
+
+#endif // RUN_FILES_H

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# test_run_files.sh: an output directory belongs to one run (run_files.h), on ./train_cpu and ./train_emu,
+# for the cases test/bad_inputs.tsv cannot hold (they need two processes, MPI, or a file-size limit).
+#  1. Two runs on one directory at once: the second (fresh with --overwrite 1, or --resume 1) is refused in
+#     one line naming the first's host and pid, and the first ends with the model a run alone ends with.
+#     train_emu meets a lock held by flock(1) (a run of the emulation would take minutes to outlast the
+#     second's start-up): the same lock, the holder's line as the file says it.
+#  2. A killed run's temp files (any run tag) are removed by the next run that takes the directory.
+#  3. Node-local output directories: mpirun starts rank 0 and rank 1 in different working directories
+#     (-wdir) with one relative --output_dir, so each rank resolves it to its own directory, as ranks on
+#     different nodes resolve a node-local path. The product code is unchanged by the test (no hook): every
+#     rank must print the same one line naming rank 1, before any step.
+#  4. Stale RANK / WORLD_SIZE exported into mpirun's processes: one line naming them.
+#  5. A log that cannot grow (ulimit -f with SIGXFSZ ignored: write() then fails with EFBIG mid-record, a
+#     full disk's torn write): one error line naming the file, and the log holds whole records only.
+#     A log that fails where the checkpoints still fit (/dev/full): the run stops after its step with a
+#     checkpoint and exits 1 with one line; --resume 1 continues from that checkpoint.
+#  6. A long step (a --total_batch_size of thousands of micro-steps) prints its progress (train_cpu: the
+#     emulation would take minutes for a step of 10 s; both call the one helper, train_log.h's).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+test_init
+test_tmpdir TMP test_run_files
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 CUDA_EMU_THREADS=1
+[ -x ./train_cpu ] || make train_cpu >/dev/null
+[ -x ./train_emu ] || make train_emu >/dev/null
+test_data_dir "$TMP/data" text
+BASE=(--model_size d2 --vocab 256 --seq_len 32 --batch_size 4 --val_every 0 --val_batches 1
+      --train_data "$TMP/data/text_train_000000.bin" --val_data "$TMP/data/text_val_000000.bin")
+CPU=(./train_cpu "${BASE[@]}" --dtype float32)
+EMU=(./train_emu "${BASE[@]}" --dtype bfloat16)
+# Each check ends '&& verdict=0 || verdict=1': a failing check is reported, and set -e does not end the script.
+one_line() { # FILE SUBSTRING...: exactly one line, 'error: ', every substring
+    local file=$1 s
+    shift
+    [ "$(wc -l <"$file")" = 1 ] && grep -q '^error: ' "$file" || return 1
+    for s in "$@"; do grep -qF -- "$s" "$file" || return 1; done
+}
+
+# 1. two runs at once
+"${CPU[@]}" --steps 1500 --ckpt_every 500 --output_dir "$TMP/alone" >/dev/null
+"${CPU[@]}" --steps 1500 --ckpt_every 500 --output_dir "$TMP/shared" >"$TMP/first.out" 2>&1 &
+first=$!
+for _ in $(seq 1 500); do [ -s "$TMP/shared/.run_lock" ] && break; sleep 0.01; done
+for second in "--overwrite 1" "--resume 1"; do
+    read -r -a flags <<<"$second"
+    status=0
+    "${CPU[@]}" --steps 1500 --output_dir "$TMP/shared" "${flags[@]}" >/dev/null 2>"$TMP/second.err" || status=$?
+    [ $status = 1 ] && one_line "$TMP/second.err" "$TMP/shared is in use by another run" "host $(hostname), pid $first" && verdict=0 || verdict=1
+    result $verdict "train_cpu: a second run ($second) on a directory in use is refused: $(head -c 300 "$TMP/second.err")"
+done
+status=0
+wait $first || status=$?
+[ $status = 0 ] && cmp -s "$TMP/alone/model_00001500.bin" "$TMP/shared/model_00001500.bin" && verdict=0 || verdict=1
+result $verdict "train_cpu: the first run ends as a run alone does (exit $status, model_00001500.bin identical)"
+
+mkdir -p "$TMP/held"
+echo "host elsewhere, pid 4242" >"$TMP/held/.run_lock"
+flock "$TMP/held/.run_lock" sleep 60 &
+holder=$!
+for _ in $(seq 1 200); do flock -n "$TMP/held/.run_lock" true || break; sleep 0.01; done
+status=0
+"${EMU[@]}" --steps 1 --output_dir "$TMP/held" >/dev/null 2>"$TMP/emu_held.err" || status=$?
+kill "$holder"
+wait "$holder" 2>/dev/null || true
+[ $status = 1 ] && one_line "$TMP/emu_held.err" "$TMP/held is in use by another run" "host elsewhere, pid 4242" && verdict=0 || verdict=1
+result $verdict "train_emu: a directory locked by another process is refused: $(head -c 300 "$TMP/emu_held.err")"
+
+# 2. a killed run's temp files
+for bin in cpu emu; do
+    D=$TMP/leftover_$bin
+    mkdir -p "$D"
+    touch "$D/model_00000005.bin.r0123456789abc.tmp" "$D/state_00000005_00000.bin.p77.tmp" \
+        "$D/latest_checkpoint.p77.tmp" "$D/notes.tmp"
+    if [ $bin = cpu ]; then run=("${CPU[@]}"); else run=("${EMU[@]}"); fi
+    "${run[@]}" --steps 1 --output_dir "$D" >/dev/null 2>&1 || true
+    [ "$(cd "$D" && ls ./*.tmp | tr '\n' ' ')" = "./notes.tmp " ] && verdict=0 || verdict=1
+    result $verdict "train_$bin: a killed run's temp files removed, nothing else ($(cd "$D" && ls | tr '\n' ' '))"
+done
+
+# 3. node-local output directories, 4. stale RANK / WORLD_SIZE
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_emu)"; then
+    MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x CUDA_EMU_THREADS)
+    if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+    for bin in cpu emu; do
+        if [ $bin = cpu ]; then run=("$root/train_cpu" "${BASE[@]}" --dtype float32); else
+            run=("$root/train_emu" "${BASE[@]}" --dtype bfloat16); fi
+        mkdir -p "$TMP/node0_$bin" "$TMP/node1_$bin"
+        status=0
+        "${MPIRUN[@]}" -np 1 -wdir "$TMP/node0_$bin" "${run[@]}" --steps 2 --output_dir out : \
+            -np 1 -wdir "$TMP/node1_$bin" "${run[@]}" --steps 2 --output_dir out >"$TMP/local_$bin.out" \
+            2>"$TMP/local_$bin.err" || status=$?
+        grep -v '^error: ' "$TMP/local_$bin.err" >>"$TMP/local_$bin.out" || true
+        [ $status != 0 ] && [ "$(grep -c '^error: ' "$TMP/local_$bin.err")" = 2 ] &&
+            [ "$(grep '^error: ' "$TMP/local_$bin.err" | sort -u | wc -l)" = 1 ] &&
+            grep -q "rank(s) 1 of 2 do not see the directory rank 0 writes" "$TMP/local_$bin.err" &&
+            ! grep -q "^step " "$TMP/local_$bin.out" && verdict=0 || verdict=1
+        result $verdict "train_$bin: node-local --output_dir: both ranks refuse in one line, before any step: $(head -n 1 "$TMP/local_$bin.err")"
+
+        status=0
+        RANK=0 WORLD_SIZE=4 "${MPIRUN[@]}" -x RANK -x WORLD_SIZE -np 2 "${run[@]}" --steps 1 --output_dir "" \
+            >/dev/null 2>"$TMP/stale_$bin.err" || status=$?
+        [ $status != 0 ] && grep -q "^error: environment RANK=0 WORLD_SIZE=4 disagree with mpirun's rank" "$TMP/stale_$bin.err" && verdict=0 || verdict=1
+        result $verdict "train_$bin: stale RANK / WORLD_SIZE under mpirun named: $(grep -m1 '^error' "$TMP/stale_$bin.err")"
+    done
+else
+    echo "SKIPPED the MPI cases: mpirun or an MPI build of train_emu missing"
+fi
+
+# 5. a log that cannot grow: torn writes cut back to whole records
+for bin in cpu emu; do
+    if [ $bin = cpu ]; then run=("${CPU[@]}"); else run=("${EMU[@]}"); fi
+    status=0
+    (
+        trap '' XFSZ
+        ulimit -f 1 # 1 KiB: a few records, then a write that stops mid-record
+        exec "${run[@]}" --steps 20 --output_dir "" --log_file "$TMP/small_$bin.jsonl"
+    ) >/dev/null 2>"$TMP/small_$bin.err" || status=$?
+    [ $status = 1 ] && one_line "$TMP/small_$bin.err" "--log_file: $TMP/small_$bin.jsonl: a write failed" \
+        "the log ends at its last whole record" &&
+        "$PY" -c "
+import json, sys
+text = open(sys.argv[1]).read()
+assert text.endswith('\n') and len(text) > 0
+for line in text.splitlines(): json.loads(line)" "$TMP/small_$bin.jsonl" && verdict=0 || verdict=1
+    result $verdict "train_$bin: a log that cannot grow: one error line, only whole records ($(wc -l <"$TMP/small_$bin.jsonl") kept): $(head -c 200 "$TMP/small_$bin.err")"
+done
+
+# 5b. a log that fails where checkpoints still fit (/dev/full: every write fails): the run stops after its
+# step with a checkpoint, exit 1 and one error line; --resume 1 with a writable log goes on from it
+for bin in cpu emu; do
+    if [ $bin = cpu ]; then run=("${CPU[@]}"); else run=("${EMU[@]}"); fi
+    status=0
+    "${run[@]}" --steps 20 --output_dir "$TMP/full_$bin" --log_file /dev/full >/dev/null 2>"$TMP/full_$bin.err" ||
+        status=$?
+    at=$(cat "$TMP/full_$bin/latest_checkpoint" 2>/dev/null) || at=none
+    [ $status = 1 ] && one_line "$TMP/full_$bin.err" "--log_file: /dev/full: a write failed" "stops after this step" &&
+        [ "$at" != none ] && [ "$at" -lt 20 ] &&
+        "${run[@]}" --steps 20 --output_dir "$TMP/full_$bin" --log_file "$TMP/full_$bin.jsonl" --resume 1 \
+            >/dev/null 2>&1 && [ "$(cat "$TMP/full_$bin/latest_checkpoint")" = 20 ] && verdict=0 || verdict=1
+    result $verdict "train_$bin: a log that fails: exit $status, one error line, a checkpoint of step $at, resumed to 20"
+done
+
+# 6. progress of a long step
+timeout 30 "${CPU[@]}" --steps 1 --total_batch_size $((128 * 16384)) --output_dir "" >"$TMP/long.out" 2>&1 || true
+grep -q "^progress | step 1: micro-step [0-9]*/16384$" "$TMP/long.out" && verdict=0 || verdict=1
+result $verdict "train_cpu: a step of 16384 micro-steps prints its progress ($(grep -m1 '^progress' "$TMP/long.out" || echo none))"
+
+finish
