@@ -22,6 +22,10 @@ test/build/test_emu_sanitize: test/test_emu.cu test/test_util.h $(GPU_HEADERS) f
 	@mkdir -p $(@D)
 	$(call emu_link,test/test_emu.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
 
+test/build/first_contact_emu: test/first_contact.cu $(GPU_HEADERS) fp8_scaling.h memory_plan.h $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,test/first_contact.cu,$(EMU_OBJS),-O2 -g)
+
 test/build/bench_kernels_emu: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,dev/bench_kernels.cu,$(EMU_OBJS),-O2 -g)
@@ -29,6 +33,12 @@ test/build/bench_kernels_emu: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
 test/build/train_emu_sanitize: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_SANITIZE_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,train_gpt_fp8.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
+
+# The trainer built as against cuBLAS 12.8's headers, which lack Hopper's block scale modes (emu/cublasLt.h's
+# CUDA_EMU_CUBLAS_HEADERS): it builds, and refuses the block recipes at start (test_emu_trainer.sh).
+test/build/train_emu_cublas12.8: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,train_gpt_fp8.cu,$(EMU_OBJS),-O1 -g -DCUDA_EMU_CUBLAS_HEADERS=120800)
 
 test/build/train_emu_racecheck: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_OBJS)
 	@mkdir -p $(@D)
@@ -50,7 +60,7 @@ test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_r
 test_gpu_emu: train_emu train_cpu test/build/compare_debug_state test/build/check_state
 	DATA="$(DATA)" TRAIN=./train_emu bash test/test_gpu.sh
 
-test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
+test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize test/build/train_emu_cublas12.8
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_emu_trainer.sh
 
 test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py

@@ -29,7 +29,9 @@
 #      sm_90a and sm_100a as make train's default build does) is refused at start with one line naming its
 #      compute capability, before any allocation; the B200 runs; the run's versions line names the device,
 #      driver, CUDA runtime, cuBLASLt, NCCL and cuDNN; a block recipe on a cuBLASLt older than 12.9
-#      (CUDA_EMU_CUBLASLT_VERSION) is refused at start with one line.
+#      (CUDA_EMU_CUBLASLT_VERSION) is refused at start with one line; the trainer built against cuBLAS 12.8's
+#      headers, which lack Hopper's block scale modes (test/build/train_emu_cublas12.8), builds, refuses the
+#      block recipes at start with one line and runs the per-tensor ones.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -175,4 +177,13 @@ mapfile -d '' blockwise < <(merge_flags "${small[@]}" -- --channels 128 --heads 
 CUDA_EMU_CUBLASLT_VERSION=120800 ./train_emu "${blockwise[@]}" >"$tmp/old.out" 2>"$tmp/old.err" || status=$?
 [ $status = 1 ] && [ "$(wc -l <"$tmp/old.err")" = 1 ] && grep -q "^error: --fp8_recipe blockwise: the loaded cuBLASLt 12.8.0 has no block-scaled GEMMs" "$tmp/old.err" && ! grep -q "^memory |" "$tmp/old.out"
 result $? "a block recipe on cuBLASLt 12.8 is refused at start ($(cat "$tmp/old.err"))"
+status=0
+./test/build/train_emu_cublas12.8 "${blockwise[@]}" >"$tmp/old_headers.out" 2>"$tmp/old_headers.err" || status=$?
+[ $status = 1 ] && [ "$(wc -l <"$tmp/old_headers.err")" = 1 ] &&
+    grep -q "^error: --fp8_recipe blockwise: this build's cuBLAS 12.8 headers have no block-scaled GEMMs" "$tmp/old_headers.err" &&
+    ! grep -q "^memory |" "$tmp/old_headers.out"
+result $? "built against cuBLAS 12.8's headers, a block recipe is refused at start ($(cat "$tmp/old_headers.err"))"
+mapfile -d '' delayed < <(merge_flags "${blockwise[@]}" -- --fp8_recipe delayed)
+./test/build/train_emu_cublas12.8 "${delayed[@]}" >"$tmp/old_headers.out" 2>"$tmp/old_headers.err"
+result $? "built against cuBLAS 12.8's headers, the delayed recipe runs ($(grep -c '^step' "$tmp/old_headers.out") steps)"
 finish
