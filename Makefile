@@ -200,6 +200,12 @@ endif
 train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS)
 
+# The first-contact checks (test/first_contact.cu; scripts/first_contact.sh runs them): every GEMM form, cuDNN's
+# plans and an NCCL communicator against CPU references, the first stage of scripts/gpu_check.sh.
+build/first_contact: test/first_contact.cu $(GPU_HEADERS) fp8_scaling.h memory_plan.h $(CUDNN_OBJ)
+	mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ test/first_contact.cu $(CUDA_LIBS) $(CUDNN_LIBS)
+
 build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
 	mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ dev/bench_gemm.cu $(CUDA_LIBS)
@@ -230,6 +236,8 @@ compile_gpu: $(CUDNN_OBJ)
 	    name=$${entry%%:*}; arch=$${entry#*:}; mkdir -p build/$$name; echo "nvcc $$name (cuDNN: $(USE_CUDNN))"; \
 	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/train train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS); \
 	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_gemm dev/bench_gemm.cu $(CUDA_LIBS); \
+	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/first_contact test/first_contact.cu $(CUDA_LIBS) \
+	        $(CUDNN_LIBS); \
 	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/bench_kernels dev/bench_kernels.cu $(CUDA_LIBS) \
 	        $(CUDNN_LIBS) -lm; \
 	done

@@ -7,6 +7,9 @@
 #                           adversarial stream and thread orders, each cross-stream wait needed, launches per
 #                           step, device memory against --dry_run's plan, a run under the sanitizers
 #   make test_dist_emu      ./train_emu under mpirun (2 and 4 processes, ZeRO 0/1/3) against ./train_cpu
+#   make test_first_contact scripts/first_contact.sh (gpu_check.sh's first stage: every GEMM form, cuDNN's plans,
+#                           NCCL, two-step runs, each against the CPU) on the emulation, and planted faults that
+#                           its rows must fail (test/test_first_contact.sh)
 #   make test_racecheck     the trainer under the emulation's race checker: every kernel, every recipe, both
 #                           architectures, no race (test/test_racecheck.sh)
 #   make mutants            mutation testing, outside make test (about an hour on 2 cores): dev/mutants.py plants
@@ -52,7 +55,7 @@ test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) 
 	@mkdir -p $(@D)
 	$(call emu_link_racecheck,test/test_emu.cu,$(EMU_OBJS))
 
-.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck mutants
+.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_first_contact mutants
 test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_racecheck test/build/bench_kernels_emu \
           test/build/bench_kernels_racecheck
 	bash test/test_emu.sh
@@ -66,12 +69,15 @@ test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize test/build/t
 test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist_emu.sh
 
+test_first_contact: train_emu train_cpu test/build/compare_debug_state test/build/first_contact_emu
+	DATA="$(DATA)" bash test/test_first_contact.sh
+
 test_racecheck: test/build/train_emu_racecheck
 	DATA="$(DATA)" bash test/test_racecheck.sh
 
 mutants: python_deps
 	$(PYTHON) dev/mutants.py
 
-test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck
+test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_first_contact
 
 .DEFAULT_GOAL := $(_emu_test_saved_goal)
