@@ -8,8 +8,10 @@
 #      on the comparison, and only those: B's scale read as 1 fails every FP8 GEMM form and every float8
 #      two-step run while the bfloat16 ones pass, and the script goes on past the failures and exits 1; a
 #      dropped bias fails the bias forms only;
-#   3. the GELU epilogues' checks hold against the erf GELU (CUDA_EMU_GELU=erf): their bounds cover either
-#      form of the GELU cuBLASLt may compute.
+#   3. the GELU epilogues' checks hold against the erf GELU (CUDA_EMU_GELU=erf) and name the form each computes:
+#      their bounds cover either form of the GELU cuBLASLt may compute; and test_gpu.sh's bfloat16 comparison
+#      (6 steps of its d2 model against train_cpu) fails with the erf form at one rounding site and holds at
+#      the two its GPU runs count (test_gpu.sh's gelu_sites).
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -69,6 +71,21 @@ gelu=""
 for name in gemm_bf16_forward_gelu_bias gemm_bf16_data_gradient_dgelu; do
     gelu+="$(CUDA_EMU_GELU=erf $fc "$name") / "
 done
-[[ "$gelu" == PASS*PASS* ]]
-result $? "the GELU epilogues computing the erf GELU pass their checks ($gelu)"
+tanh=$($fc gemm_bf16_forward_gelu_bias)
+[[ "$gelu" == PASS*"GELU: the erf form"*PASS*"GELU: the erf form"* && "$tanh" == PASS*"GELU: the tanh form"* ]]
+result $? "the GELU epilogues computing the erf GELU pass their checks, which name the form ($gelu)"
+test_data_dir "$tmp/data" text
+pair=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8 --steps 6 --lr 1e-3
+      --warmup_steps 2 --train_data "$tmp/data/text_train_*.bin" --val_data "" --output_dir "" --attention exact)
+./train_cpu "${pair[@]}" --dtype float32 --debug_state "$tmp/cpu_float32.bin" >/dev/null &&
+    ./train_cpu "${pair[@]}" --dtype bfloat16 --debug_state "$tmp/cpu_bfloat16.bin" >/dev/null &&
+    CUDA_EMU_GELU=erf ./train_emu "${pair[@]}" --dtype bfloat16 --debug_state "$tmp/erf_bfloat16.bin" >/dev/null
+status=$?
+for sites in 1 2; do
+    ./test/build/compare_debug_state --rounding_sites $sites "$tmp/erf_bfloat16.bin" "$tmp/cpu_bfloat16.bin" \
+        "$tmp/cpu_float32.bin" >"$tmp/erf_$sites.txt" 2>&1
+    echo $? >"$tmp/erf_$sites.status"
+done
+[ $status = 0 ] && [ "$(cat "$tmp/erf_1.status")" = 1 ] && [ "$(cat "$tmp/erf_2.status")" = 0 ]
+result $? "bfloat16 with the erf GELU against the reference's tanh: one site $(grep -m1 FAIL "$tmp/erf_1.txt" | tr -s ' '), two sites $(tail -n 1 "$tmp/erf_2.txt")"
 finish
