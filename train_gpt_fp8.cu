@@ -1974,6 +1974,17 @@ static void check_gpu_recipe(const TrainOptions *opts) {
              opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", opts->zero_stage);
 }
 
+// CUDA Graphs capture one micro-step (one process only). With --keep_gathered, ZeRO-3 gathers the layers in
+// an optimizer step's first pass and later passes wait on those gathers' events: a captured pass would wait
+// on work recorded outside its capture, which CUDA refuses (cudaErrorStreamCaptureIsolation, the capture
+// invalidated), so the combination is refused here rather than at the first capture.
+static void check_gpu_graphs(const TrainOptions *opts, int world_size) {
+    if (opts->zero_stage == 3 && opts->keep_gathered && opts->cuda_graph && world_size == 1)
+        fail("--keep_gathered 1: a CUDA Graph of a micro-step would wait on gathers recorded outside its "
+             "capture "
+             "(CUDA refuses that); add --cuda_graph 0");
+}
+
 #ifndef TRAIN_GPT_FP8_NO_MAIN // test/test_plan_bounds.cu includes this file for its host functions
 int main(int argc, char **argv) {
     Dist dist;
@@ -1995,6 +2006,7 @@ int main(int argc, char **argv) {
         dist_finalize(&dist);
         return status;
     }
+    check_gpu_graphs(&opts, dist.world_size);
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
     size_t N = (size_t)B * T;

@@ -7,6 +7,9 @@
 #      (CUDA_EMU_STREAM_ORDER=first-stream) or as early (last-stream) as its events allow, in random
 #      orders, with the threads of every block run last-first, with warps that run ahead and in a random
 #      schedule of threads and blocks (CUDA_EMU_SCHEDULE), with CUDA Graphs, and with --recompute 1;
+#      --keep_gathered 1 gives it op by op, and is refused at start with CUDA Graphs (a captured micro-step
+#      would wait on gathers recorded outside its capture, which CUDA and the emulation refuse:
+#      cudaErrorStreamCaptureIsolation);
 #   2. every cross-stream wait it makes is needed: with the waits of one call site left out
 #      (CUDA_EMU_DROP_WAIT_SITE), some order gives another model file. A site whose every wait the
 #      emulator found already implied by others (its vector clocks) is listed, not required to matter;
@@ -55,6 +58,15 @@ for order in issue first-stream last-stream random:1 random:2; do
         result $? "ZeRO-3, stream order $order, CUDA Graphs $graph: ZeRO-0's model file"
     done
 done
+run z3_keep --zero_stage 3 --keep_gathered 1 --cuda_graph 0
+same_as_reference z3_keep
+result $? "ZeRO-3 --keep_gathered 1, op by op: ZeRO-0's model file"
+status=0
+run z3_keep_graph --zero_stage 3 --keep_gathered 1 --cuda_graph 1 || status=$?
+[ $status = 1 ] && [ "$(grep -cv '^cuda-emu: ' "$tmp/z3_keep_graph.out")" = 1 ] &&
+    grep -q "^error: --keep_gathered 1: a CUDA Graph of a micro-step would wait on gathers recorded outside its capture" \
+        "$tmp/z3_keep_graph.out"
+result $? "ZeRO-3 --keep_gathered 1 with CUDA Graphs is refused at start ($(head -c 120 "$tmp/z3_keep_graph.out"))"
 for schedule in warp-ahead random:11; do
     CUDA_EMU_SCHEDULE=$schedule run "z3_$schedule" --zero_stage 3 --cuda_graph 1
     same_as_reference "z3_$schedule"
