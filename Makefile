@@ -190,8 +190,14 @@ ifeq ($(USE_CUDNN),1)
 test/build/test_cudnn_graphs: test/test_cudnn_graphs.cpp test/test_util.h gpu/attention_cudnn.h gpt_model.h $(CUDNN_OBJ)
 	mkdir -p test/build
 	$(NVCC) -O1 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I. -o $@ test/test_cudnn_graphs.cpp $(CUDNN_LIBS)
-test_cudnn_graphs: test/build/test_cudnn_graphs
+# and again as cuDNN 9.17 (test/cudnn_version_shim.c answers cudnnGetVersion): Blackwell's deterministic
+# backward refused
+test/build/cudnn_version_shim.so: test/cudnn_version_shim.c
+	mkdir -p test/build
+	$(CC) -std=c11 $(WARN) -O2 -shared -fPIC -o $@ $<
+test_cudnn_graphs: test/build/test_cudnn_graphs test/build/cudnn_version_shim.so
 	./test/build/test_cudnn_graphs
+	CUDNN_SHIM_VERSION=91700 LD_PRELOAD=$(CURDIR)/test/build/cudnn_version_shim.so ./test/build/test_cudnn_graphs
 else
 test_cudnn_graphs:
 	@echo "SKIPPED test_cudnn_graphs: no cuDNN headers (bash scripts/cudnn_deps.sh --headers-only fetches them)"
