@@ -22,7 +22,8 @@
 //   - the GELU epilogues: cuBLASLt documents no formula, so the reference is the trainer's tanh form and the
 //     bound adds the largest difference between it and the erf form over all inputs, 4.8e-4 for GELU
 //     and 8.7e-4 for its derivative (times |v|), and the derivative's bound on |GELU'| (1.13) times the
-//     accumulation's.
+//     accumulation's; the row names the form the device computes (the one within the bound without that
+//     allowance).
 // A wrong form (an operand transposed, a scale or a block's factor read from the wrong place or not at all, a
 // bias dropped, the wrong epilogue) moves elements by a fraction of |ref| itself, far beyond these bounds at
 // K <= 256: the planted faults of test/test_first_contact.sh show the rows fail on the comparison.
