@@ -190,8 +190,14 @@ ifeq ($(USE_CUDNN),1)
 test/build/test_cudnn_graphs: test/test_cudnn_graphs.cpp test/test_util.h gpu/attention_cudnn.h gpt_model.h $(CUDNN_OBJ)
 	mkdir -p test/build
 	$(NVCC) -O1 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I. -o $@ test/test_cudnn_graphs.cpp $(CUDNN_LIBS)
-test_cudnn_graphs: test/build/test_cudnn_graphs
+# and again as cuDNN 9.17 (test/cudnn_version_shim.c answers cudnnGetVersion): Blackwell's deterministic
+# backward refused
+test/build/cudnn_version_shim.so: test/cudnn_version_shim.c
+	mkdir -p test/build
+	$(CC) -std=c11 $(WARN) -O2 -shared -fPIC -o $@ $<
+test_cudnn_graphs: test/build/test_cudnn_graphs test/build/cudnn_version_shim.so
 	./test/build/test_cudnn_graphs
+	CUDNN_SHIM_VERSION=91700 LD_PRELOAD=$(CURDIR)/test/build/cudnn_version_shim.so ./test/build/test_cudnn_graphs
 else
 test_cudnn_graphs:
 	@echo "SKIPPED test_cudnn_graphs: no cuDNN headers (bash scripts/cudnn_deps.sh --headers-only fetches them)"
@@ -199,6 +205,12 @@ endif
 
 train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS)
+
+# The first-contact checks (test/first_contact.cu; scripts/first_contact.sh runs them): every GEMM form, cuDNN's
+# plans and an NCCL communicator against CPU references, the first stage of scripts/gpu_check.sh.
+build/first_contact: test/first_contact.cu $(GPU_HEADERS) fp8_scaling.h memory_plan.h $(CUDNN_OBJ)
+	mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ test/first_contact.cu $(CUDA_LIBS) $(CUDNN_LIBS)
 
 build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
 	mkdir -p build
@@ -230,6 +242,8 @@ compile_gpu: $(CUDNN_OBJ)
 	    name=$${entry%%:*}; arch=$${entry#*:}; mkdir -p build/$$name; echo "nvcc $$name (cuDNN: $(USE_CUDNN))"; \
 	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/train train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS); \
 	    $(NVCC) $(NVCC_FLAGS) $$arch -o build/$$name/bench_gemm dev/bench_gemm.cu $(CUDA_LIBS); \
+	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/first_contact test/first_contact.cu $(CUDA_LIBS) \
+	        $(CUDNN_LIBS); \
 	    $(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $$arch -o build/$$name/bench_kernels dev/bench_kernels.cu $(CUDA_LIBS) \
 	        $(CUDNN_LIBS) -lm; \
 	done

@@ -746,13 +746,12 @@ static void refresh_compute_weights(GPT *model) {
 // Linear layers: forward and backward side by side, BF16 or FP8
 
 static GemmOperand bf16_operand(const bf16 *data) {
-    GemmOperand op = {data, CUDA_R_16BF, NULL, CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
+    GemmOperand op = {data, CUDA_R_16BF, NULL, GEMM_SCALE_TENSOR};
     return op;
 }
 
 static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const void *descale) {
-    GemmOperand op = {data, format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2, descale,
-                      CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F};
+    GemmOperand op = {data, format == FP8_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2, descale, GEMM_SCALE_TENSOR};
     return op;
 }
 
@@ -762,10 +761,9 @@ static GemmOperand block_operand(const fp8 *data, Fp8Format format, const void *
                                  int weight) {
     GemmOperand op = fp8_operand(data, format, factors);
     if (recipe == FP8_RECIPE_MXFP8)
-        op.scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;
+        op.scale_mode = GEMM_SCALE_MX_32;
     else
-        op.scale_mode =
-            weight ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        op.scale_mode = weight ? GEMM_SCALE_BLOCK_128x128 : GEMM_SCALE_TILE_128;
     return op;
 }
 
@@ -1962,6 +1960,11 @@ static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props
            props->name, props->major, props->minor, driver / 1000, driver % 1000 / 10, runtime / 1000,
            runtime % 1000 / 10, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, nccl / 10000,
            nccl / 100 % 100, nccl % 100, cudnn);
+    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && !GEMM_BLOCK_SCALING)
+        fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no block-scaled GEMMs (cuBLAS 12.9 or "
+             "newer: rebuild against that toolkit; the delayed and current recipes run here)",
+             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", CUBLAS_VERSION / 10000,
+             CUBLAS_VERSION / 100 % 100);
     if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && cublaslt < 120900)
         fail("--fp8_recipe %s: the loaded cuBLASLt %zu.%zu.%zu has no block-scaled GEMMs "
              "(cuBLAS 12.9 or newer)",
@@ -1997,6 +2000,16 @@ static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
     cuda_check(cudaFree(device));
 }
 
+// CUDA Graphs capture one micro-step (one process only). With --keep_gathered, ZeRO-3 gathers the layers in
+// an optimizer step's first pass and later passes wait on those gathers' events: a captured pass would wait
+// on work recorded outside its capture, which CUDA refuses (cudaErrorStreamCaptureIsolation, the capture
+// invalidated), so the combination is refused here rather than at the first capture.
+static void check_gpu_graphs(const TrainOptions *opts, int world_size) {
+    if (opts->zero_stage == 3 && opts->keep_gathered && opts->cuda_graph && world_size == 1)
+        fail("--keep_gathered 1: a CUDA Graph of a micro-step would wait on gathers recorded outside its "
+             "capture (CUDA refuses that); add --cuda_graph 0");
+}
+
 #ifndef TRAIN_GPT_FP8_NO_MAIN // test/test_plan_bounds.cu includes this file for its host functions
 int main(int argc, char **argv) {
     Dist dist;
@@ -2018,6 +2031,7 @@ int main(int argc, char **argv) {
         dist_finalize(&dist);
         return status;
     }
+    check_gpu_graphs(&opts, dist.world_size);
     if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
     run_dir_claim(&opts, dist.rank);
     if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");

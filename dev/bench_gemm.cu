@@ -80,12 +80,9 @@ static void run_block(void *p) {
     Bench *b = (Bench *)p;
     int mx = b->recipe == FP8_RECIPE_MXFP8;
     gemm(b->gemm, b->out_fp8, CUDA_R_16BF,
-         {b->x_q, CUDA_R_8F_E4M3, b->x_factors,
-          mx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F},
-         0,
-         {b->w_q, CUDA_R_8F_E4M3, b->w_factors,
-          mx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F},
-         1, b->M, b->N, b->K, NULL, 0, 0, b->stream);
+         {b->x_q, CUDA_R_8F_E4M3, b->x_factors, mx ? GEMM_SCALE_MX_32 : GEMM_SCALE_TILE_128}, 0,
+         {b->w_q, CUDA_R_8F_E4M3, b->w_factors, mx ? GEMM_SCALE_MX_32 : GEMM_SCALE_BLOCK_128x128}, 1, b->M,
+         b->N, b->K, NULL, 0, 0, b->stream);
 }
 
 // A block recipe's forward: the input cast twice (tiles along K for this GEMM, along the tokens into the

@@ -13,6 +13,21 @@
 #include "cuda_runtime.h"
 #include "library_types.h"
 
+// The headers' version, as cublas_api.h defines it: the CUDA 13.0 toolkit's 13.1.0, or
+// CUDA_EMU_CUBLAS_HEADERS
+// (-D at compile time, major * 10000 + minor * 100 + patch) for a program built as against an older toolkit's
+// headers, which lack what came later, so that code using it without a guard fails to compile here as it
+// would there: the scale modes (CUBLASLT_MATMUL_DESC_[AB]_SCALE_MODE) came with 12.8 for Blackwell's
+// microscaling (VEC16_UE4M3, VEC32_UE8M0), Hopper's VEC128_32F and BLK128x128_32F with 12.9.
+#ifdef CUDA_EMU_CUBLAS_HEADERS
+#define CUBLAS_VERSION CUDA_EMU_CUBLAS_HEADERS
+#else
+#define CUBLAS_VERSION 130100
+#endif
+#define CUBLAS_VER_MAJOR (CUBLAS_VERSION / 10000)
+#define CUBLAS_VER_MINOR (CUBLAS_VERSION / 100 % 100)
+#define CUBLAS_VER_PATCH (CUBLAS_VERSION % 100)
+
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
     CUBLAS_STATUS_NOT_INITIALIZED = 1,
@@ -52,18 +67,24 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
     CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
+#if CUBLAS_VERSION >= 120800
     CUBLASLT_MATMUL_DESC_A_SCALE_MODE = 31,
     CUBLASLT_MATMUL_DESC_B_SCALE_MODE = 32,
+#endif
 } cublasLtMatmulDescAttributes_t;
 
+#if CUBLAS_VERSION >= 120800
 typedef enum {
     CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F = 0,
     CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3 = 1,
     CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 = 2,
+#if CUBLAS_VERSION >= 120900
     CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F = 3,
     CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F = 4,
     CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F = 5,
+#endif
 } cublasLtMatmulMatrixScale_t;
+#endif
 
 typedef enum {
     CUBLASLT_MATRIX_LAYOUT_TYPE = 0,

@@ -55,6 +55,13 @@
 // with CUBLASLT_MATMUL_DESC_FAST_ACCUM, only at the end of the dot product. So fast accumulation changes
 // results here as on the GPU. BF16 products, and FP8 ones on the emulated B200 (no measurement of
 // Blackwell's accumulator was found), are summed in FP32.
+// Knobs for tests of the tests (each read when a product runs):
+//   - CUDA_EMU_GELU=erf: the GELU epilogues compute the erf GELU and its derivative instead of the tanh form,
+//     as a cuBLASLt whose undocumented GELU were the exact one would: test_gpu.sh's bfloat16 comparisons and
+//     the first-contact GELU checks must hold against it (their bounds cover either form);
+//   - CUDA_EMU_CUBLASLT_FAULT, a planted fault, for showing that a wrong GEMM fails a check on the comparison
+//     itself: `b-scale` reads cuBLASLt's B scale (our A's: the scalar or the block factors) as 1, `bias` adds
+//     no bias.
 // Not emulated (refused with CUBLAS_STATUS_NOT_SUPPORTED): other compute types, FP8 or FP16 outputs,
 // epilogues beyond BIAS, GELU_AUX_BIAS, DGELU and BGRADB (and those three with FP8 operands), batches,
 // row-major orders, the other scale modes (VEC16_UE4M3, OUTER_VEC_32F).
@@ -436,6 +443,25 @@ struct Product {
     bool fast_accum;  // CUBLASLT_MATMUL_DESC_FAST_ACCUM
 };
 
+bool fault_planted(const char *name) {
+    const char *fault = getenv("CUDA_EMU_CUBLASLT_FAULT");
+    return fault && strcmp(fault, name) == 0;
+}
+
+bool erf_gelu() {
+    const char *form = getenv("CUDA_EMU_GELU");
+    return form && strcmp(form, "erf") == 0;
+}
+
+// The erf GELU, x Phi(x), and dout times its derivative Phi(x) + x phi(x), in FP32.
+float gelu_erf_value(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678f));
+}
+
+float gelu_erf_backward_value(float dout, float x) {
+    return dout * (0.5f * (1.0f + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x));
+}
+
 // The sum of a[i] b[i] over [0, k): in FP32 as eight partial sums, or on Hopper's FP8 tensor cores (32
 // products at a time into the 13-bit partial sum, promoted to FP32 as fp8_mma_promotes says).
 float dot(const Product &p, const float *a, const float *b, uint64_t k) {
@@ -469,8 +495,9 @@ float block_scaled_dot(const Product &p, const float *a, const float *b, uint64_
     float acc = 0.0f;
     for (uint64_t t = 0; t < p.k / block; t++) {
         float sum = dot(p, a + t * block, b + t * block, block);
-        float factor = scale_factor(p.a_scale_mode, p.a_scale, p.m, p.k, i, t) *
-                       scale_factor(p.b_scale_mode, p.b_scale, p.n, p.k, j, t);
+        float factor =
+            scale_factor(p.a_scale_mode, p.a_scale, p.m, p.k, i, t) *
+            (fault_planted("b-scale") ? 1.0f : scale_factor(p.b_scale_mode, p.b_scale, p.n, p.k, j, t));
         acc += factor * sum;
     }
     return acc;
@@ -479,12 +506,13 @@ float block_scaled_dot(const Product &p, const float *a, const float *b, uint64_
 // Element (i, j) of D from v, the FP32 value of alpha scale op(A) op(B) + beta C: the bias, the epilogue's
 // function, one rounding to D's type.
 void finish_element(const Product &p, uint64_t i, uint64_t j, float v) {
-    if (p.bias) v += element(p.bias, p.bias_type, 1, i, 0);
+    if (p.bias && !fault_planted("bias")) v += element(p.bias, p.bias_type, 1, i, 0);
     if (p.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
         store(p.aux, p.d_type, p.aux_ld, i, j, v);
-        v = gelu_value(v);
+        v = erf_gelu() ? gelu_erf_value(v) : gelu_value(v);
     } else if (p.epilogue == CUBLASLT_EPILOGUE_DGELU) {
-        v = gelu_backward_value(v, element(p.aux, p.d_type, p.aux_ld, i, j));
+        const float pre = element(p.aux, p.d_type, p.aux_ld, i, j);
+        v = erf_gelu() ? gelu_erf_backward_value(v, pre) : gelu_backward_value(v, pre);
     }
     store(p.D, p.d_type, p.ldd, i, j, v);
 }
@@ -492,9 +520,10 @@ void finish_element(const Product &p, uint64_t i, uint64_t j, float v) {
 // The product itself, when the stream reaches it: one column of D per task.
 void run_product(const Product &p) {
     const bool block = is_block_mode(p.a_scale_mode);
-    const float scale = block ? p.alpha
-                              : p.alpha * (p.a_scale ? *(const float *)p.a_scale : 1.0f) *
-                                    (p.b_scale ? *(const float *)p.b_scale : 1.0f);
+    const float scale = block
+                            ? p.alpha
+                            : p.alpha * (p.a_scale ? *(const float *)p.a_scale : 1.0f) *
+                                  (p.b_scale && !fault_planted("b-scale") ? *(const float *)p.b_scale : 1.0f);
     std::vector<float> a_rows(p.m * p.k); // op(A) row i, contiguous in k
     for (uint64_t i = 0; i < p.m; i++)
         for (uint64_t kk = 0; kk < p.k; kk++)

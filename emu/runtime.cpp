@@ -1771,7 +1771,7 @@ const char *cudaGetErrorString(cudaError_t error) {
     case cudaErrorStreamCaptureUnjoined:
         return "capture operation did not join the origin stream";
     case cudaErrorStreamCaptureIsolation:
-        return "operation would make the legacy stream depend on a capturing blocking stream";
+        return "dependency created on uncaptured work in another stream";
     case cudaErrorStreamCaptureImplicit:
         return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorCapturedEvent:

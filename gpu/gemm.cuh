@@ -26,12 +26,33 @@ static inline void cublas_check_at(cublasStatus_t status, const char *what, cons
 // Block-scaled FP8: descale points to one factor per 1 x 128 tile (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)
 // or per 128 x 128 block (BLK128x128_32F) of the K-major operand (the blockwise recipe, Hopper), or to one
 // E8M0 byte per 1 x 32 block (VEC32_UE8M0: mxfp8, Blackwell), in fp8_scaling.h's layouts; the two
-// operands' factors multiply each block of every sum.
+// operands' factors multiply each block of every sum. The scale modes are cuBLAS 12.9's headers' (12.8 has
+// only Blackwell's); against older headers the trainer still builds, GEMM_BLOCK_SCALING is 0, the block
+// modes are numbers no cuBLASLt call ever receives (gemm_plan refuses them) and the block recipes are refused
+// at start (check_versions).
+#if CUBLAS_VERSION >= 120900
+#define GEMM_BLOCK_SCALING 1
+typedef enum {
+    GEMM_SCALE_TENSOR = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+    GEMM_SCALE_TILE_128 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+    GEMM_SCALE_BLOCK_128x128 = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+    GEMM_SCALE_MX_32 = CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0,
+} GemmScaleMode;
+#else
+#define GEMM_BLOCK_SCALING 0
+typedef enum {
+    GEMM_SCALE_TENSOR = 0,
+    GEMM_SCALE_TILE_128,
+    GEMM_SCALE_BLOCK_128x128,
+    GEMM_SCALE_MX_32
+} GemmScaleMode;
+#endif
+
 typedef struct {
     const void *data;
     cudaDataType_t type; // CUDA_R_16BF, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2
     const void *descale; // FP8 only: device pointer to 1/scale (FP32), or to the block factors (FP32, E8M0)
-    int scale_mode; // cublasLtMatmulMatrixScale_t: SCALAR_32F (0), VEC128_32F, BLK128x128_32F, VEC32_UE8M0
+    int scale_mode;      // GemmScaleMode: GEMM_SCALE_TENSOR (0) for BF16 and per-tensor FP8
 } GemmOperand;
 
 // What the GEMM computes besides the product, in the row-major terms above; cuBLASLt's epilogues (cuBLASLt
@@ -245,10 +266,16 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
         int8_t fast = (int8_t)fast_accum;
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
     }
-    if (A.scale_mode || B.scale_mode) { // cuBLASLt's A is our B
+    if (A.scale_mode != GEMM_SCALE_TENSOR || B.scale_mode != GEMM_SCALE_TENSOR) { // cuBLASLt's A is our B
+#if GEMM_BLOCK_SCALING
         int32_t first = B.scale_mode, second = A.scale_mode;
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &first, sizeof(first));
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &second, sizeof(second));
+#else
+        fail("cuBLASLt: a block-scaled GEMM in a build against cuBLAS %d.%d headers, which have no block "
+             "scale modes (a bug: check_versions refuses the block recipes at start)",
+             CUBLAS_VERSION / 10000, CUBLAS_VERSION / 100 % 100);
+#endif
     }
     gemm_set_epilogue(p);
     // column-major shapes: first operand (our B) is N x K (op N: stored N x K, ld N; op T: stored K x N, ld

@@ -3,7 +3,10 @@
 # default 450 s, the build's time included; every step's timeout is cut to what is left, and a step that
 # finds under 10 s left is skipped with a line), on one H200, measurements first:
 # build (with cuDNN's fused attention where the device's Python environment has the nvidia-cudnn wheel and
-# build/cudnn_frontend came along: scripts/cudnn_deps.sh), the kernel benchmark (the fused kernels and the
+# build/cudnn_frontend came along: scripts/cudnn_deps.sh), the first-contact stage (scripts/first_contact.sh,
+# about a minute: every GEMM form the trainer issues, cuDNN's plans, an NCCL communicator and two-step runs in
+# each dtype and recipe, each against the CPU reference in a process of its own, on past failures, a
+# PASS/FAIL/SKIP table), the kernel benchmark (the fused kernels and the
 # fast attention against the exact ones; the attention's TFLOP/s, exact and fast, T 1024 and 2048, head
 # sizes 64 and 128), 30-step runs of 124M and 1.5B (d48) in bfloat16 and float8, 124M float8 with the
 # exact attention (the state before the fast one), and 124M in float8 blockwise (with each run's planned
@@ -70,13 +73,19 @@ fi
 # device has no network); without them the build has the exact attention only, and says so
 bash scripts/cudnn_deps.sh build 2>&1 | tail -n 3 || log "no cuDNN: the exact attention only"
 log "build"
-if ! make $jobs_flag train train_cpu test/build/compare_debug_state build/bench_gemm build/bench_kernels \
+if ! make $jobs_flag train train_cpu test/build/compare_debug_state build/first_contact build/bench_gemm build/bench_kernels \
     >"$out/build.txt" 2>&1; then
     tail -n 20 "$out/build.txt"
     echo "gpu_check: the build failed (the whole log: $out/build.txt); nothing was run"
     exit 1
 fi
 tail -n 3 "$out/build.txt"
+# every library call the trainer makes, each against the CPU, before anything is measured: the table tells the
+# whole session's first-contact failures at once (its rows go on past each other's failures)
+log "first contact"
+if t=$(limit 120); then
+    OUT="$out/first_contact" DATA="$data_file" FIRST_CONTACT_TIMEOUT_S=$((t / 4)) timeout "$t" bash scripts/first_contact.sh
+else log "skipped: the check's budget (${SECONDS} of $budget s used)"; fi
 log "kernel benchmark"
 if t=$(limit 120); then
     timeout "$t" ./build/bench_kernels 2>&1 | tee "$out/bench_kernels.txt" |
@@ -275,6 +284,7 @@ PY
 done
 
 log "summary"
+cat "$out/first_contact/first_contact.md" 2>/dev/null && echo
 cat "$summary"
 echo
 cat "$ratios"

@@ -7,6 +7,9 @@
 #                           adversarial stream and thread orders, each cross-stream wait needed, launches per
 #                           step, device memory against --dry_run's plan, a run under the sanitizers
 #   make test_dist_emu      ./train_emu under mpirun (2 and 4 processes, ZeRO 0/1/3) against ./train_cpu
+#   make test_first_contact scripts/first_contact.sh (gpu_check.sh's first stage: every GEMM form, cuDNN's plans,
+#                           NCCL, two-step runs, each against the CPU) on the emulation, and planted faults that
+#                           its rows must fail (test/test_first_contact.sh)
 #   make test_racecheck     the trainer under the emulation's race checker: every kernel, every recipe, both
 #                           architectures, no race (test/test_racecheck.sh)
 #   make test_preempt       runs that end early keep their work, ./train_cpu and ./train_emu, one process and two:
@@ -25,6 +28,10 @@ test/build/test_emu_sanitize: test/test_emu.cu test/test_util.h $(GPU_HEADERS) f
 	@mkdir -p $(@D)
 	$(call emu_link,test/test_emu.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
 
+test/build/first_contact_emu: test/first_contact.cu $(GPU_HEADERS) fp8_scaling.h memory_plan.h $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,test/first_contact.cu,$(EMU_OBJS),-O2 -g)
+
 test/build/bench_kernels_emu: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,dev/bench_kernels.cu,$(EMU_OBJS),-O2 -g)
@@ -32,6 +39,12 @@ test/build/bench_kernels_emu: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
 test/build/train_emu_sanitize: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_SANITIZE_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,train_gpt_fp8.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
+
+# The trainer built as against cuBLAS 12.8's headers, which lack Hopper's block scale modes (emu/cublasLt.h's
+# CUDA_EMU_CUBLAS_HEADERS): it builds, and refuses the block recipes at start (test_emu_trainer.sh).
+test/build/train_emu_cublas12.8: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_OBJS)
+	@mkdir -p $(@D)
+	$(call emu_link,train_gpt_fp8.cu,$(EMU_OBJS),-O1 -g -DCUDA_EMU_CUBLAS_HEADERS=120800)
 
 test/build/train_emu_racecheck: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(EMU_OBJS)
 	@mkdir -p $(@D)
@@ -45,7 +58,7 @@ test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) 
 	@mkdir -p $(@D)
 	$(call emu_link_racecheck,test/test_emu.cu,$(EMU_OBJS))
 
-.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt mutants
+.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt test_first_contact mutants
 test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_racecheck test/build/bench_kernels_emu \
           test/build/bench_kernels_racecheck
 	bash test/test_emu.sh
@@ -53,7 +66,7 @@ test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_r
 test_gpu_emu: train_emu train_cpu test/build/compare_debug_state test/build/check_state
 	DATA="$(DATA)" TRAIN=./train_emu bash test/test_gpu.sh
 
-test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize
+test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize test/build/train_emu_cublas12.8
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_emu_trainer.sh
 
 test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py
@@ -62,12 +75,15 @@ test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_
 test_preempt: train_emu train_cpu
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_preempt.sh
 
+test_first_contact: train_emu train_cpu test/build/compare_debug_state test/build/first_contact_emu
+	DATA="$(DATA)" bash test/test_first_contact.sh
+
 test_racecheck: test/build/train_emu_racecheck
 	DATA="$(DATA)" bash test/test_racecheck.sh
 
 mutants: python_deps
 	$(PYTHON) dev/mutants.py
 
-test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt
+test_cpu: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt test_first_contact
 
 .DEFAULT_GOAL := $(_emu_test_saved_goal)

@@ -364,6 +364,87 @@ static void test_copies(void) {
     cuda_check(cudaFree(d));
 }
 
+// The rest of CUDA's capture rules (cudaStreamBeginCapture, cudaStreamEndCapture, cudaStreamWaitEvent and the
+// stream-capture error codes of the runtime API), each broken once after a capture that keeps it:
+// work on a stream that has not joined the capture is not captured (it runs now, once, and no replay repeats
+// it); the legacy stream's work would synchronise with the capture (cudaErrorStreamCaptureImplicit); a
+// capturing stream cannot be queried or synchronised, nor the device (cudaErrorStreamCaptureUnsupported), nor
+// an event recorded in the capture (cudaErrorCapturedEvent); only the origin stream ends the capture
+// (cudaErrorStreamCaptureUnmatched); two captures cannot merge (cudaErrorStreamCaptureMerge).
+static void test_capture_rules(cudaStream_t s, cudaStream_t side, float *d, int n) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaEvent_t in_capture, other;
+    cuda_check(cudaEventCreateWithFlags(&in_capture, cudaEventDisableTiming));
+    cuda_check(cudaEventCreateWithFlags(&other, cudaEventDisableTiming));
+    cuda_check(cudaMemset(d, 0, n * sizeof(float)));
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    launch<add_value_kernel>({1, 1, 0, s}, d, 1.0f, 1);
+    launch<add_value_kernel>({1, 1, 0, side}, d + 1, 1.0f, 1); // side never waited on the capture
+    cuda_check(cudaStreamEndCapture(s, &graph));
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0));
+    cuda_check(cudaGraphDestroy(graph));
+    cuda_check(cudaGraphLaunch(exec, s));
+    cuda_check(cudaGraphLaunch(exec, s));
+    cuda_check(cudaGraphExecDestroy(exec));
+    std::vector<float> got = host_floats(d, 2);
+    expect(
+        got[0] == 2.0f && got[1] == 1.0f,
+        "work on a stream that never joined the capture is not in the graph: it ran once (%g), the captured "
+        "work once a replay (%g)",
+        got[1], got[0]);
+
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    expect(cudaMemsetAsync(d, 0, sizeof(float), 0) == cudaErrorStreamCaptureImplicit,
+           "work on the legacy stream during a capture refused (cudaErrorStreamCaptureImplicit)");
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+           "and the capture invalidated");
+    cudaGetLastError();
+
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    expect(cudaStreamQuery(s) == cudaErrorStreamCaptureUnsupported,
+           "cudaStreamQuery of a capturing stream refused");
+    expect(cudaStreamSynchronize(s) == cudaErrorStreamCaptureUnsupported,
+           "cudaStreamSynchronize of a capturing stream refused");
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+           "and the capture invalidated");
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    expect(cudaDeviceSynchronize() == cudaErrorStreamCaptureUnsupported,
+           "cudaDeviceSynchronize during a capture refused");
+    expect(cudaStreamEndCapture(s, &graph) == cudaErrorStreamCaptureInvalidated,
+           "and the capture invalidated");
+    cudaGetLastError();
+
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cuda_check(cudaEventRecord(in_capture, s));
+    expect(cudaEventQuery(in_capture) == cudaErrorCapturedEvent,
+           "cudaEventQuery of an event recorded in the capture refused (cudaErrorCapturedEvent)");
+    expect(cudaEventSynchronize(in_capture) == cudaErrorCapturedEvent,
+           "cudaEventSynchronize of an event recorded in the capture refused");
+    cuda_check(cudaStreamWaitEvent(side, in_capture, 0)); // side joins
+    expect(
+        cudaStreamEndCapture(side, &graph) == cudaErrorStreamCaptureUnmatched,
+        "cudaStreamEndCapture on a joined stream, not the origin, refused (cudaErrorStreamCaptureUnmatched)");
+    cuda_check(cudaEventRecord(other, side));
+    cuda_check(cudaStreamWaitEvent(s, other, 0));
+    cuda_check(cudaStreamEndCapture(s, &graph));
+    cuda_check(cudaGraphDestroy(graph));
+    cudaGetLastError();
+
+    cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cuda_check(cudaStreamBeginCapture(side, cudaStreamCaptureModeThreadLocal));
+    cuda_check(cudaEventRecord(other, side));
+    expect(cudaStreamWaitEvent(s, other, 0) == cudaErrorStreamCaptureMerge,
+           "a capture waiting on another capture's event refused (cudaErrorStreamCaptureMerge)");
+    cuda_check(cudaStreamEndCapture(side, &graph));
+    cuda_check(cudaGraphDestroy(graph));
+    cudaStreamEndCapture(s, &graph);
+    if (graph) cuda_check(cudaGraphDestroy(graph));
+    cudaGetLastError();
+    cuda_check(cudaEventDestroy(in_capture));
+    cuda_check(cudaEventDestroy(other));
+}
+
 static void test_graphs(void) {
     const int n = 64;
     float *d = device_floats(std::vector<float>(n, 0.0f));
@@ -427,6 +508,7 @@ static void test_graphs(void) {
     expect(cudaStreamWaitEvent(s, fork, 0) == cudaErrorCapturedEvent,
            "a wait outside on an event last recorded inside a capture refused");
     cudaGetLastError();
+    test_capture_rules(s, side, d, n);
     cuda_check(cudaStreamDestroy(side));
     cuda_check(cudaStreamDestroy(s));
     cuda_check(cudaEventDestroy(fork));

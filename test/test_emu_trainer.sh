@@ -7,6 +7,9 @@
 #      (CUDA_EMU_STREAM_ORDER=first-stream) or as early (last-stream) as its events allow, in random
 #      orders, with the threads of every block run last-first, with warps that run ahead and in a random
 #      schedule of threads and blocks (CUDA_EMU_SCHEDULE), with CUDA Graphs, and with --recompute 1;
+#      --keep_gathered 1 gives it op by op, and is refused at start with CUDA Graphs (a captured micro-step
+#      would wait on gathers recorded outside its capture, which CUDA and the emulation refuse:
+#      cudaErrorStreamCaptureIsolation);
 #   2. every cross-stream wait it makes is needed: with the waits of one call site left out
 #      (CUDA_EMU_DROP_WAIT_SITE), some order gives another model file. A site whose every wait the
 #      emulator found already implied by others (its vector clocks) is listed, not required to matter;
@@ -29,7 +32,9 @@
 #      sm_90a and sm_100a as make train's default build does) is refused at start with one line naming its
 #      compute capability, before any allocation; the B200 runs; the run's versions line names the device,
 #      driver, CUDA runtime, cuBLASLt, NCCL and cuDNN; a block recipe on a cuBLASLt older than 12.9
-#      (CUDA_EMU_CUBLASLT_VERSION) is refused at start with one line.
+#      (CUDA_EMU_CUBLASLT_VERSION) is refused at start with one line; the trainer built against cuBLAS 12.8's
+#      headers, which lack Hopper's block scale modes (test/build/train_emu_cublas12.8), builds, refuses the
+#      block recipes at start with one line and runs the per-tensor ones.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -53,6 +58,15 @@ for order in issue first-stream last-stream random:1 random:2; do
         result $? "ZeRO-3, stream order $order, CUDA Graphs $graph: ZeRO-0's model file"
     done
 done
+run z3_keep --zero_stage 3 --keep_gathered 1 --cuda_graph 0
+same_as_reference z3_keep
+result $? "ZeRO-3 --keep_gathered 1, op by op: ZeRO-0's model file"
+status=0
+run z3_keep_graph --zero_stage 3 --keep_gathered 1 --cuda_graph 1 || status=$?
+[ $status = 1 ] && [ "$(grep -cv '^cuda-emu: ' "$tmp/z3_keep_graph.out")" = 1 ] &&
+    grep -q "^error: --keep_gathered 1: a CUDA Graph of a micro-step would wait on gathers recorded outside its capture" \
+        "$tmp/z3_keep_graph.out"
+result $? "ZeRO-3 --keep_gathered 1 with CUDA Graphs is refused at start ($(head -c 120 "$tmp/z3_keep_graph.out"))"
 for schedule in warp-ahead random:11; do
     CUDA_EMU_SCHEDULE=$schedule run "z3_$schedule" --zero_stage 3 --cuda_graph 1
     same_as_reference "z3_$schedule"
@@ -175,4 +189,13 @@ mapfile -d '' blockwise < <(merge_flags "${small[@]}" -- --channels 128 --heads 
 CUDA_EMU_CUBLASLT_VERSION=120800 ./train_emu "${blockwise[@]}" >"$tmp/old.out" 2>"$tmp/old.err" || status=$?
 [ $status = 1 ] && [ "$(wc -l <"$tmp/old.err")" = 1 ] && grep -q "^error: --fp8_recipe blockwise: the loaded cuBLASLt 12.8.0 has no block-scaled GEMMs" "$tmp/old.err" && ! grep -q "^memory |" "$tmp/old.out"
 result $? "a block recipe on cuBLASLt 12.8 is refused at start ($(cat "$tmp/old.err"))"
+status=0
+./test/build/train_emu_cublas12.8 "${blockwise[@]}" >"$tmp/old_headers.out" 2>"$tmp/old_headers.err" || status=$?
+[ $status = 1 ] && [ "$(wc -l <"$tmp/old_headers.err")" = 1 ] &&
+    grep -q "^error: --fp8_recipe blockwise: this build's cuBLAS 12.8 headers have no block-scaled GEMMs" "$tmp/old_headers.err" &&
+    ! grep -q "^memory |" "$tmp/old_headers.out"
+result $? "built against cuBLAS 12.8's headers, a block recipe is refused at start ($(cat "$tmp/old_headers.err"))"
+mapfile -d '' delayed < <(merge_flags "${blockwise[@]}" -- --fp8_recipe delayed)
+./test/build/train_emu_cublas12.8 "${delayed[@]}" >"$tmp/old_headers.out" 2>"$tmp/old_headers.err"
+result $? "built against cuBLAS 12.8's headers, the delayed recipe runs ($(grep -c '^step' "$tmp/old_headers.out") steps)"
 finish

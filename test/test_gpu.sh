@@ -31,6 +31,8 @@
 #     (its BF16 probabilities and their gradients are rounding sites the CPU does not have), Llama's
 #     grouped-query heads in bfloat16 likewise; two runs, CUDA Graph and op by op, and a resumed run give
 #     identical weights (its backward is cuDNN's deterministic one).
+# GPT-2's bfloat16 comparisons count one more rounding site where cuBLASLt's GELU may be another form than the
+# reference's (gelu_sites below).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -47,6 +49,19 @@ pair_model=model pair_float32=$tmp/cpu_float32.bin
 # An FP8 GEMM on Hopper sums as its tensor cores do (fp8_scaling.h's model): the CPU reference for a GPU run sums
 # the same way (--fp8_accumulation hopper), else its error alone, 4x the bounds' at 128 channels, fails the
 # comparison. Blackwell (mxfp8) accumulates in FP32, as train_cpu does by default.
+# cuBLASLt documents no formula for the GELU epilogues GPT-2's bfloat16 runs use (GELU_AUX_BIAS, DGELU); the
+# reference computes the tanh form. The tanh and erf forms differ by at most 4.8e-4 (GELU) and 8.7e-4 (its
+# derivative), at every x under 5% of one BF16 unit of the GELU's input (max |erf - tanh| / (2^-8 |x|) = 0.046,
+# at x = -2.59): less than one more rounding there, so these comparisons count one more rounding site
+# (compare_debug_state --rounding_sites) where the device's form is not known to be the reference's: on a GPU
+# (first_contact.sh's GELU rows say which form it computes), and on the emulation computing the erf form
+# (CUDA_EMU_GELU=erf: its loss is 1.76 times the one-site bound and within the two-site one,
+# test_first_contact.sh). Llama (SwiGLU) and float8 (no fused GELU) keep one site.
+gelu_sites=1
+if [ "$TRAIN" != ./train_emu ] || [ -n "${CUDA_EMU_GELU:-}" ]; then gelu_sites=2; fi
+sites_of() { # the run's flags...: the rounding sites of its comparisons with the CPU reference
+    if [[ " $* " == *" --dtype bfloat16 "* && " $* " != *" --arch llama "* ]]; then echo "$gelu_sites"; else echo 1; fi
+}
 cpu_accumulation() { # VAR, the run's flags...: VAR=(the CPU reference's accumulation flags)
     local -n _out=$1; shift
     _out=()
@@ -59,8 +74,8 @@ run_pair() { # name, extra flags...
     ./train_cpu "${flags[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" "${accumulation[@]}" \
         >/dev/null
     "$TRAIN" "${flags[@]}" --steps 6 --output_dir "" --debug_state "$tmp/gpu_$name.bin" "$@" >/dev/null
-    ./test/build/compare_debug_state "$tmp/gpu_$name.bin" "$tmp/cpu_$name.bin" "$pair_float32" \
-        >"$tmp/cmp_$name.txt" 2>&1
+    ./test/build/compare_debug_state --rounding_sites "$(sites_of "${flags[@]}" "$@")" "$tmp/gpu_$name.bin" \
+        "$tmp/cpu_$name.bin" "$pair_float32" >"$tmp/cmp_$name.txt" 2>&1
     result $? "GPU $name matches the CPU reference"; tail -n 1 "$tmp/cmp_$name.txt"
     grep FAIL "$tmp/cmp_$name.txt" || true
 }
@@ -178,8 +193,8 @@ teacher_forced() { # name, extra flags...
         mapfile -d '' f32 < <(merge_flags "${base[@]}" -- --train_data "$tmp/repeat_train_000000.bin" --dtype float32 \
             --init_from "$tmp/tf_$name/model_0000000$((k - 1)).bin" --steps 1 --output_dir "")
         ./train_cpu "${f32[@]}" --debug_state "$tmp/tf_${name}_f32_$k.bin" >/dev/null
-        ./test/build/compare_debug_state "$tmp/tf_${name}_gpu_$k.bin" "$tmp/tf_${name}_cpu_$k.bin" \
-            "$tmp/tf_${name}_f32_$k.bin" >"$tmp/tf_cmp_${name}_$k.txt" 2>&1 &&
+        ./test/build/compare_debug_state --rounding_sites "$(sites_of "${tf[@]}")" "$tmp/tf_${name}_gpu_$k.bin" \
+            "$tmp/tf_${name}_cpu_$k.bin" "$tmp/tf_${name}_f32_$k.bin" >"$tmp/tf_cmp_${name}_$k.txt" 2>&1 &&
             ./test/build/check_state "$tmp/tf_$name" $((k - 1)) "$tmp/tf_${name}_gpu_$k" "$tmp/tf_${name}_gpu_$k.bin" \
                 "$tmp/tf_${name}_cpu_$k" -- "${tf[@]}" --steps $k >>"$tmp/tf_cmp_${name}_$k.txt" 2>&1 &&
             ./test/build/check_state "$tmp/tf_$name" $((k - 1)) "$tmp/tf_${name}_cpu_$k" "$tmp/tf_${name}_cpu_$k.bin" \
@@ -225,8 +240,8 @@ for dtype in bfloat16 float8; do
     ./train_cpu "${model96[@]}" --steps 3 --output_dir "" --dtype $dtype --debug_state "$tmp/cpu96_$dtype.bin" \
         "${accumulation[@]}" >/dev/null
     "$TRAIN" "${model96[@]}" --steps 3 --output_dir "" --dtype $dtype --debug_state "$tmp/gpu96_$dtype.bin" >/dev/null &&
-        ./test/build/compare_debug_state "$tmp/gpu96_$dtype.bin" "$tmp/cpu96_$dtype.bin" "$tmp/cpu96_float32.bin" \
-            >"$tmp/cmp96_$dtype.txt" 2>&1
+        ./test/build/compare_debug_state --rounding_sites "$(sites_of --dtype $dtype)" "$tmp/gpu96_$dtype.bin" \
+            "$tmp/cpu96_$dtype.bin" "$tmp/cpu96_float32.bin" >"$tmp/cmp96_$dtype.txt" 2>&1
     result $? "C = 96 (biases of layer 1 less aligned than layer 0's): GPU $dtype matches the CPU reference"
 done
 llama=(--arch llama --model_size d2 --channels 128 --heads 4 --kv_heads 2 --vocab 256 --seq_len 64 --batch_size 8
@@ -489,9 +504,10 @@ else
     for run in bfloat16:bfloat16 float8:float8_delayed; do
         dtype=${run%%:*}
         "$TRAIN" "${fast[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/fast_$dtype.bin" >/dev/null
-        ./test/build/compare_debug_state --rounding_sites 2 "$tmp/fast_$dtype.bin" "$tmp/cpu_${run#*:}.bin" \
+        fast_sites=$(($(sites_of --dtype $dtype) + 1))
+        ./test/build/compare_debug_state --rounding_sites $fast_sites "$tmp/fast_$dtype.bin" "$tmp/cpu_${run#*:}.bin" \
             "$tmp/cpu_float32.bin" >"$tmp/cmp_fast_$dtype.txt" 2>&1
-        result $? "GPU $dtype with the fast attention matches the CPU reference (--rounding_sites 2)"
+        result $? "GPU $dtype with the fast attention matches the CPU reference (--rounding_sites $fast_sites)"
         tail -n 1 "$tmp/cmp_fast_$dtype.txt"; grep FAIL "$tmp/cmp_fast_$dtype.txt" || true
         for variant in graph:"--cuda_graph 1" eager:"--cuda_graph 0" half:"--ckpt_every 2"; do
             read -r -a extra <<<"${variant#*:}"
