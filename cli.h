@@ -26,6 +26,8 @@ typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accum
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
 
 #define OPTION_STRING_LEN 512
+// --gpu: the GPUs time_plan.h's GPU_SPECS describes, in its order.
+#define GPU_CHOICE_NAMES "h200|h100-sxm|h100-pcie|b200|a100"
 #define GUARD_MAX_WINDOW                                                                                     \
     10000 // --guard_window's largest value: the GPU trainer keeps that much room on the device
 
@@ -38,6 +40,7 @@ typedef struct {
     char init_from[OPTION_STRING_LEN];
     char model_size[OPTION_STRING_LEN];
     char debug_state[OPTION_STRING_LEN];
+    char plan_rates[OPTION_STRING_LEN];
     int arch; // ArchChoice
     int layers, channels, heads, kv_heads, ffn_dim, vocab, max_seq_len;
     float rope_theta;
@@ -66,8 +69,9 @@ typedef struct {
     int eval_only;
     int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
     float gpu_memory_gb;
-    int nodes;
-    float intra_node_gbps, inter_node_gbps;
+    int gpu; // GPU_CHOICE_NAMES, time_plan.h's GPU_SPECS
+    int nodes, gpus_per_node, nics_per_node;
+    float intra_node_gbps, nic_gbps;
     float plan_gemm_bf16_tflops, plan_gemm_fp8_tflops, plan_attention_tflops, plan_hbm_gbps;
 } TrainOptions;
 
@@ -203,23 +207,33 @@ static const OptionSpec OPTION_SPECS[] = {
      "processes the --dry_run plans for (0: the processes of this run)"},
     {"nccl_timeout_s", OPT_INT, OPT_AT(nccl_timeout_s), "300", 1, 86400, NULL,
      "seconds a wait on the other processes (NCCL, MPI) may last before the run aborts with an error"},
-    {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "141", 1, 1e6, NULL,
-     "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (H200: 141)"},
-    // --dry_run's time plan (time_plan.h): assumed achieved rates of an H200, to be replaced by measured ones
+    {"gpu", OPT_CHOICE, OPT_AT(gpu), "h200", 0, 0, GPU_CHOICE_NAMES,
+     "the GPU --dry_run plans for: its memory, data-sheet peaks and bandwidths (time_plan.h)"},
+    {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "0", 0, 1e6, NULL,
+     "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (0: the --gpu's, H200 "
+     "141)"},
+    // --dry_run's time plan (time_plan.h): the cluster, and measured rates in place of the derived ones
     {"nodes", OPT_INT, OPT_AT(nodes), "0", 0, 1 << 20, NULL,
-     "nodes the --dry_run time plan spreads the processes over (0: one per 8 processes)"},
-    {"intra_node_gbps", OPT_FLOAT, OPT_AT(intra_node_gbps), "360", 0.001, 1e6, NULL,
-     "--dry_run: GB/s (gigabytes) per GPU of a collective inside a node (NVLink 4 ring: about 360)"},
-    {"inter_node_gbps", OPT_FLOAT, OPT_AT(inter_node_gbps), "45", 0.001, 1e6, NULL,
-     "--dry_run: GB/s per GPU of a collective between nodes (one 400 Gb/s NIC per GPU: about 45)"},
-    {"plan_gemm_bf16_tflops", OPT_FLOAT, OPT_AT(plan_gemm_bf16_tflops), "643", 0.001, 1e6, NULL,
-     "--dry_run: achieved BF16 GEMM TFLOP/s (assumed 65% of the H200's 989)"},
-    {"plan_gemm_fp8_tflops", OPT_FLOAT, OPT_AT(plan_gemm_fp8_tflops), "1088", 0.001, 1e6, NULL,
-     "--dry_run: achieved FP8 GEMM TFLOP/s (assumed 55% of the H200's 1979)"},
-    {"plan_attention_tflops", OPT_FLOAT, OPT_AT(plan_attention_tflops), "396", 0.001, 1e6, NULL,
-     "--dry_run: achieved fused-attention TFLOP/s, forward and backward (assumed 40% of 989)"},
-    {"plan_hbm_gbps", OPT_FLOAT, OPT_AT(plan_hbm_gbps), "3360", 0.001, 1e6, NULL,
-     "--dry_run: achieved GB/s of the memory-bound kernels (assumed 70% of the H200's 4800)"},
+     "nodes the --dry_run time plan spreads the processes over (0: one per --gpus_per_node processes)"},
+    {"gpus_per_node", OPT_INT, OPT_AT(gpus_per_node), "8", 1, 1024, NULL,
+     "--dry_run: GPUs (processes) a node (HGX/DGX: 8)"},
+    {"nics_per_node", OPT_INT, OPT_AT(nics_per_node), "8", 1, 1024, NULL,
+     "--dry_run: network cards a node that NCCL spreads collectives between nodes over (DGX H100/H200: 8)"},
+    {"nic_gbps", OPT_FLOAT, OPT_AT(nic_gbps), "46", 0.001, 1e6, NULL,
+     "--dry_run: GB/s (gigabytes) one NIC moves for NCCL (400 Gb/s InfiniBand or RoCE: 46, NCCL's "
+     "maintainers quote 46-48)"},
+    {"intra_node_gbps", OPT_FLOAT, OPT_AT(intra_node_gbps), "0", 0, 1e6, NULL,
+     "--dry_run: NCCL bus bandwidth inside a node, GB/s per GPU (0: the --gpu's, NVLink 4: 360)"},
+    {"plan_rates", OPT_STRING, OPT_AT(plan_rates), "", 0, 0, NULL,
+     "--dry_run: file of measured rates ('gemm_bf16_tflops 690' lines: scripts/gpu_check.sh writes it)"},
+    {"plan_gemm_bf16_tflops", OPT_FLOAT, OPT_AT(plan_gemm_bf16_tflops), "0", 0, 1e6, NULL,
+     "--dry_run: achieved BF16 GEMM TFLOP/s of large GEMMs (0: 67% of the --gpu's peak, or --plan_rates')"},
+    {"plan_gemm_fp8_tflops", OPT_FLOAT, OPT_AT(plan_gemm_fp8_tflops), "0", 0, 1e6, NULL,
+     "--dry_run: achieved FP8 GEMM TFLOP/s of large GEMMs (0: 55% of the --gpu's peak, or --plan_rates')"},
+    {"plan_attention_tflops", OPT_FLOAT, OPT_AT(plan_attention_tflops), "0", 0, 1e6, NULL,
+     "--dry_run: achieved fused-attention TFLOP/s, forward and backward (0: 40% of the --gpu's BF16 peak)"},
+    {"plan_hbm_gbps", OPT_FLOAT, OPT_AT(plan_hbm_gbps), "0", 0, 1e6, NULL,
+     "--dry_run: achieved GB/s of the memory-bound kernels (0: 70% of the --gpu's HBM bandwidth)"},
 };
 #define NUM_OPTION_SPECS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 

@@ -77,7 +77,6 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
     if (B < 1) fail("--batch_size: %d: needs at least one sequence", B);
     if (T < 1 || T > cfg->max_seq_len)
         fail("--seq_len: %d is outside [1, %d], the model's maximum sequence length", T, cfg->max_seq_len);
-    if (!(opts->gpu_memory_gb > 0)) fail("--gpu_memory_gb: %g: must be positive", opts->gpu_memory_gb);
     if (opts->shard_group_size) resolve_shard_group(opts, world_size); // exits on a group that cannot be
     if (opts->nodes > world_size)
         fail("--nodes: %d nodes for %d process(es): every node runs at least one", opts->nodes, world_size);
@@ -88,7 +87,14 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
         4e18)
         fail("--batch_size x --seq_len: with this model (--layers, --channels) the plan exceeds 4e18 bytes; "
              "nothing that large can be planned or run");
+    if (opts->dtype == DTYPE_FLOAT8 && GPU_SPECS[opts->gpu].fp8_tflops == 0)
+        fail("--gpu %s: has no FP8 tensor cores; plan --dtype bfloat16 on it", GPU_SPECS[opts->gpu].name);
     if (opts->dtype == DTYPE_FLOAT8) check_fp8_shapes(cfg, B, T); // exits as a real float8 run would
+}
+
+// Bytes of one GPU: --gpu_memory_gb, or the --gpu's data sheet.
+static inline double dry_run_gpu_bytes(const TrainOptions *opts) {
+    return (opts->gpu_memory_gb ? opts->gpu_memory_gb : GPU_SPECS[opts->gpu].memory_gb) * 1e9;
 }
 
 // ----------------------------------------------------------------------------
@@ -467,9 +473,11 @@ static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSetting
         snprintf(extra + len, sizeof(extra) - len, " --keep_gathered %d", best.keep_gathered);
     printf(
         "fastest that fits (%s): --batch_size %d --recompute %d --zero_stage %d%s (%d micro-step(s)): %.2f "
-        "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step\n",
+        "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step, %.1f days per "
+        "100B "
+        "tokens\n",
         tried, best.B, best.recompute, best.zero_stage, extra, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
-        100 * t.exposed_comm_ms / t.step_ms);
+        100 * t.exposed_comm_ms / t.step_ms, t.days_per_100b);
 }
 
 // ----------------------------------------------------------------------------
@@ -481,7 +489,7 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     PlanSettings s = plan_settings_from_options(opts, B, T, world_size);
     MemoryPlan plan;
     memory_plan_compute(&plan, cfg, &s);
-    double gpu_bytes = (double)opts->gpu_memory_gb * 1e9;
+    double gpu_bytes = dry_run_gpu_bytes(opts);
     size_t needed = plan.total + RUNTIME_RESERVE_BYTES;
     char llama[64] = "";
     if (model_is_llama(cfg))
@@ -503,12 +511,12 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     time_plan_print(cfg, &s, accum, &rates);
     dry_run_print_fastest(cfg, &s, accum, &rates, gpu_bytes);
     if ((double)needed <= gpu_bytes) {
-        printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), opts->gpu_memory_gb,
+        printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), gpu_bytes / 1e9,
                100.0 * needed / gpu_bytes);
         return 0;
     }
     printf("does not fit: needs %.2f GiB, the GPU has %g GB (%.2f GiB)\n", dry_run_gib(needed),
-           opts->gpu_memory_gb, gpu_bytes / DRY_RUN_GIB);
+           gpu_bytes / 1e9, gpu_bytes / DRY_RUN_GIB);
     dry_run_print_suggestions(cfg, &s, gpu_bytes);
     return 1;
 }

@@ -1905,10 +1905,15 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     }
 }
 
-// Dense BF16 tensor-core peak of the card, for MFU: H100/H200 SXM (sm_90), B200 (sm_100), L40S (sm_89).
+// Dense BF16 tensor-core peak of the card, for MFU: time_plan.h's data sheets for B200 (sm_100), H100/H200
+// SXM and H100 PCIe (sm_90, told apart by their 132 and 114 SMs) and A100 (sm_80); L40S (sm_89).
 static double bf16_peak_flops(const cudaDeviceProp *props) {
     int sm = props->major * 10 + props->minor;
-    return sm >= 100 ? 2250e12 : sm >= 90 ? H200_BF16_PEAK_FLOPS : sm >= 89 ? 362e12 : 0.0;
+    const GpuSpec *gpu = sm >= 100  ? &GPU_SPECS[GPU_B200]
+                         : sm >= 90 ? &GPU_SPECS[props->multiProcessorCount < 132 ? GPU_H100_PCIE : GPU_H200]
+                         : sm == 80 ? &GPU_SPECS[GPU_A100]
+                                    : NULL;
+    return gpu ? gpu->bf16_tflops * 1e12 : sm >= 89 ? 362e12 : 0.0;
 }
 
 // The GPU of this process: local rank l takes device l of its node.
@@ -2177,12 +2182,15 @@ int main(int argc, char **argv) {
         double ms = clock.timed_ms / clock.timed_steps,
                tokens_per_second = clock.tokens_per_step / (ms / 1e3);
         double peak = bf16_peak_flops(&props) * dist.world_size;
-        double mfu =
-            peak > 0 ? 100.0 * flops_per_token(&cfg, model.num_params, T) * tokens_per_second / peak : 0.0;
+        double mfu = peak > 0 ? 100.0 * model_flops_per_token(&cfg, T) * tokens_per_second / peak : 0.0,
+               hfu = peak > 0 ? 100.0 * hardware_flops_per_token(&cfg, T, opts.recompute) *
+                                    tokens_per_second / peak
+                              : 0.0;
         // every buffer is allocated up front from the plan, so the plan's total is this run's peak
-        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak | peak memory %.2f GiB "
+        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak (6 x (parameters - input "
+               "embeddings) + 6 L C T FLOPs a token), hardware FLOPs %.1f%% | peak memory %.2f GiB "
                "(device in use: %.2f GiB)\n",
-               ms, tokens_per_second, mfu, model.plan.total / 1073741824.0,
+               ms, tokens_per_second, mfu, hfu, model.plan.total / 1073741824.0,
                (total_bytes - free_bytes) / 1073741824.0);
     }
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
