@@ -1674,9 +1674,15 @@ int main(int argc, char **argv) {
         state.step = step + 1;
         state.guard_count = guard.count;
         double ms = wall_time_ms() - start;
-        StepRecord record = {
-            step + 1,   opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps * world / (ms / 1e3),
-            skip_reason};
+        StepRecord record = {step + 1,
+                             opts.steps,
+                             loss,
+                             lr,
+                             norm,
+                             ms,
+                             (double)B * T * accum_steps * world / (ms / 1e3),
+                             skip_reason,
+                             model_flops_per_token(&model.config, T)};
         log_step(&log, &record);
         if (opts.dtype == DTYPE_FLOAT8) {
             sum_activation_counts(&dist, &model.fp8.stats);

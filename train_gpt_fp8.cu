@@ -1892,9 +1892,15 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     state->step = step + 1;
     if (debug->step_losses) debug->step_losses[step - debug->first_step] = r->loss;
     const StepParams *p = &model->step_params_host[step % 2];
-    StepRecord record = {
-        step + 1,  opts->steps, r->loss, p->lr, r->grad_norm, ms, clock->tokens_per_step / (ms / 1e3),
-        r->skipped};
+    StepRecord record = {step + 1,
+                         opts->steps,
+                         r->loss,
+                         p->lr,
+                         r->grad_norm,
+                         ms,
+                         clock->tokens_per_step / (ms / 1e3),
+                         r->skipped,
+                         model_flops_per_token(&model->config, model->T)};
     log_step(log, &record);
     if (model->dtype != DTYPE_FLOAT8) return;
     if (fp8_stats_due(opts, step + 1)) {
