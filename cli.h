@@ -22,6 +22,8 @@ typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } Att
 typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
 // --fp8_accumulation: how the CPU trainer's FP8 GEMMs sum (fp8_scaling.h's model of Hopper's tensor cores).
 typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
+// --grad_reduce_dtype: the type the gradients are summed over the processes in.
+typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
 
@@ -68,6 +70,7 @@ typedef struct {
     float price_kwh, pue;
     int eval_only;
     int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
+    int grad_reduce_dtype; // GradReduceDtype
     float gpu_memory_gb;
     int gpu; // GPU_CHOICE_NAMES, time_plan.h's GPU_SPECS
     int nodes, gpus_per_node, nics_per_node;
@@ -199,6 +202,10 @@ static const OptionSpec OPTION_SPECS[] = {
     {"keep_gathered", OPT_INT, OPT_AT(keep_gathered), "0", 0, 1, NULL,
      "ZeRO-3, 1: keep each layer's gathered weights from the first micro-step to the update (one gather a "
      "step instead of two a micro-step; the memory of every layer's weight copies)"},
+    {"grad_reduce_dtype", OPT_CHOICE, OPT_AT(grad_reduce_dtype), "float32", 0, 0, "float32|bfloat16",
+     "type the gradients are summed over the processes in (NCCL, MPI): bfloat16 halves those bytes, each "
+     "rank's gradient and running sum rounded to BF16 (docs/grad-reduce-bf16.md); the sums over micro-steps "
+     "stay FP32"},
     {"recompute", OPT_INT, OPT_AT(recompute), "0", 0, 1, NULL,
      "1: keep only each layer's input for the backward and recompute the rest (less memory)"},
     {"dry_run", OPT_INT, OPT_AT(dry_run), "0", 0, 1, NULL,

@@ -113,6 +113,8 @@ static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, cons
                         : "all parameters, accumulated over the micro-steps";
     case BUF_GRAD_SHARD:
         return "this rank's shard of the reduced gradients";
+    case BUF_GRAD_BF16:
+        return "--grad_reduce_dtype bfloat16: the gradients NCCL sums, a piece at a time";
     case BUF_ADAM_M:
         return z ? "AdamW first moment, this rank's shard" : "AdamW first moment";
     case BUF_ADAM_V:
@@ -259,6 +261,9 @@ static inline void dry_run_print_communication(const GPTConfig *cfg, const PlanS
             "  shard groups of %d ranks: each group's gradient shards all-reduced across the %d groups once "
             "a step\n",
             plan_shard_ranks(s), s->world_size / plan_shard_ranks(s));
+    if (s->grad_bf16 && s->world_size > 1)
+        printf("  the gradients' sums in BF16 (--grad_reduce_dtype bfloat16), through grads_bf16: half the "
+               "bytes\n");
     if (fp8 && s->world_size > 1) printf("  FP8 amaxes max-reduced in fp8_state once a step\n");
     printf("  not in the plan: CUDA context, NCCL's internal buffers, cuBLASLt handles: reserve %.3f GiB\n",
            dry_run_gib(RUNTIME_RESERVE_BYTES));

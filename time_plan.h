@@ -46,9 +46,11 @@ typedef struct {
 
 enum { GPU_H200, GPU_H100_SXM, GPU_H100_PCIE, GPU_B200, GPU_A100 };
 static const GpuSpec GPU_SPECS[] = {
-    {"h200", 989.4, 1978.9, 4800, 141, 132, 360},    {"h100-sxm", 989.4, 1978.9, 3350, 80, 132, 360},
-    {"h100-pcie", 756.0, 1513.0, 2000, 80, 114, 51}, {"b200", 2250.0, 4500.0, 8000, 180, 148, 720},
-    {"a100", 312.0, 0.0, 2039, 80, 108, 240},
+    {"h200", 989.4, 1978.9, 4800, 141, 132, 360},    // H200 SXM: 141 GB HBM3e, NVLink 4
+    {"h100-sxm", 989.4, 1978.9, 3350, 80, 132, 360}, // H100 SXM5: 80 GB HBM3, NVLink 4
+    {"h100-pcie", 756.0, 1513.0, 2000, 80, 114, 51}, // H100 PCIe: 80 GB HBM2e, PCIe Gen5 between GPUs
+    {"b200", 2250.0, 4500.0, 8000, 180, 148, 720},   // HGX/DGX B200: 180 GB HBM3e, NVLink 5
+    {"a100", 312.0, 0.0, 2039, 80, 108, 240},        // A100 SXM4 80 GB: HBM2e, NVLink 3, no FP8
 };
 
 // The calibration: three numbers for every GPU and model, fitted to three published runs on 8 to 512 H100s
@@ -308,13 +310,16 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
     // and broadcasts the BF16 of the tensors it reads in BF16, all but the block linears' weights (GPT-2:
     // LayerNorms and biases; Llama: the two RMSNorm weights).
     double linear = (double)linear_weights_per_layer(cfg), small = (double)layer - linear;
+    // the gradients' sums: FP32, or with --grad_reduce_dtype bfloat16 BF16 (its casts run on the
+    // communication stream beside the compute, 6 bytes an element: not counted)
+    double grad = s->grad_bf16 ? 2 : 4;
     if (s->zero_stage == 0) {
-        add_collectives(&c, COLL_ALL_REDUCE, 1, 4.0 * P, 0, &world);
+        add_collectives(&c, COLL_ALL_REDUCE, 1, grad * P, 0, &world);
         return c;
     }
     if (s->zero_stage == 1) {
         double unit = (double)shard_chunk(P, G) * G;
-        add_collectives(&c, COLL_REDUCE_SCATTER, 1, 4 * unit, 0, &group);
+        add_collectives(&c, COLL_REDUCE_SCATTER, 1, grad * unit, 0, &group);
         add_collectives(&c, COLL_ALL_GATHER, 1, (fp8 ? 1 : 2) * unit, 0, &group);
         if (fp8) add_collectives(&c, COLL_BROADCAST, 1, 2 * ((double)global + L * small), 0, &group);
     } else {
@@ -325,14 +330,14 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
         int gathered = s->keep_gathered ? others : accum * 2 * others;
         add_collectives(&c, COLL_ALL_GATHER, gathered, (fp8 ? 1 : 2) * l, 1, &group);
         if (fp8) add_collectives(&c, COLL_BROADCAST, gathered, 2 * small, 1, &group);
-        add_collectives(&c, COLL_REDUCE_SCATTER, (double)accum * L, 4 * l, 1, &group);
-        add_collectives(&c, COLL_REDUCE_SCATTER, accum, 4 * g, 0, &group);
+        add_collectives(&c, COLL_REDUCE_SCATTER, (double)accum * L, grad * l, 1, &group);
+        add_collectives(&c, COLL_REDUCE_SCATTER, accum, grad * g, 0, &group);
         add_collectives(&c, COLL_ALL_GATHER, 1, 2 * g, 0, &group);
         add_collectives(&c, COLL_ALL_GATHER, updated, (fp8 ? 1 : 2) * l, 0, &group);
         if (fp8) add_collectives(&c, COLL_BROADCAST, updated, 2 * small, 0, &group);
     }
     if (W / G > 1) // shard groups: each shard summed across the groups, once a step
-        add_collectives(&c, COLL_ALL_REDUCE, 1, 4.0 * shard_size(cfg, s->zero_stage, G), 0, &across);
+        add_collectives(&c, COLL_ALL_REDUCE, 1, grad * shard_size(cfg, s->zero_stage, G), 0, &across);
     return c;
 }
 // DRAM bytes of the memory-bound kernels of one micro-step of N tokens (BF16 activations, 2 bytes),

@@ -62,7 +62,7 @@ static int fp8_shapes_status(const GPTConfig *cfg, int B, int T) {
 // ZeRO and recompute. Expectations come from what each configuration must hold, argued in the comments.
 
 static MemoryPlan plan_of(const GPTConfig *cfg, int dtype, int B, int T, int world, int zero, int recompute) {
-    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0, 0};
+    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0, 0, 0};
     MemoryPlan plan;
     memory_plan_compute(&plan, cfg, &s);
     char label[160];
@@ -182,7 +182,7 @@ static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
         expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + SHARD_ALIGN * world + 256) + 2 * 12 * C * C,
                "%s ZeRO-3 W=%d float8: FP8 weights and transposes of 2 layers", name, world);
         // --keep_gathered: a weight slot for each of the L layers, the gradients' two slots unchanged
-        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1, 0};
+        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1, 0, 0};
         MemoryPlan keep;
         memory_plan_compute(&keep, cfg, &keep_settings);
         check_layout(&keep, "keep_gathered");
@@ -304,7 +304,7 @@ static void test_float8_smaller(void) {
 #define LLAMA70_N ((size_t)8 * 4096)
 
 static PlanSettings llama70_settings(int dtype, int recompute, int B, int shard_group) {
-    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0, 0};
+    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0, 0, 0};
     return s;
 }
 
@@ -495,6 +495,51 @@ static void test_llama2_70b_time(void) {
            step_ms[0]);
 }
 
+// --grad_reduce_dtype bfloat16: the BF16 buffer NCCL sums the gradients in holds the longest buffer a step
+// sums over the ranks, up to 2^25 elements (64 MiB), and nothing in FP32 or on one process: 124M's 124.5e6
+// parameters with ZeRO-0 over 8 ranks fill the 2^25; d2 with ZeRO-3 over 2 ranks holds its longest unit, a
+// layer's 12 C^2 + 13 C = 49,984 elements padded to whole 64-element blocks a rank, 2 x 25,024 = 50,048 (over
+// the global unit's wte, wpe and final LayerNorm, 2 x 256 x 64 + 2 x 64 = 32,896; no shard groups, so no sum
+// of the shards across them). The
+// collectives' payload: llama2-70B's reduce-scatters (80 layers' 4 Lu bytes and the global unit's 4 G in
+// FP32) move half the bytes in BF16, and nothing else changes.
+static void test_grad_bf16(void) {
+    GPTConfig gpt124 = preset_config("124M", GPT2_VOCAB_SIZE), d2 = preset_config("d2", 256);
+    PlanSettings s = {DTYPE_BFLOAT16, 16, 1024, 16, 8, 0, 0, 0, 0, 0, 0, 1};
+    MemoryPlan with, without;
+    memory_plan_compute(&with, &gpt124, &s);
+    s.grad_bf16 = 0;
+    memory_plan_compute(&without, &gpt124, &s);
+    expect(param_count(&gpt124) > ((size_t)1 << 25) && with.bytes[BUF_GRAD_BF16] == (size_t)2 << 25 &&
+               with.total == without.total + ((size_t)2 << 25) && without.bytes[BUF_GRAD_BF16] == 0,
+           "124M ZeRO-0 over 8 ranks: grads_bf16 %zu bytes (2^25 BF16 elements), none in FP32",
+           with.bytes[BUF_GRAD_BF16]);
+    s.grad_bf16 = 1, s.world_size = 1;
+    memory_plan_compute(&with, &gpt124, &s);
+    expect(with.bytes[BUF_GRAD_BF16] == 0, "one process: no grads_bf16 (%zu bytes)",
+           with.bytes[BUF_GRAD_BF16]);
+    PlanSettings z3 = {DTYPE_FLOAT8, 4, 64, 16, 2, 3, 0, 0, 0, 0, 0, 1};
+    memory_plan_compute(&with, &d2, &z3);
+    expect(param_global_size(&d2) == 2 * 256 * 64 + 2 * 64 &&
+               param_layer_size(&d2) == 12 * 64 * 64 + 13 * 64 && with.bytes[BUF_GRAD_BF16] == 2 * 50048,
+           "d2 ZeRO-3 over 2 ranks: grads_bf16 %zu bytes, a padded layer's 50,048 elements in BF16",
+           with.bytes[BUF_GRAD_BF16]);
+    GPTConfig cfg = preset_config("llama2-70B", 0);
+    TrainOptions opts;
+    options_defaults(&opts);
+    PlanRates rates = plan_rates_from_options(&opts, 32);
+    PlanSettings f = llama70_settings(DTYPE_FLOAT8, 1, 8, 0), b = f;
+    b.grad_bf16 = 1;
+    StepCollectives cf = step_collectives(&cfg, &f, 1, &rates), cb = step_collectives(&cfg, &b, 1, &rates);
+    double Lu = (double)LLAMA70_LAYER, G = (double)LLAMA70_GLOBAL;
+    expect(cf.payload[COLL_REDUCE_SCATTER] == 80 * 4 * Lu + 4 * G &&
+               cb.payload[COLL_REDUCE_SCATTER] == 80 * 2 * Lu + 2 * G &&
+               cb.payload[COLL_ALL_GATHER] == cf.payload[COLL_ALL_GATHER] &&
+               cb.payload[COLL_ALL_REDUCE] == cf.payload[COLL_ALL_REDUCE],
+           "llama2-70B ZeRO-3 float8: reduce-scatters %.0f bytes in BF16, %.0f in FP32, the rest the same",
+           cb.payload[COLL_REDUCE_SCATTER], cf.payload[COLL_REDUCE_SCATTER]);
+}
+
 // ----------------------------------------------------------------------------
 // dry_run.h
 
@@ -641,14 +686,14 @@ static void test_attention_workspace(void) {
 static void test_suggestion_searches(void) {
     GPTConfig g7 = preset_config("7B", GPT2_VOCAB_SIZE), g70 = preset_config("70B", GPT2_VOCAB_SIZE);
     double gpu = 141e9;
-    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0, 0};
+    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0, 0, 0};
     int b = dry_run_largest_batch(&g7, s, gpu);
     PlanSettings fit = s, over = s;
     fit.B = b;
     over.B = b + 1;
     expect(b >= 1 && b < 8 && dry_run_fits(&g7, &fit, gpu) && !dry_run_fits(&g7, &over, gpu),
            "7B bfloat16 B=8: largest batch that fits is %d", b);
-    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0, 0};
+    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0, 0, 0};
     int w = dry_run_smallest_world(&g70, t, 1, gpu);
     PlanSettings at = t, half = t;
     at.world_size = w;
@@ -692,8 +737,8 @@ int main(void) {
     GPTConfig small = preset_config("d2", 256), gpt124 = preset_config("124M", 50257);
     MemoryPlan bf, f8;
     int B = 4, T = 64;
-    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0, 0});
-    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0, 0, 0});
     check_layout(&bf, "d2 bfloat16");
     check_layout(&f8, "d2 float8");
     size_t P = param_count(&small), L = small.num_layers, C = small.channels, N = (size_t)B * T;
@@ -715,8 +760,9 @@ int main(void) {
           "scale), 3 per weight, two 64-bit counters for each");
     // At 124M and a realistic batch, float8 must need less memory than bfloat16 for the activations.
     MemoryPlan bf124, f8124;
-    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0});
-    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&bf124, &gpt124,
+                        &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0, 0});
     check_layout(&f8124, "124M float8");
     check(f8124.total < bf124.total, "124M B=16 T=1024: float8 plans less memory than bfloat16");
     check(param_count(&gpt124) * 4 == bf124.bytes[BUF_PARAMS], "124M parameters");
@@ -751,6 +797,7 @@ int main(void) {
     test_float8_smaller();
     test_llama2_70b_memory();
     test_llama2_70b_time();
+    test_grad_bf16();
     test_suggestion_searches();
     test_report_verdicts();
     test_report_validation();
