@@ -356,7 +356,9 @@ static inline int dry_run_suggest_world(const GPTConfig *cfg, const PlanSettings
 
 // Each change alone; returns how many fit. More processes are suggested only when sharding over the
 // current ones does not already suffice.
-static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+// fp8: the GPU has FP8 tensor cores (an A100 has none: float8 is not suggested there).
+static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes,
+                                         int fp8) {
     int zero = dry_run_suggest_zero(cfg, s, gpu_bytes), found = zero;
     PlanSettings t = *s;
     if (s->shard_group) { // shards over every rank: 1/world_size of the state instead of 1/group
@@ -379,7 +381,7 @@ static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSetting
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
     }
-    if (s->dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, s->B, s->T)) {
+    if (fp8 && s->dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, s->B, s->T)) {
         t.dtype = DTYPE_FLOAT8;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
@@ -400,11 +402,13 @@ static inline int dry_run_min_batch(int dtype, int T) {
 
 // When no single change fits: recompute, then float8, then the smallest micro-batch, taken one after
 // another until, with ZeRO-3, some world size fits; the fewest changes that do are printed.
-static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes,
+                                           int fp8) {
     PlanSettings t = *s;
     for (int step = 0; step < 3; step++) {
         if (step == 0) t.recompute = 1;
-        if (step == 1 && t.dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, t.B, t.T)) t.dtype = DTYPE_FLOAT8;
+        if (step == 1 && fp8 && t.dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, t.B, t.T))
+            t.dtype = DTYPE_FLOAT8;
         int min_batch = dry_run_min_batch(t.dtype, t.T);
         if (step == 2 && min_batch < t.B) t.B = min_batch;
         int w = dry_run_smallest_world(cfg, t, s->world_size, gpu_bytes);
@@ -417,11 +421,12 @@ static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSetti
     return 0;
 }
 
-static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes,
+                                             int fp8) {
     printf("to fit, change one of (each planned again):\n");
-    if (dry_run_single_changes(cfg, s, gpu_bytes)) return;
+    if (dry_run_single_changes(cfg, s, gpu_bytes, fp8)) return;
     printf("  no single change fits; together:\n");
-    if (dry_run_combined_changes(cfg, s, gpu_bytes)) return;
+    if (dry_run_combined_changes(cfg, s, gpu_bytes, fp8)) return;
     printf("  nothing tried fits (ZeRO-3 up to --world_size %d, --recompute 1, float8, --batch_size 1): "
            "lower --seq_len or use a GPU with more memory\n",
            DRY_RUN_MAX_WORLD);
@@ -522,7 +527,7 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     }
     printf("does not fit: needs %.2f GiB, the GPU has %g GB (%.2f GiB)\n", dry_run_gib(needed),
            gpu_bytes / 1e9, gpu_bytes / DRY_RUN_GIB);
-    dry_run_print_suggestions(cfg, &s, gpu_bytes);
+    dry_run_print_suggestions(cfg, &s, gpu_bytes, GPU_SPECS[opts->gpu].fp8_tflops > 0);
     return 1;
 }
 

@@ -196,6 +196,11 @@ refused "--dtype" "--dtype float32 (no GPU plan)" --model_size 124M --dtype floa
 refused "multiple of 16" "float8 with B*T = 15" --model_size 124M --dtype float8 --batch_size 3 --seq_len 5
 refused "--nodes" "--nodes above the processes" --model_size 124M --world_size 8 --nodes 9
 refused "--gpu a100: has no FP8" "float8 on an A100" --model_size 124M --gpu a100 --dtype float8
+# an A100 has no FP8 tensor cores: the suggestions that switch to float8 on an H200 leave it out there
+small=(--model_size 1.5B --dtype bfloat16 --gpu_memory_gb 20 --seq_len 1024 --batch_size 64)
+grep -q -- '--dtype float8 --recompute 1 --batch_size 1 --zero_stage 3' <<<"$(dry "${small[@]}")" &&
+    ! grep -q -- '--dtype float8' <<<"$(dry "${small[@]}" --gpu a100)"
+result $? "1.5B bfloat16 on 20 GB: float8 among the combined changes on an H200, not on an A100"
 refused "--plan_rates: cannot open" "--plan_rates of a missing file" --model_size 124M --plan_rates "$tmp/none.txt"
 printf 'gemm_fp8_tflops fast\n' >"$tmp/bad_rates.txt"
 refused "--plan_rates: $tmp/bad_rates.txt line 1" "--plan_rates with a word for a rate" --model_size 124M \
