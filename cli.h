@@ -22,12 +22,16 @@ typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } Att
 typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
 // --fp8_accumulation: how the CPU trainer's FP8 GEMMs sum (fp8_scaling.h's model of Hopper's tensor cores).
 typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
+// --grad_reduce_dtype: the type the gradients are summed over the processes in.
+typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
 // --stop_signal: the signal that, besides SIGTERM and SIGINT, stops a run with a checkpoint (run_control.h).
 typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 } StopSignalChoice;
 
 #define OPTION_STRING_LEN 512
+// --gpu: the GPUs time_plan.h's GPU_SPECS describes, in its order.
+#define GPU_CHOICE_NAMES "h200|h100-sxm|h100-pcie|b200|a100"
 #define GUARD_MAX_WINDOW                                                                                     \
     10000 // --guard_window's largest value: the GPU trainer keeps that much room on the device
 
@@ -40,6 +44,7 @@ typedef struct {
     char init_from[OPTION_STRING_LEN];
     char model_size[OPTION_STRING_LEN];
     char debug_state[OPTION_STRING_LEN];
+    char plan_rates[OPTION_STRING_LEN];
     int arch; // ArchChoice
     int layers, channels, heads, kv_heads, ffn_dim, vocab, max_seq_len;
     float rope_theta;
@@ -68,9 +73,11 @@ typedef struct {
     float price_kwh, pue;
     int eval_only;
     int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
+    int grad_reduce_dtype; // GradReduceDtype
     float gpu_memory_gb;
-    int nodes;
-    float intra_node_gbps, inter_node_gbps;
+    int gpu; // GPU_CHOICE_NAMES, time_plan.h's GPU_SPECS
+    int nodes, gpus_per_node, nics_per_node;
+    float intra_node_gbps, nic_gbps;
     float plan_gemm_bf16_tflops, plan_gemm_fp8_tflops, plan_attention_tflops, plan_hbm_gbps;
 } TrainOptions;
 
@@ -212,6 +219,10 @@ static const OptionSpec OPTION_SPECS[] = {
     {"keep_gathered", OPT_INT, OPT_AT(keep_gathered), "0", 0, 1, NULL,
      "ZeRO-3, 1: keep each layer's gathered weights from the first micro-step to the update (one gather a "
      "step instead of two a micro-step; the memory of every layer's weight copies)"},
+    {"grad_reduce_dtype", OPT_CHOICE, OPT_AT(grad_reduce_dtype), "float32", 0, 0, "float32|bfloat16",
+     "type the gradients are summed over the processes in (NCCL, MPI): bfloat16 halves those bytes, each "
+     "rank's gradient and running sum rounded to BF16 (docs/grad-reduce-bf16.md); the sums over micro-steps "
+     "stay FP32"},
     {"recompute", OPT_INT, OPT_AT(recompute), "0", 0, 1, NULL,
      "1: keep only each layer's input for the backward and recompute the rest (less memory)"},
     {"dry_run", OPT_INT, OPT_AT(dry_run), "0", 0, 1, NULL,
@@ -220,23 +231,33 @@ static const OptionSpec OPTION_SPECS[] = {
      "processes the --dry_run plans for (0: the processes of this run)"},
     {"nccl_timeout_s", OPT_INT, OPT_AT(nccl_timeout_s), "300", 1, 86400, NULL,
      "seconds a wait on the other processes (NCCL, MPI) may last before the run aborts with an error"},
-    {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "141", 1, 1e6, NULL,
-     "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (H200: 141)"},
-    // --dry_run's time plan (time_plan.h): assumed achieved rates of an H200, to be replaced by measured ones
+    {"gpu", OPT_CHOICE, OPT_AT(gpu), "h200", 0, 0, GPU_CHOICE_NAMES,
+     "the GPU --dry_run plans for: its memory, data-sheet peaks and bandwidths (time_plan.h)"},
+    {"gpu_memory_gb", OPT_FLOAT, OPT_AT(gpu_memory_gb), "0", 0, 1e6, NULL,
+     "memory of one GPU in GB (10^9 bytes) that --dry_run checks the plan against (0: the --gpu's, H200 "
+     "141)"},
+    // --dry_run's time plan (time_plan.h): the cluster, and measured rates in place of the derived ones
     {"nodes", OPT_INT, OPT_AT(nodes), "0", 0, 1 << 20, NULL,
-     "nodes the --dry_run time plan spreads the processes over (0: one per 8 processes)"},
-    {"intra_node_gbps", OPT_FLOAT, OPT_AT(intra_node_gbps), "360", 0.001, 1e6, NULL,
-     "--dry_run: GB/s (gigabytes) per GPU of a collective inside a node (NVLink 4 ring: about 360)"},
-    {"inter_node_gbps", OPT_FLOAT, OPT_AT(inter_node_gbps), "45", 0.001, 1e6, NULL,
-     "--dry_run: GB/s per GPU of a collective between nodes (one 400 Gb/s NIC per GPU: about 45)"},
-    {"plan_gemm_bf16_tflops", OPT_FLOAT, OPT_AT(plan_gemm_bf16_tflops), "643", 0.001, 1e6, NULL,
-     "--dry_run: achieved BF16 GEMM TFLOP/s (assumed 65% of the H200's 989)"},
-    {"plan_gemm_fp8_tflops", OPT_FLOAT, OPT_AT(plan_gemm_fp8_tflops), "1088", 0.001, 1e6, NULL,
-     "--dry_run: achieved FP8 GEMM TFLOP/s (assumed 55% of the H200's 1979)"},
-    {"plan_attention_tflops", OPT_FLOAT, OPT_AT(plan_attention_tflops), "396", 0.001, 1e6, NULL,
-     "--dry_run: achieved fused-attention TFLOP/s, forward and backward (assumed 40% of 989)"},
-    {"plan_hbm_gbps", OPT_FLOAT, OPT_AT(plan_hbm_gbps), "3360", 0.001, 1e6, NULL,
-     "--dry_run: achieved GB/s of the memory-bound kernels (assumed 70% of the H200's 4800)"},
+     "nodes the --dry_run time plan spreads the processes over (0: one per --gpus_per_node processes)"},
+    {"gpus_per_node", OPT_INT, OPT_AT(gpus_per_node), "8", 1, 1024, NULL,
+     "--dry_run: GPUs (processes) a node (HGX/DGX: 8)"},
+    {"nics_per_node", OPT_INT, OPT_AT(nics_per_node), "8", 1, 1024, NULL,
+     "--dry_run: network cards a node that NCCL spreads collectives between nodes over (DGX H100/H200: 8)"},
+    {"nic_gbps", OPT_FLOAT, OPT_AT(nic_gbps), "46", 0.001, 1e6, NULL,
+     "--dry_run: GB/s (gigabytes) one NIC moves for NCCL (400 Gb/s InfiniBand or RoCE: 46, NCCL's "
+     "maintainers quote 46-48)"},
+    {"intra_node_gbps", OPT_FLOAT, OPT_AT(intra_node_gbps), "0", 0, 1e6, NULL,
+     "--dry_run: NCCL bus bandwidth inside a node, GB/s per GPU (0: the --gpu's, NVLink 4: 360)"},
+    {"plan_rates", OPT_STRING, OPT_AT(plan_rates), "", 0, 0, NULL,
+     "--dry_run: file of measured rates ('gemm_bf16_tflops 690' lines: scripts/gpu_check.sh writes it)"},
+    {"plan_gemm_bf16_tflops", OPT_FLOAT, OPT_AT(plan_gemm_bf16_tflops), "0", 0, 1e6, NULL,
+     "--dry_run: achieved BF16 GEMM TFLOP/s of large GEMMs (0: 67% of the --gpu's peak, or --plan_rates')"},
+    {"plan_gemm_fp8_tflops", OPT_FLOAT, OPT_AT(plan_gemm_fp8_tflops), "0", 0, 1e6, NULL,
+     "--dry_run: achieved FP8 GEMM TFLOP/s of large GEMMs (0: 55% of the --gpu's peak, or --plan_rates')"},
+    {"plan_attention_tflops", OPT_FLOAT, OPT_AT(plan_attention_tflops), "0", 0, 1e6, NULL,
+     "--dry_run: achieved fused-attention TFLOP/s, forward and backward (0: 40% of the --gpu's BF16 peak)"},
+    {"plan_hbm_gbps", OPT_FLOAT, OPT_AT(plan_hbm_gbps), "0", 0, 1e6, NULL,
+     "--dry_run: achieved GB/s of the memory-bound kernels (0: 70% of the --gpu's HBM bandwidth)"},
 };
 #define NUM_OPTION_SPECS ((int)(sizeof(OPTION_SPECS) / sizeof(OPTION_SPECS[0])))
 

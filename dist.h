@@ -19,6 +19,7 @@
 #endif
 
 #include "common.h"
+#include "fp8_scaling.h"
 #include "gpt_model.h"
 
 typedef struct {
@@ -433,6 +434,60 @@ static inline void dist_reduce_scatter_unit(const Dist *d, const float *full, si
 #endif
     (void)d;
     memcpy(shard, full, unit_size * sizeof(float));
+}
+
+// --grad_reduce_dtype bfloat16: the sum NCCL computes over BF16 buffers, in the order the CUDA emulation's
+// NCCL takes (emu/nccl.cpp: rank after rank, the running sum rounded to BF16 after every addition), so that
+// train_cpu and the emulated CUDA trainer agree bit for bit. Each rank's values, rounded to BF16, are
+// gathered in pieces (2 bytes an element a rank: the CPU trainer's models are small) and summed on every
+// rank. buf (n values) on every rank of comm = that sum.
+#define DIST_BF16_PIECE ((size_t)1 << 22)
+#ifdef USE_MPI
+static inline void dist_sum_bf16_on(const Dist *d, MPI_Comm comm, int ranks, float *buf, size_t n) {
+    if (!d->mpi || ranks == 1) return;
+    size_t most = n < DIST_BF16_PIECE ? n : DIST_BF16_PIECE;
+    uint16_t *mine = (uint16_t *)malloc_check((ranks + 1) * most * sizeof(uint16_t), "BF16 gradient sum"),
+             *all = mine + most;
+    for (size_t done = 0; done < n; done += most) {
+        size_t piece = n - done < most ? n - done : most;
+        for (size_t i = 0; i < piece; i++) mine[i] = bf16_from_float(buf[done + i]);
+        MPI_Request request;
+        MPI_Iallgather(mine, (int)piece, MPI_UINT16_T, all, (int)piece, MPI_UINT16_T, comm, &request);
+        dist_wait(d, &request, "MPI_Allgather", piece);
+        for (size_t i = 0; i < piece; i++) {
+            float sum = bf16_to_float(all[i]);
+            for (int r = 1; r < ranks; r++) sum = bf16_round(sum + bf16_to_float(all[(size_t)r * piece + i]));
+            buf[done + i] = sum;
+        }
+    }
+    free(mine);
+}
+#endif
+
+// dist_sum_floats, dist_sum_floats_across_groups and dist_reduce_scatter_unit in BF16 (full is overwritten).
+static inline void dist_sum_floats_bf16(const Dist *d, float *buf, size_t n) {
+#ifdef USE_MPI
+    dist_sum_bf16_on(d, MPI_COMM_WORLD, d->world_size, buf, n);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+static inline void dist_sum_floats_across_groups_bf16(const Dist *d, float *buf, size_t n) {
+#ifdef USE_MPI
+    dist_sum_bf16_on(d, d->replica_comm, d->replicas, buf, n);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+static inline void dist_reduce_scatter_unit_bf16(const Dist *d, float *full, size_t unit_size, float *shard) {
+    size_t begin = (size_t)d->group_rank * shard_chunk(unit_size, d->group_size);
+#ifdef USE_MPI
+    dist_sum_bf16_on(d, d->group_comm, d->group_size, full, unit_size);
+#endif
+    if (begin < unit_size)
+        memcpy(shard, full + begin, shard_owned(unit_size, d->group_size, d->group_rank) * sizeof(float));
 }
 
 // full (unit_size elements) = the owned elements of every rank of the group, in order.

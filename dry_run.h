@@ -77,7 +77,6 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
     if (B < 1) fail("--batch_size: %d: needs at least one sequence", B);
     if (T < 1 || T > cfg->max_seq_len)
         fail("--seq_len: %d is outside [1, %d], the model's maximum sequence length", T, cfg->max_seq_len);
-    if (!(opts->gpu_memory_gb > 0)) fail("--gpu_memory_gb: %g: must be positive", opts->gpu_memory_gb);
     if (opts->shard_group_size) resolve_shard_group(opts, world_size); // exits on a group that cannot be
     if (opts->nodes > world_size)
         fail("--nodes: %d nodes for %d process(es): every node runs at least one", opts->nodes, world_size);
@@ -88,7 +87,14 @@ static inline void dry_run_validate(const TrainOptions *opts, const GPTConfig *c
         4e18)
         fail("--batch_size x --seq_len: with this model (--layers, --channels) the plan exceeds 4e18 bytes; "
              "nothing that large can be planned or run");
+    if (opts->dtype == DTYPE_FLOAT8 && GPU_SPECS[opts->gpu].fp8_tflops == 0)
+        fail("--gpu %s: has no FP8 tensor cores; plan --dtype bfloat16 on it", GPU_SPECS[opts->gpu].name);
     if (opts->dtype == DTYPE_FLOAT8) check_fp8_shapes(cfg, B, T); // exits as a real float8 run would
+}
+
+// Bytes of one GPU: --gpu_memory_gb, or the --gpu's data sheet.
+static inline double dry_run_gpu_bytes(const TrainOptions *opts) {
+    return (opts->gpu_memory_gb ? opts->gpu_memory_gb : GPU_SPECS[opts->gpu].memory_gb) * 1e9;
 }
 
 // ----------------------------------------------------------------------------
@@ -107,6 +113,8 @@ static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, cons
                         : "all parameters, accumulated over the micro-steps";
     case BUF_GRAD_SHARD:
         return "this rank's shard of the reduced gradients";
+    case BUF_GRAD_BF16:
+        return "--grad_reduce_dtype bfloat16: the gradients NCCL sums, a piece at a time";
     case BUF_ADAM_M:
         return z ? "AdamW first moment, this rank's shard" : "AdamW first moment";
     case BUF_ADAM_V:
@@ -253,6 +261,9 @@ static inline void dry_run_print_communication(const GPTConfig *cfg, const PlanS
             "  shard groups of %d ranks: each group's gradient shards all-reduced across the %d groups once "
             "a step\n",
             plan_shard_ranks(s), s->world_size / plan_shard_ranks(s));
+    if (s->grad_bf16 && s->world_size > 1)
+        printf("  the gradients' sums in BF16 (--grad_reduce_dtype bfloat16), through grads_bf16: half the "
+               "bytes\n");
     if (fp8 && s->world_size > 1) printf("  FP8 amaxes max-reduced in fp8_state once a step\n");
     printf("  not in the plan: CUDA context, NCCL's internal buffers, cuBLASLt handles: reserve %.3f GiB\n",
            dry_run_gib(RUNTIME_RESERVE_BYTES));
@@ -345,7 +356,9 @@ static inline int dry_run_suggest_world(const GPTConfig *cfg, const PlanSettings
 
 // Each change alone; returns how many fit. More processes are suggested only when sharding over the
 // current ones does not already suffice.
-static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+// fp8: the GPU has FP8 tensor cores (an A100 has none: float8 is not suggested there).
+static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes,
+                                         int fp8) {
     int zero = dry_run_suggest_zero(cfg, s, gpu_bytes), found = zero;
     PlanSettings t = *s;
     if (s->shard_group) { // shards over every rank: 1/world_size of the state instead of 1/group
@@ -368,7 +381,7 @@ static inline int dry_run_single_changes(const GPTConfig *cfg, const PlanSetting
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
     }
-    if (s->dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, s->B, s->T)) {
+    if (fp8 && s->dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, s->B, s->T)) {
         t.dtype = DTYPE_FLOAT8;
         found += dry_run_suggest(cfg, s, &t, gpu_bytes);
         t = *s;
@@ -389,11 +402,13 @@ static inline int dry_run_min_batch(int dtype, int T) {
 
 // When no single change fits: recompute, then float8, then the smallest micro-batch, taken one after
 // another until, with ZeRO-3, some world size fits; the fewest changes that do are printed.
-static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes,
+                                           int fp8) {
     PlanSettings t = *s;
     for (int step = 0; step < 3; step++) {
         if (step == 0) t.recompute = 1;
-        if (step == 1 && t.dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, t.B, t.T)) t.dtype = DTYPE_FLOAT8;
+        if (step == 1 && fp8 && t.dtype == DTYPE_BFLOAT16 && fp8_shapes_ok(cfg, t.B, t.T))
+            t.dtype = DTYPE_FLOAT8;
         int min_batch = dry_run_min_batch(t.dtype, t.T);
         if (step == 2 && min_batch < t.B) t.B = min_batch;
         int w = dry_run_smallest_world(cfg, t, s->world_size, gpu_bytes);
@@ -406,11 +421,12 @@ static inline int dry_run_combined_changes(const GPTConfig *cfg, const PlanSetti
     return 0;
 }
 
-static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes) {
+static inline void dry_run_print_suggestions(const GPTConfig *cfg, const PlanSettings *s, double gpu_bytes,
+                                             int fp8) {
     printf("to fit, change one of (each planned again):\n");
-    if (dry_run_single_changes(cfg, s, gpu_bytes)) return;
+    if (dry_run_single_changes(cfg, s, gpu_bytes, fp8)) return;
     printf("  no single change fits; together:\n");
-    if (dry_run_combined_changes(cfg, s, gpu_bytes)) return;
+    if (dry_run_combined_changes(cfg, s, gpu_bytes, fp8)) return;
     printf("  nothing tried fits (ZeRO-3 up to --world_size %d, --recompute 1, float8, --batch_size 1): "
            "lower --seq_len or use a GPU with more memory\n",
            DRY_RUN_MAX_WORLD);
@@ -467,9 +483,11 @@ static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSetting
         snprintf(extra + len, sizeof(extra) - len, " --keep_gathered %d", best.keep_gathered);
     printf(
         "fastest that fits (%s): --batch_size %d --recompute %d --zero_stage %d%s (%d micro-step(s)): %.2f "
-        "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step\n",
+        "ms/step, %.0f tokens/s per process, MFU %.1f%%, communication %.0f%% of the step, %.1f days per "
+        "100B "
+        "tokens\n",
         tried, best.B, best.recompute, best.zero_stage, extra, best_accum, t.step_ms, t.tokens_per_s, t.mfu,
-        100 * t.exposed_comm_ms / t.step_ms);
+        100 * t.exposed_comm_ms / t.step_ms, t.days_per_100b);
 }
 
 // ----------------------------------------------------------------------------
@@ -481,7 +499,7 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     PlanSettings s = plan_settings_from_options(opts, B, T, world_size);
     MemoryPlan plan;
     memory_plan_compute(&plan, cfg, &s);
-    double gpu_bytes = (double)opts->gpu_memory_gb * 1e9;
+    double gpu_bytes = dry_run_gpu_bytes(opts);
     size_t needed = plan.total + RUNTIME_RESERVE_BYTES;
     char llama[64] = "";
     if (model_is_llama(cfg))
@@ -503,13 +521,13 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     time_plan_print(cfg, &s, accum, &rates);
     dry_run_print_fastest(cfg, &s, accum, &rates, gpu_bytes);
     if ((double)needed <= gpu_bytes) {
-        printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), opts->gpu_memory_gb,
+        printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), gpu_bytes / 1e9,
                100.0 * needed / gpu_bytes);
         return 0;
     }
     printf("does not fit: needs %.2f GiB, the GPU has %g GB (%.2f GiB)\n", dry_run_gib(needed),
-           opts->gpu_memory_gb, gpu_bytes / DRY_RUN_GIB);
-    dry_run_print_suggestions(cfg, &s, gpu_bytes);
+           gpu_bytes / 1e9, gpu_bytes / DRY_RUN_GIB);
+    dry_run_print_suggestions(cfg, &s, gpu_bytes, GPU_SPECS[opts->gpu].fp8_tflops > 0);
     return 1;
 }
 

@@ -25,6 +25,7 @@ typedef enum {
     BUF_PARAMS,
     BUF_GRADS,
     BUF_GRAD_SHARD,
+    BUF_GRAD_BF16, // --grad_reduce_dtype bfloat16: what NCCL sums, a piece of the gradients at a time
     BUF_ADAM_M,
     BUF_ADAM_V,
     BUF_PARAMS_BF16,
@@ -70,14 +71,15 @@ typedef enum {
 } BufferId;
 
 static const char *const BUFFER_NAMES[NUM_BUFFERS] = {
-    "params_fp32",  "grads_fp32",  "grad_shard",     "adam_m",     "adam_v",
-    "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",    "residual2",
-    "residual3",    "ln1_stats",   "ln2_stats",      "qkv",        "att_lse",
-    "fch",          "ln1",         "atty",           "ln2",        "fch_gelu",
-    "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",     "losses",
-    "dresidual",    "dc",          "dqkv",           "dfch",       "att_delta",
-    "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state",  "fp8_block_scales",
-    "step_state",   "tokens",      "attn_workspace", "rope_table", "gemm_workspace"};
+    "params_fp32",      "grads_fp32",   "grad_shard",  "grads_bf16",     "adam_m",
+    "adam_v",           "params_bf16",  "weights_fp8", "weights_fp8_t",  "encoded",
+    "residual2",        "residual3",    "ln1_stats",   "ln2_stats",      "qkv",
+    "att_lse",          "fch",          "ln1",         "atty",           "ln2",
+    "fch_gelu",         "inputs_fp8_t", "lnf",         "lnf_stats",      "logits",
+    "losses",           "dresidual",    "dc",          "dqkv",           "dfch",
+    "att_delta",        "cast_fp8",     "cast_fp8_t",  "reduce_scratch", "fp8_state",
+    "fp8_block_scales", "step_state",   "tokens",      "attn_workspace", "rope_table",
+    "gemm_workspace"};
 
 // What --dry_run groups the buffers into.
 typedef enum {
@@ -103,6 +105,7 @@ static inline PlanGroup buffer_group(BufferId id) {
         return PLAN_MASTER_WEIGHTS;
     case BUF_GRADS:
     case BUF_GRAD_SHARD:
+    case BUF_GRAD_BF16:
         return PLAN_GRADIENTS;
     case BUF_ADAM_M:
     case BUF_ADAM_V:
@@ -142,6 +145,7 @@ typedef struct {
     int shard_group;    // --shard_group_size: the ranks a shard spans (0: all of world_size)
     int keep_gathered;  // --keep_gathered: ZeRO-3's gathered weights in a slot a layer instead of two
     int fast_attention; // cuDNN's fused attention: its workspace in the plan (plan_fast_attention)
+    int grad_bf16;      // --grad_reduce_dtype bfloat16: the gradients summed over the ranks in BF16
 } PlanSettings;
 
 // Whether --attention (AttentionChoice) plans cuDNN's fused attention: fast, or auto in a build with cuDNN
@@ -167,7 +171,8 @@ static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, 
                       opts->fp8_recipe,
                       opts->shard_group_size,
                       opts->keep_gathered,
-                      plan_fast_attention(opts->attention)};
+                      plan_fast_attention(opts->attention),
+                      opts->grad_reduce_dtype == GRAD_REDUCE_BFLOAT16};
     return s;
 }
 
@@ -333,6 +338,21 @@ static inline size_t zero3_weight_slots(const GPTConfig *cfg, int keep_gathered)
 //            unit_slot_elements here: the second and third slots start after the first, so their lengths are
 //            rounded for alignment. --keep_gathered: a weight slot for every layer (the BF16 copy, W and
 //            W^T), the gradients' two as before.
+// --grad_reduce_dtype bfloat16: the BF16 buffer the gradients pass through NCCL in, the longest buffer the
+// step sums over the ranks (ZeRO-0 all parameters; ZeRO-1 the padded unit; ZeRO-3 a layer's or the global
+// unit's slot; with shard groups also the shard) up to GRAD_BF16_STAGING_ELEMENTS, in pieces beyond: 64 MiB
+// keeps every piece long enough for NCCL's bandwidth while a 70B's 140 GB of gradients need no copy.
+#define GRAD_BF16_STAGING_ELEMENTS ((size_t)1 << 25)
+static inline size_t grad_bf16_staging_elements(const GPTConfig *cfg, const PlanSettings *s) {
+    if (!s->grad_bf16 || s->world_size == 1) return 0;
+    int ways = plan_shard_ranks(s);
+    size_t longest = s->zero_stage == 0 ? param_count(cfg) : padded_unit(cfg, s->zero_stage, ways, 0);
+    if (s->zero_stage == 3 && padded_unit(cfg, 3, ways, 1) > longest) longest = padded_unit(cfg, 3, ways, 1);
+    if (s->zero_stage != 0 && ways < s->world_size && shard_size(cfg, s->zero_stage, ways) > longest)
+        longest = shard_size(cfg, s->zero_stage, ways);
+    return longest < GRAD_BF16_STAGING_ELEMENTS ? longest : GRAD_BF16_STAGING_ELEMENTS;
+}
+
 static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const PlanSettings *s) {
     size_t P = param_count(cfg), L = cfg->num_layers, f32 = 4, bf = 2;
     int ways = plan_shard_ranks(s);
@@ -342,6 +362,7 @@ static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const Pl
     size_t layer = s->zero_stage == 3 ? unit_slot_elements(cfg, ways, 1) : 0;
     int fp8 = s->dtype == DTYPE_FLOAT8;
     size_t fp8_weights = linear_weights_per_layer(cfg);
+    b[BUF_GRAD_BF16] = grad_bf16_staging_elements(cfg, s) * bf;
     switch (s->zero_stage) {
     case 0:
         b[BUF_PARAMS] = b[BUF_GRADS] = b[BUF_ADAM_M] = b[BUF_ADAM_V] = P * f32;

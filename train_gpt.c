@@ -414,6 +414,8 @@ typedef struct {
     // keeps ZeRO-3's gathered weights through an optimizer step on the GPU, is what it always does).
     const Dist *dist;
     int zero_stage, ways;
+    // --grad_reduce_dtype bfloat16: the gradients summed over the ranks in BF16
+    int grad_reduce_bf16;
     ShardMap shards;     // this rank's place in the layout
     size_t shard_count;  // S
     float *master;       // (S) FP32 master weights this rank updates
@@ -643,6 +645,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     model->fast_accum = opts->fp8_fast_accum;
     model->dist = dist;
     model->zero_stage = opts->zero_stage;
+    model->grad_reduce_bf16 = opts->grad_reduce_dtype == GRAD_REDUCE_BFLOAT16;
     model->shards = shard_map(cfg, opts->zero_stage, dist->group_size, dist->group_rank);
     model->ways = model->shards.ways;
     model->shard_count = shard_size(cfg, opts->zero_stage, dist->group_size);
@@ -1119,7 +1122,10 @@ static void softmax_crossentropy_backward(float *probs, const int *targets, floa
 static void reduce_scatter_unit(GPT *model, int unit) {
     ShardUnit u = shard_map_unit(&model->shards, unit);
     float *full = model->grads + u.start, *shard = model->grad_shard + u.shard;
-    dist_reduce_scatter_unit(model->dist, full, u.size, model->unit_reduced);
+    if (model->grad_reduce_bf16)
+        dist_reduce_scatter_unit_bf16(model->dist, full, u.size, model->unit_reduced);
+    else
+        dist_reduce_scatter_unit(model->dist, full, u.size, model->unit_reduced);
     for (size_t i = 0; i < u.owned; i++) shard[i] += model->unit_reduced[i];
     memset(full, 0, u.size * sizeof(float));
 }
@@ -1134,10 +1140,13 @@ static void unit_gradients_done(GPT *model, int unit) {
 // with several groups (--shard_group_size) each shard is then summed across them, once a step.
 static void reduce_gradients(GPT *model) {
     if (model->dist->world_size == 1) return;
-    if (model->zero_stage == 0) dist_sum_floats(model->dist, model->grads, model->num_params);
+    int bf16 = model->grad_reduce_bf16;
+    if (model->zero_stage == 0)
+        (bf16 ? dist_sum_floats_bf16 : dist_sum_floats)(model->dist, model->grads, model->num_params);
     if (model->zero_stage == 1) reduce_scatter_unit(model, 0);
     if (model->zero_stage != 0)
-        dist_sum_floats_across_groups(model->dist, model->grad_shard, model->shard_count);
+        (bf16 ? dist_sum_floats_across_groups_bf16
+              : dist_sum_floats_across_groups)(model->dist, model->grad_shard, model->shard_count);
 }
 
 // This rank's shard of freshly set full parameters (initialised or loaded).
@@ -1691,9 +1700,15 @@ int main(int argc, char **argv) {
         state.step = step + 1;
         state.guard_count = guard.count;
         double ms = wall_time_ms() - start;
-        StepRecord record = {
-            step + 1,   opts.steps, loss, lr, norm, ms, (double)B * T * accum_steps * world / (ms / 1e3),
-            skip_reason};
+        StepRecord record = {step + 1,
+                             opts.steps,
+                             loss,
+                             lr,
+                             norm,
+                             ms,
+                             (double)B * T * accum_steps * world / (ms / 1e3),
+                             skip_reason,
+                             model_flops_per_token(&model.config, T)};
         log_step(&log, &record);
         if (opts.dtype == DTYPE_FLOAT8) {
             sum_activation_counts(&dist, &model.fp8.stats);

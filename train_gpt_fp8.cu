@@ -98,6 +98,8 @@ typedef struct {
                        // input width
     bf16 *dresidual, *dc, *dqkv, *dfch;
     float *att_delta, *reduce_scratch;
+    bf16 *grads_bf16;        // --grad_reduce_dtype bfloat16: the gradients NCCL sums (gpu/zero.cuh)
+    size_t grads_bf16_elems; // 0: the sums in FP32
     fp8 *cast_fp8, *cast_fp8_t;
     char *attention_workspace; // cuDNN's fused attention runs in it; NULL where the plan holds none (exact)
     // block recipes (memory_plan.h's fp8_block_factor_bytes): the smallest and largest block scale per
@@ -231,6 +233,8 @@ static void gpt_carve(GPT *model, char *memory) {
     model->params = (float *)plan_ptr(model, BUF_PARAMS);
     model->grads = (float *)plan_ptr(model, BUF_GRADS);
     model->grad_shard = (float *)plan_ptr(model, BUF_GRAD_SHARD);
+    model->grads_bf16 = (bf16 *)plan_ptr(model, BUF_GRAD_BF16);
+    model->grads_bf16_elems = model->plan.bytes[BUF_GRAD_BF16] / sizeof(bf16);
     model->m = (float *)plan_ptr(model, BUF_ADAM_M);
     model->v = (float *)plan_ptr(model, BUF_ADAM_V);
     model->params_bf16 = (bf16 *)plan_ptr(model, BUF_PARAMS_BF16);
@@ -1261,6 +1265,23 @@ static void begin_layer_backward(GPT *model, int l) {
                                u.chunk * model->shards.ways * sizeof(float), model->stream));
 }
 
+// The gradients' sums over the ranks of c, on the communication stream: in FP32, or in BF16 through
+// grads_bf16 (--grad_reduce_dtype bfloat16).
+static void sum_gradients(GPT *model, Comm *c, float *buf, size_t n) {
+    if (model->grads_bf16_elems)
+        comm_all_reduce_bf16(c, buf, n, model->grads_bf16, model->grads_bf16_elems, model->comm_stream);
+    else
+        comm_all_reduce(c, buf, n, ncclFloat32, ncclSum, model->comm_stream);
+}
+
+static void reduce_scatter_gradients(GPT *model, float *base, size_t chunk) {
+    if (model->grads_bf16_elems)
+        comm_reduce_scatter_bf16(model->shard_comm, base, chunk, model->grads_bf16, model->grads_bf16_elems,
+                                 model->comm_stream);
+    else
+        comm_reduce_scatter(model->shard_comm, base, chunk, model->comm_stream);
+}
+
 // ZeRO-3, after layer l's backward: its gradient slot reduce-scattered in place and this rank's chunk added
 // into the gradient shard, on the communication stream while the next layer computes.
 static void end_layer_backward(GPT *model, int l) {
@@ -1268,7 +1289,7 @@ static void end_layer_backward(GPT *model, int l) {
     float *slot = model->grads + grad_slot_offset(model, l);
     layer_finished(model, l);
     cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[l % 2], 0));
-    comm_reduce_scatter(model->shard_comm, slot, u.chunk, model->comm_stream);
+    reduce_scatter_gradients(model, slot, u.chunk);
     launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
                        slot + (size_t)model->shards.rank * u.chunk, u.chunk);
     cuda_check(cudaEventRecord(model->grads_free[l % 2], model->comm_stream));
@@ -1279,7 +1300,7 @@ static void end_layer_backward(GPT *model, int l) {
 static void reduce_scatter_global(GPT *model) {
     ShardUnit u = shard_map_unit(&model->shards, 0);
     comm_after_compute(model);
-    comm_reduce_scatter(model->shard_comm, model->grads, u.chunk, model->comm_stream);
+    reduce_scatter_gradients(model, model->grads, u.chunk);
     launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
                        model->grads + (size_t)model->shards.rank * u.chunk, u.chunk);
     compute_after_comm(model);
@@ -1355,15 +1376,14 @@ static void micro_step(GPT *model) {
 static void reduce_gradients(GPT *model) {
     if (model->zero_stage == 0 && model->comm.comm) {
         comm_after_compute(model);
-        comm_all_reduce(&model->comm, model->grads, model->num_params, ncclFloat32, ncclSum,
-                        model->comm_stream);
+        sum_gradients(model, &model->comm, model->grads, model->num_params);
         compute_after_comm(model);
     }
     if (model->zero_stage == 1) {
         ShardUnit u = shard_map_unit(&model->shards, 0);
         if (model->shard_comm->comm) {
             comm_after_compute(model);
-            comm_reduce_scatter(model->shard_comm, model->grads, u.chunk, model->comm_stream);
+            reduce_scatter_gradients(model, model->grads, u.chunk);
             compute_after_comm(model);
         }
         cuda_check(cudaMemcpyAsync(model->grad_shard, model->grads + (size_t)model->shards.rank * u.chunk,
@@ -1371,8 +1391,7 @@ static void reduce_gradients(GPT *model) {
     }
     if (model->zero_stage != 0 && model->replica_comm.comm) { // the groups' shards summed, once a step
         comm_after_compute(model);
-        comm_all_reduce(&model->replica_comm, model->grad_shard, model->shard_floats, ncclFloat32, ncclSum,
-                        model->comm_stream);
+        sum_gradients(model, &model->replica_comm, model->grad_shard, model->shard_floats);
         compute_after_comm(model);
     }
 }
@@ -1899,9 +1918,15 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     run_control_after_step(control, (int)r->stop_votes, r->skipped != SKIP_NONE, &state->consecutive_skips);
     if (debug->step_losses) debug->step_losses[step - debug->first_step] = r->loss;
     const StepParams *p = &model->step_params_host[step % 2];
-    StepRecord record = {
-        step + 1,  opts->steps, r->loss, p->lr, r->grad_norm, ms, clock->tokens_per_step / (ms / 1e3),
-        r->skipped};
+    StepRecord record = {step + 1,
+                         opts->steps,
+                         r->loss,
+                         p->lr,
+                         r->grad_norm,
+                         ms,
+                         clock->tokens_per_step / (ms / 1e3),
+                         r->skipped,
+                         model_flops_per_token(&model->config, model->T)};
     log_step(log, &record);
     if (model->dtype != DTYPE_FLOAT8) return;
     if (fp8_stats_due(opts, step + 1)) {
@@ -1912,10 +1937,15 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     }
 }
 
-// Dense BF16 tensor-core peak of the card, for MFU: H100/H200 SXM (sm_90), B200 (sm_100), L40S (sm_89).
+// Dense BF16 tensor-core peak of the card, for MFU: time_plan.h's data sheets for B200 (sm_100), H100/H200
+// SXM and H100 PCIe (sm_90, told apart by their 132 and 114 SMs) and A100 (sm_80); L40S (sm_89).
 static double bf16_peak_flops(const cudaDeviceProp *props) {
     int sm = props->major * 10 + props->minor;
-    return sm >= 100 ? 2250e12 : sm >= 90 ? H200_BF16_PEAK_FLOPS : sm >= 89 ? 362e12 : 0.0;
+    const GpuSpec *gpu = sm >= 100  ? &GPU_SPECS[GPU_B200]
+                         : sm >= 90 ? &GPU_SPECS[props->multiProcessorCount < 132 ? GPU_H100_PCIE : GPU_H200]
+                         : sm == 80 ? &GPU_SPECS[GPU_A100]
+                                    : NULL;
+    return gpu ? gpu->bf16_tflops * 1e12 : sm >= 89 ? 362e12 : 0.0;
 }
 
 // The GPU of this process: local rank l takes device l of its node.
@@ -2229,12 +2259,15 @@ int main(int argc, char **argv) {
         double ms = clock.timed_ms / clock.timed_steps,
                tokens_per_second = clock.tokens_per_step / (ms / 1e3);
         double peak = bf16_peak_flops(&props) * dist.world_size;
-        double mfu =
-            peak > 0 ? 100.0 * flops_per_token(&cfg, model.num_params, T) * tokens_per_second / peak : 0.0;
+        double mfu = peak > 0 ? 100.0 * model_flops_per_token(&cfg, T) * tokens_per_second / peak : 0.0,
+               hfu = peak > 0 ? 100.0 * hardware_flops_per_token(&cfg, T, opts.recompute) *
+                                    tokens_per_second / peak
+                              : 0.0;
         // every buffer is allocated up front from the plan, so the plan's total is this run's peak
-        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak | peak memory %.2f GiB "
+        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak (6 x (parameters - input "
+               "embeddings) + 6 L C T FLOPs a token), hardware FLOPs %.1f%% | peak memory %.2f GiB "
                "(device in use: %.2f GiB)\n",
-               ms, tokens_per_second, mfu, model.plan.total / 1073741824.0,
+               ms, tokens_per_second, mfu, hfu, model.plan.total / 1073741824.0,
                (total_bytes - free_bytes) / 1073741824.0);
     }
     if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);

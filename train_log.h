@@ -122,7 +122,8 @@ typedef struct {
     float loss, lr, grad_norm;
     double ms;
     double tokens_per_second;
-    int skipped; // SKIP_*: why the guard skipped this step's update (0: applied)
+    int skipped;            // SKIP_*: why the guard skipped this step's update (0: applied)
+    double flops_per_token; // time_plan.h's model_flops_per_token: the field's count, MFU's numerator
 } StepRecord;
 
 // A float as a JSON value: JSON has no NaN or infinity, so a non-finite value is written as null.
@@ -135,8 +136,11 @@ static inline const char *json_float(char *buf, size_t len, float x) {
 }
 
 static inline void log_step(RunLog *log, const StepRecord *r) {
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s", r->step, r->steps, r->loss,
-           r->lr, r->grad_norm, r->ms, r->tokens_per_second);
+    // the log's tokens_per_second times flops_per_token: the step line only, so that runs stay comparable
+    // line by line once their timings are dropped (test_recompute, test_dist_emu)
+    double model_tflops = r->flops_per_token * r->tokens_per_second / 1e12;
+    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | model %.3g TFLOP/s",
+           r->step, r->steps, r->loss, r->lr, r->grad_norm, r->ms, r->tokens_per_second, model_tflops);
     if (r->skipped) printf(" | skipped (%s)", skip_reason_name(r->skipped));
     printf("\n");
     char loss[32], norm[32];

@@ -377,7 +377,8 @@ def main(argv=None):
     if timed_steps:
         ms = timed_ms / timed_steps
         tokens_per_second = B * T * accum / (ms / 1e3)
-        flops = 6.0 * sum(p.numel() for p in params) + 12.0 * cfg["L"] * cfg["C"] * T  # time_plan.h's
+        # time_plan.h's model FLOPs: the tied wte counted once, as the LM head; wpe is a lookup; causal attention
+        flops = 6.0 * (sum(p.numel() for p in params) - model.wpe.numel()) + 6.0 * cfg["L"] * cfg["C"] * T
         hopper = device == "cuda" and torch.cuda.get_device_capability()[0] == 9
         mfu = f"{100 * flops * tokens_per_second / H100_H200_BF16_PEAK_FLOPS:.1f}%" if hopper else "?"
         peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0

@@ -356,17 +356,20 @@ static inline void comm_broadcast(Comm *c, void *buf, size_t count, ncclDataType
     nvtxRangePop();
 }
 
-// base holds world_size chunks of `chunk` floats; afterwards this rank's chunk is the sum over the ranks of
-// theirs (the other chunks are left undefined).
-static inline void comm_reduce_scatter(Comm *c, float *base, size_t chunk, cudaStream_t stream) {
+// base holds world_size chunks of `chunk` elements of elem_bytes each; afterwards this rank's chunk is the
+// sum over the ranks of theirs (the other chunks are left undefined).
+static inline void comm_reduce_scatter_typed(Comm *c, void *base, size_t chunk, ncclDataType_t type,
+                                             size_t elem_bytes, cudaStream_t stream) {
     if (!c->comm) return;
+    char *mine = (char *)base + (size_t)c->rank * chunk * elem_bytes;
     nvtx_push("reduce-scatter %zu", chunk);
     comm_issue(c, "ncclReduceScatter", chunk);
-    comm_settle(
-        c,
-        ncclReduceScatter(base, base + (size_t)c->rank * chunk, chunk, ncclFloat32, ncclSum, c->comm, stream),
-        "ncclReduceScatter");
+    comm_settle(c, ncclReduceScatter(base, mine, chunk, type, ncclSum, c->comm, stream), "ncclReduceScatter");
     nvtxRangePop();
+}
+
+static inline void comm_reduce_scatter(Comm *c, float *base, size_t chunk, cudaStream_t stream) {
+    comm_reduce_scatter_typed(c, base, chunk, ncclFloat32, sizeof(float), stream);
 }
 
 #endif // GPU_NCCL_CUH

@@ -3,7 +3,11 @@
 //  - the amax of every linear weight over the shard (the max over ranks is the exact amax);
 //  - the E4M3 cast of a shard chunk in parameter layout, ready for an in-place all-gather;
 //  - W^T of a gathered FP8 weight (the data-gradient GEMM's operand);
-//  - the accumulation of reduce-scattered gradients into the gradient shard.
+//  - the accumulation of reduce-scattered gradients into the gradient shard;
+//  - --grad_reduce_dtype bfloat16: the gradients' sums in BF16, a piece at a time through the plan's
+//    grads_bf16 (memory_plan.h's grad_bf16_staging_elements): each rank's FP32 values rounded to BF16 (RNE,
+//    as the CPU trainer rounds them), summed by NCCL in BF16, the sum widened back into the FP32 buffer,
+//    where the sums over the micro-steps stay FP32.
 #ifndef GPU_ZERO_CUH
 #define GPU_ZERO_CUH
 
@@ -11,6 +15,7 @@
 #include "../gpt_model.h"
 #include "common.cuh"
 #include "fp8.cuh"
+#include "nccl.cuh"
 
 // Offset of linear `linear`'s weight within one layer's parameters.
 GPT_HD static inline size_t linear_weight_in_layer(const GPTConfig *cfg, int linear) {
@@ -116,6 +121,48 @@ static inline void transpose_bytes(fp8 *out_t, const fp8 *in, int rows, int cols
 __global__ void add_kernel(float *dst, const float *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+// out[r * piece + i] = BF16(in[r * stride + i]) for the `ways` ranks' parts r and i < piece.
+__global__ void gather_bf16_kernel(bf16 *out, const float *in, size_t stride, size_t piece, int ways) {
+    size_t n = piece * ways;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x)
+        out[k] = __float2bfloat16_rn(in[k / piece * stride + k % piece]);
+}
+
+__global__ void widen_bf16_kernel(float *out, const bf16 *in, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __bfloat162float(in[i]);
+}
+
+// buf (n floats) = the sum over the ranks, in BF16, through staging (staging_elems BF16 elements).
+static inline void comm_all_reduce_bf16(Comm *c, float *buf, size_t n, bf16 *staging, size_t staging_elems,
+                                        cudaStream_t stream) {
+    if (!c->comm) return;
+    for (size_t done = 0; done < n; done += staging_elems) {
+        size_t piece = n - done < staging_elems ? n - done : staging_elems;
+        launch<gather_bf16_kernel>({elementwise_blocks(piece), 256, 0, stream}, staging, buf + done, piece,
+                                   piece, 1);
+        comm_all_reduce(c, staging, piece, ncclBfloat16, ncclSum, stream);
+        launch<widen_bf16_kernel>({elementwise_blocks(piece), 256, 0, stream}, buf + done, staging, piece);
+    }
+}
+
+// comm_reduce_scatter in BF16: base holds world_size chunks of `chunk` floats; this rank's chunk becomes the
+// sum, each piece of the chunks gathered into staging as world_size parts.
+static inline void comm_reduce_scatter_bf16(Comm *c, float *base, size_t chunk, bf16 *staging,
+                                            size_t staging_elems, cudaStream_t stream) {
+    if (!c->comm) return;
+    size_t ways = (size_t)c->world_size, most = staging_elems / ways;
+    for (size_t done = 0; done < chunk; done += most) {
+        size_t piece = chunk - done < most ? chunk - done : most;
+        launch<gather_bf16_kernel>({elementwise_blocks(piece * ways), 256, 0, stream}, staging, base + done,
+                                   chunk, piece, c->world_size);
+        comm_reduce_scatter_typed(c, staging, piece, ncclBfloat16, sizeof(bf16), stream);
+        launch<widen_bf16_kernel>({elementwise_blocks(piece), 256, 0, stream},
+                                  base + (size_t)c->rank * chunk + done, staging + (size_t)c->rank * piece,
+                                  piece);
+    }
 }
 
 #endif // GPU_ZERO_CUH

@@ -157,6 +157,15 @@ else log "skipped: the check's budget (${SECONDS} of $budget s used)"; fi
 log "GEMM benchmark"
 if t=$(limit 90); then
     timeout "$t" ./build/bench_gemm 8192 2>&1 | tee "$out/bench_gemm.txt"
+    # the rates --dry_run's time plan takes in place of the data sheet's (--plan_rates): the fastest BF16 and
+    # FP8 GEMMs measured, brought to time_plan.h's asymptote by its K / (K + K0) (K0 256 in BF16, 512 in FP8)
+    awk '$6 == "|" && $3 ~ /^[0-9]+$/ {
+             b = $7 * ($5 + 256) / $5; f = $8 * ($5 + 512) / $5
+             if (b > bf16) bf16 = b; if (f > fp8) fp8 = f }
+         END { if (bf16 > 0) printf "# scripts/gpu_check.sh: build/bench_gemm 8192\ngemm_bf16_tflops %.1f\ngemm_fp8_tflops %.1f\n", bf16, fp8 }' \
+        "$out/bench_gemm.txt" >"$out/plan_rates.txt"
+    [ -s "$out/plan_rates.txt" ] && log "measured GEMM rates for --dry_run --plan_rates $out/plan_rates.txt:" &&
+        cat "$out/plan_rates.txt"
 else log "skipped: the check's budget (${SECONDS} of $budget s used)"; fi
 
 # ZeRO and recompute. One process: every stage with ways = 1 computes the same numbers as ZeRO-0 in the

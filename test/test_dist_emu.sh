@@ -24,6 +24,10 @@
 #     the same bounds, and their bytes per step = the plan's (with the all-reduce across the groups);
 #   - Llama: 2 processes, ZeRO-1 and ZeRO-3, float8, train_emu = train_cpu within the same bounds, and the
 #     bytes per step = the plan's (float8 ZeRO-3 with accumulation, bfloat16 ZeRO-1).
+#   - --grad_reduce_dtype bfloat16 (the gradients summed in BF16): 2 processes ZeRO-3 and 4 in shard groups
+#     ZeRO-1, train_emu = train_cpu within the same bounds; with 2 processes ZeRO 0, 1 and 3 bit-identical
+#     (bf16(bf16(x0) + bf16(x1)) is order-independent too); the bytes per step = the plan's (ZeRO 0, 1
+#     across shard groups, and 3).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -95,6 +99,25 @@ for zero in 1 3; do
     result $status "train_emu = train_cpu, 2 processes, ZeRO-$zero, float8, Llama"
 done
 
+# --grad_reduce_dtype bfloat16: each rank's gradients and the running sum rounded to BF16 (dist.h's order is
+# the emulated NCCL's); the micro-steps' sums stay FP32
+for case in "2 3 0" "4 1 2"; do
+    read -r np zero group <<<"$case"
+    status=0
+    emu_vs_cpu "bf16sum_np${np}_z$zero" "cpu32_np$np" "$np" --zero_stage "$zero" --shard_group_size "$group" \
+        --grad_reduce_dtype bfloat16 || status=$?
+    result $status "train_emu = train_cpu, $np processes, ZeRO-$zero, shard groups of ${group/#0/all}, gradients summed in BF16"
+done
+for zero in 0 1; do
+    run "emu_bf16sum_np2_z$zero" ./train_emu 2 --dtype float8 --zero_stage $zero --grad_reduce_dtype bfloat16 ||
+        echo "     the ZeRO-$zero run failed: $(tail -n 2 "$TMP/emu_bf16sum_np2_z$zero.out")"
+done
+status=0
+cmp -s "$(model emu_bf16sum_np2_z0)" "$(model emu_bf16sum_np2_z1)" &&
+    cmp -s "$(model emu_bf16sum_np2_z0)" "$(model emu_bf16sum_np2_z3)" || status=1
+! cmp -s "$(model emu_bf16sum_np2_z3)" "$(model emu_np2_z3)" || status=1
+result $status "train_emu, 2 processes, gradients summed in BF16: ZeRO 0, 1 and 3 bit-identical, and not FP32's"
+
 status=0 # the emulated run of 2 processes against the reference of 4 (twice the global batch): must fail
 "$PY" test/compare_runs.py --ref "$TMP/cpu_np4_z1.jsonl" "$(model cpu_np4_z1)" --run "$TMP/emu_np2_z1.jsonl" \
     "$(model emu_np2_z1)" --float32 "$TMP/cpu32_np4.jsonl" "$(model cpu32_np4)" --dtype float8 --rows 512 --lr $LR \
@@ -138,10 +161,11 @@ step_bytes() { # REPORT KIND: the total of KIND in the step range
 layers4=(--layers 4) # layers 2 and 3 are gathered in each pass (0 and 1 stay in their slots)
 for config in "bfloat16 0 0 2 0 0" "float8 1 0 2 0 0" "float8 3 0 2 0 0" "bfloat16 3 512 2 0 0" \
     "float8 3 512 2 0 0" "float8 3 1024 4 2 0" "bfloat16 1 0 4 2 0" "float8 3 512 2 0 1" "bfloat16 3 1024 4 2 1" \
-    "float8 3 512 2 0 0 llama" "bfloat16 1 0 2 0 0 llama"; do
-    read -r dtype zero total np group keep arch <<<"$config"
+    "float8 3 512 2 0 0 llama" "bfloat16 1 0 2 0 0 llama" "bfloat16 0 0 2 0 0 gpt2 bfloat16" \
+    "float8 3 512 2 0 0 gpt2 bfloat16" "bfloat16 1 0 4 2 0 gpt2 bfloat16"; do
+    read -r dtype zero total np group keep arch grad <<<"$config"
     flags=(--dtype "$dtype" --zero_stage "$zero" --total_batch_size "$total" --shard_group_size "$group"
-           --keep_gathered "$keep" --arch "${arch:-gpt2}" "${layers4[@]}")
+           --keep_gathered "$keep" --arch "${arch:-gpt2}" --grad_reduce_dtype "${grad:-float32}" "${layers4[@]}")
     for steps in 1 3; do
         rm -f "$TMP/bytes_$steps"_*.txt
         mapfile -d '' args < <(merge_flags "${COMMON[@]}" -- "${flags[@]}" --steps $steps --output_dir "")
@@ -162,7 +186,7 @@ for config in "bfloat16 0 0 2 0 0" "float8 1 0 2 0 0" "float8 3 0 2 0 0" "bfloat
         planned+="$kind$(printf " %s" $(seq "$np" | sed "s/.*/$plan/")); "
     done
     [ "$counted" = "$planned" ]
-    result $? "${arch:-gpt2} $dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep: bytes per step, counted on each rank = planned: $counted"
+    result $? "${arch:-gpt2} $dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep, --grad_reduce_dtype ${grad:-float32}: bytes per step, counted on each rank = planned: $counted"
 done
 
 # float8 with ZeRO-1/3 gathers only the BF16 tensors a float8 pass reads (the FP8 weights beside them); the

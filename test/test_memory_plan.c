@@ -62,7 +62,7 @@ static int fp8_shapes_status(const GPTConfig *cfg, int B, int T) {
 // ZeRO and recompute. Expectations come from what each configuration must hold, argued in the comments.
 
 static MemoryPlan plan_of(const GPTConfig *cfg, int dtype, int B, int T, int world, int zero, int recompute) {
-    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0, 0};
+    PlanSettings s = {dtype, B, T, 16, world, zero, recompute, 0, 0, 0, 0, 0};
     MemoryPlan plan;
     memory_plan_compute(&plan, cfg, &s);
     char label[160];
@@ -182,7 +182,7 @@ static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
         expect(f8 >= 2 * (12 * C * C) * 2 && f8 < 2 * (Lp + SHARD_ALIGN * world + 256) + 2 * 12 * C * C,
                "%s ZeRO-3 W=%d float8: FP8 weights and transposes of 2 layers", name, world);
         // --keep_gathered: a weight slot for each of the L layers, the gradients' two slots unchanged
-        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1, 0};
+        PlanSettings keep_settings = {DTYPE_FLOAT8, 2, 64, 16, world, 3, 0, 0, 0, 1, 0, 0};
         MemoryPlan keep;
         memory_plan_compute(&keep, cfg, &keep_settings);
         check_layout(&keep, "keep_gathered");
@@ -304,7 +304,7 @@ static void test_float8_smaller(void) {
 #define LLAMA70_N ((size_t)8 * 4096)
 
 static PlanSettings llama70_settings(int dtype, int recompute, int B, int shard_group) {
-    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0, 0};
+    PlanSettings s = {dtype, B, 4096, 16, 32, 3, recompute, FP8_RECIPE_DELAYED, shard_group, 0, 0, 0};
     return s;
 }
 
@@ -400,12 +400,17 @@ static void test_llama2_70b_memory(void) {
            state8 / 1e9);
 }
 
-// The time plan of the same runs at the default rates (cli.h: BF16 GEMMs 643, FP8 1088, attention 396
-// TFLOP/s), worked out from the shapes; relative tolerance 1e-9: far above the rounding of a few products
-// of doubles in another order (~1e-15), far below what any term left out or miscounted would change (the
-// smallest, the final RMSNorm's 8192 weights, is 1e-7 of the parameters).
-//   GEMMs: 6 FLOPs a weight and token; the block linears (855,638,016 a layer) once more with recompute
-//   (4/3), in the run's dtype; the LM head 32000 x 8192 in BF16.
+// The time plan of the same runs at the default rates (the H200's data sheet, time_plan.h's efficiencies:
+// BF16 GEMMs up to 0.67 x 989.4, FP8 up to 0.55 x 1978.9 TFLOP/s, attention 0.40 x 989.4), worked out from
+// the shapes; relative tolerance 1e-9: far above the rounding of a few products of doubles in another order
+// (~1e-15), far below what any term left out or miscounted would change (the smallest, the final RMSNorm's
+// 8192 weights, is 1e-7 of the parameters).
+//   GEMMs, each by its shape: an (M x K) . (K x N) GEMM fills ceil(M/128) ceil(N/256) tiles of 128 x 256 in
+//   waves of the H200's 132 SMs, reaching M N / (waves x 132 x 128 x 256) of its rate where the tiles leave
+//   SMs or rows idle, and K / (K + K0) of it (K0 = 256 in BF16, 512 in FP8). A micro-step of N = 32768 tokens
+//   runs, per layer, each linear's forward (N, OC, IC), twice with recompute, its data gradient (N, IC, OC)
+//   and weight gradient (OC, IC, N), for qkv (10240, 8192), attproj (8192, 8192), fc's up and gate (57344,
+//   8192) and fcproj (8192, 28672), in the run's dtype; the LM head (32000, 8192) the same three in BF16.
 //   Attention: the forward's QK^T and PV over 64 query heads of 128 (GQA shares keys and values, not
 //   FLOPs), 2 x 2 x T x C / 2 (causal) a token and layer, times 3.5 for forward and backward, plus 1 for
 //   the recompute.
@@ -416,14 +421,31 @@ static void test_llama2_70b_memory(void) {
 //   that in bfloat16, plus 2 G; float8 broadcasts the RMSNorm weights of those 158 layer gathers, 2 x 2C
 //   bytes each. All-reduces: the loss (4 bytes) and the squared gradient norm (8); float8 also the amaxes
 //   and the casts' counters of 3 tensors a linear, 4 + 16 bytes each.
+static double shape_ms(double M, double N, double K, double tflops, double k0) {
+    double tiles = ceil(M / 128) * ceil(N / 256), filled = M * N / (ceil(tiles / 132) * 132 * 128 * 256);
+    return 2 * M * N * K / (tflops * 1e9 * filled * K / (K + k0));
+}
+
+static double llama70_gemm_ms(int f8) {
+    const double linears[4][2] = {{10240, 8192}, {8192, 8192}, {57344, 8192}, {8192, 28672}};
+    double N = (double)LLAMA70_N, rate = f8 ? 0.55 * 1978.9 : 0.67 * 989.4, k0 = f8 ? 512 : 256, ms = 0;
+    for (int i = 0; i < 4; i++) {
+        double OC = linears[i][0], IC = linears[i][1];
+        ms +=
+            2 * shape_ms(N, OC, IC, rate, k0) + shape_ms(N, IC, OC, rate, k0) + shape_ms(OC, IC, N, rate, k0);
+    }
+    double bf16 = 0.67 * 989.4;
+    return 80 * ms + shape_ms(N, 32000, 8192, bf16, 256) + shape_ms(N, 8192, 32000, bf16, 256) +
+           shape_ms(32000, 8192, N, bf16, 256);
+}
+
 static void test_llama2_70b_time(void) {
     GPTConfig cfg = preset_config("llama2-70B", 0);
     TrainOptions opts;
     options_defaults(&opts);
     PlanRates rates = plan_rates_from_options(&opts, 32);
     double N = (double)LLAMA70_N, Lu = (double)LLAMA70_LAYER, G = (double)LLAMA70_GLOBAL;
-    double head_ms = 6.0 * 32000 * 8192 * N / 643e12 * 1e3;
-    double attention_ms = 2 * 2 * 4096.0 * 8192 / 2 * N * 80 * 4.5 / 396e12 * 1e3;
+    double attention_ms = 2 * 2 * 4096.0 * 8192 / 2 * N * 80 * 4.5 / (0.40 * 989.4e12) * 1e3;
     // The memory-bound kernels' bytes a token and layer (BF16, 2 bytes an element), kernel by kernel as
     // time_plan.h describes them, tallied here for Llama's widths. Forward: the two RMSNorms and the residual
     // 6C, SwiGLU reading up and gate and writing its output 3F, RoPE reading and writing the 64 + 8 query and
@@ -444,11 +466,11 @@ static void test_llama2_70b_time(void) {
         int f8 = dtype == DTYPE_FLOAT8;
         PlanSettings s = llama70_settings(dtype, 1, 8, 0);
         TimePlan t = time_plan(&cfg, &s, 1, &rates);
-        double block_ms = 6.0 * LLAMA70_LINEARS * 80 * N * 4 / 3 / (f8 ? 1088e12 : 643e12) * 1e3;
-        expect(fabs(t.gemm_ms - block_ms - head_ms) < 1e-9 * t.gemm_ms &&
+        double gemm_ms = llama70_gemm_ms(f8);
+        expect(fabs(t.gemm_ms - gemm_ms) < 1e-9 * t.gemm_ms &&
                    fabs(t.attention_ms - attention_ms) < 1e-9 * attention_ms,
                "llama2-70B %s: GEMMs %.1f ms (%.1f expected), attention %.1f ms (%.1f)", dtype_name(dtype),
-               t.gemm_ms, block_ms + head_ms, t.attention_ms, attention_ms);
+               t.gemm_ms, gemm_ms, t.attention_ms, attention_ms);
         const double *c = t.collectives.payload;
         expect(c[COLL_REDUCE_SCATTER] == 80 * 4 * Lu + 4 * G &&
                    c[COLL_ALL_GATHER] == 158 * (f8 ? 1 : 2) * Lu + 2 * G &&
@@ -471,6 +493,51 @@ static void test_llama2_70b_time(void) {
     expect(step_ms[1] < step_ms[0],
            "llama2-70B: float8 plans a shorter step (%.0f ms) than bfloat16 (%.0f ms)", step_ms[1],
            step_ms[0]);
+}
+
+// --grad_reduce_dtype bfloat16: the BF16 buffer NCCL sums the gradients in holds the longest buffer a step
+// sums over the ranks, up to 2^25 elements (64 MiB), and nothing in FP32 or on one process: 124M's 124.5e6
+// parameters with ZeRO-0 over 8 ranks fill the 2^25; d2 with ZeRO-3 over 2 ranks holds its longest unit, a
+// layer's 12 C^2 + 13 C = 49,984 elements padded to whole 64-element blocks a rank, 2 x 25,024 = 50,048 (over
+// the global unit's wte, wpe and final LayerNorm, 2 x 256 x 64 + 2 x 64 = 32,896; no shard groups, so no sum
+// of the shards across them). The
+// collectives' payload: llama2-70B's reduce-scatters (80 layers' 4 Lu bytes and the global unit's 4 G in
+// FP32) move half the bytes in BF16, and nothing else changes.
+static void test_grad_bf16(void) {
+    GPTConfig gpt124 = preset_config("124M", GPT2_VOCAB_SIZE), d2 = preset_config("d2", 256);
+    PlanSettings s = {DTYPE_BFLOAT16, 16, 1024, 16, 8, 0, 0, 0, 0, 0, 0, 1};
+    MemoryPlan with, without;
+    memory_plan_compute(&with, &gpt124, &s);
+    s.grad_bf16 = 0;
+    memory_plan_compute(&without, &gpt124, &s);
+    expect(param_count(&gpt124) > ((size_t)1 << 25) && with.bytes[BUF_GRAD_BF16] == (size_t)2 << 25 &&
+               with.total == without.total + ((size_t)2 << 25) && without.bytes[BUF_GRAD_BF16] == 0,
+           "124M ZeRO-0 over 8 ranks: grads_bf16 %zu bytes (2^25 BF16 elements), none in FP32",
+           with.bytes[BUF_GRAD_BF16]);
+    s.grad_bf16 = 1, s.world_size = 1;
+    memory_plan_compute(&with, &gpt124, &s);
+    expect(with.bytes[BUF_GRAD_BF16] == 0, "one process: no grads_bf16 (%zu bytes)",
+           with.bytes[BUF_GRAD_BF16]);
+    PlanSettings z3 = {DTYPE_FLOAT8, 4, 64, 16, 2, 3, 0, 0, 0, 0, 0, 1};
+    memory_plan_compute(&with, &d2, &z3);
+    expect(param_global_size(&d2) == 2 * 256 * 64 + 2 * 64 &&
+               param_layer_size(&d2) == 12 * 64 * 64 + 13 * 64 && with.bytes[BUF_GRAD_BF16] == 2 * 50048,
+           "d2 ZeRO-3 over 2 ranks: grads_bf16 %zu bytes, a padded layer's 50,048 elements in BF16",
+           with.bytes[BUF_GRAD_BF16]);
+    GPTConfig cfg = preset_config("llama2-70B", 0);
+    TrainOptions opts;
+    options_defaults(&opts);
+    PlanRates rates = plan_rates_from_options(&opts, 32);
+    PlanSettings f = llama70_settings(DTYPE_FLOAT8, 1, 8, 0), b = f;
+    b.grad_bf16 = 1;
+    StepCollectives cf = step_collectives(&cfg, &f, 1, &rates), cb = step_collectives(&cfg, &b, 1, &rates);
+    double Lu = (double)LLAMA70_LAYER, G = (double)LLAMA70_GLOBAL;
+    expect(cf.payload[COLL_REDUCE_SCATTER] == 80 * 4 * Lu + 4 * G &&
+               cb.payload[COLL_REDUCE_SCATTER] == 80 * 2 * Lu + 2 * G &&
+               cb.payload[COLL_ALL_GATHER] == cf.payload[COLL_ALL_GATHER] &&
+               cb.payload[COLL_ALL_REDUCE] == cf.payload[COLL_ALL_REDUCE],
+           "llama2-70B ZeRO-3 float8: reduce-scatters %.0f bytes in BF16, %.0f in FP32, the rest the same",
+           cb.payload[COLL_REDUCE_SCATTER], cf.payload[COLL_REDUCE_SCATTER]);
 }
 
 // ----------------------------------------------------------------------------
@@ -619,14 +686,14 @@ static void test_attention_workspace(void) {
 static void test_suggestion_searches(void) {
     GPTConfig g7 = preset_config("7B", GPT2_VOCAB_SIZE), g70 = preset_config("70B", GPT2_VOCAB_SIZE);
     double gpu = 141e9;
-    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0, 0};
+    PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0, 0, 0};
     int b = dry_run_largest_batch(&g7, s, gpu);
     PlanSettings fit = s, over = s;
     fit.B = b;
     over.B = b + 1;
     expect(b >= 1 && b < 8 && dry_run_fits(&g7, &fit, gpu) && !dry_run_fits(&g7, &over, gpu),
            "7B bfloat16 B=8: largest batch that fits is %d", b);
-    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0, 0};
+    PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0, 0, 0};
     int w = dry_run_smallest_world(&g70, t, 1, gpu);
     PlanSettings at = t, half = t;
     at.world_size = w;
@@ -670,8 +737,8 @@ int main(void) {
     GPTConfig small = preset_config("d2", 256), gpt124 = preset_config("124M", 50257);
     MemoryPlan bf, f8;
     int B = 4, T = 64;
-    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0, 0});
-    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&bf, &small, &(PlanSettings){DTYPE_BFLOAT16, B, T, 16, 1, 0, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8, &small, &(PlanSettings){DTYPE_FLOAT8, B, T, 16, 1, 0, 0, 0, 0, 0, 0, 0});
     check_layout(&bf, "d2 bfloat16");
     check_layout(&f8, "d2 float8");
     size_t P = param_count(&small), L = small.num_layers, C = small.channels, N = (size_t)B * T;
@@ -693,8 +760,9 @@ int main(void) {
           "scale), 3 per weight, two 64-bit counters for each");
     // At 124M and a realistic batch, float8 must need less memory than bfloat16 for the activations.
     MemoryPlan bf124, f8124;
-    memory_plan_compute(&bf124, &gpt124, &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0});
-    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&bf124, &gpt124,
+                        &(PlanSettings){DTYPE_BFLOAT16, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0, 0});
+    memory_plan_compute(&f8124, &gpt124, &(PlanSettings){DTYPE_FLOAT8, 16, 1024, 16, 1, 0, 0, 0, 0, 0, 0, 0});
     check_layout(&f8124, "124M float8");
     check(f8124.total < bf124.total, "124M B=16 T=1024: float8 plans less memory than bfloat16");
     check(param_count(&gpt124) * 4 == bf124.bytes[BUF_PARAMS], "124M parameters");
@@ -729,6 +797,7 @@ int main(void) {
     test_float8_smaller();
     test_llama2_70b_memory();
     test_llama2_70b_time();
+    test_grad_bf16();
     test_suggestion_searches();
     test_report_verdicts();
     test_report_validation();
