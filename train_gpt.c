@@ -1623,6 +1623,9 @@ int main(int argc, char **argv) {
     gemm_check_kernels();
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
+    // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
+    if (resume_validation(&opts, (long)state.step, have_val))
+        log_val(&log, (int)state.step, evaluate(&model, &val_loader, opts.val_batches));
     if (opts.eval_only) {
         model.dtype = DTYPE_BFLOAT16;
         float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);

@@ -2164,6 +2164,9 @@ int main(int argc, char **argv) {
         model.plan.total / 1073741824.0, model.attention.description);
     RunLog log;
     run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
+    // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
+    if (resume_validation(&opts, (long)state.step, have_val))
+        log_val(&log, (int)state.step, evaluate(&model, &val_loader, opts.val_batches));
     if (opts.eval_only) {
         begin_bf16_pass(&model);
         float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);

@@ -78,7 +78,9 @@ __attribute__((format(printf, 2, 3))) static inline void run_log_record(RunLog *
 }
 
 // Opens the JSON-lines log. A resumed run (resume_step > 0) keeps the records up to its checkpoint and
-// drops those of steps after it, which the resumed run is about to redo, so the log reads as one run.
+// drops those it is about to redo, so the log reads as one run: the steps after the checkpoint, and the
+// validation at its step, which runs after the checkpoint is written (a run killed between the two has
+// none) and which a resumed run therefore redoes first (resume_validation).
 // The kept records go to a temp file that replaces the log only once written in full (atomic_commit), so
 // a full disk during the rewrite leaves the log as it was.
 static inline void run_log_open(RunLog *log, const char *path, long resume_step) {
@@ -96,13 +98,20 @@ static inline void run_log_open(RunLog *log, const char *path, long resume_step)
     char line[4096];
     while (fgets(line, sizeof(line), old)) {
         const char *step = strstr(line, "\"step\":");
-        if ((!step || strtol(step + 7, NULL, 10) <= resume_step) && fputs(line, kept) == EOF)
+        long at = step ? strtol(step + 7, NULL, 10) : 0;
+        int redone = at > resume_step || (at == resume_step && strstr(line, "\"type\":\"val\""));
+        if (!redone && fputs(line, kept) == EOF)
             fail("--log_file: %s: a write failed (disk full?): %s; %s is left as it was", tmp,
                  strerror(errno), path);
     }
     fclose(old);
     atomic_commit(kept, tmp, path);
     log->jsonl = fopen_check(path, "ab");
+}
+
+// Whether a resumed run starts with the validation of its checkpoint's step (see run_log_open).
+static inline int resume_validation(const TrainOptions *opts, long resume_step, int have_val) {
+    return opts->resume && resume_step > 0 && have_val && is_due((int)resume_step, opts->val_every, 0);
 }
 
 static inline void run_log_close(RunLog *log) {
