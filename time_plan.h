@@ -299,7 +299,7 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
     CollectiveLink world, group, across;
     plan_links(s, r, &world, &group, &across);
     size_t global = param_global_size(cfg), layer = param_layer_size(cfg), P = param_count(cfg);
-    add_collectives(&c, COLL_ALL_REDUCE, 1, 4, 0, &world); // the loss
+    add_collectives(&c, COLL_ALL_REDUCE, 1, 8, 0, &world); // the loss and the votes to stop (run_control.h)
     if (s->zero_stage != 0)
         add_collectives(&c, COLL_ALL_REDUCE, 1, 8, 0, &group); // the squared gradient norm
     if (fp8) { // amaxes; the casts' saturated and flushed counts (two 8-byte counters per tensor)

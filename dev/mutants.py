@@ -22,6 +22,14 @@ import time
 # name, file, the exact text (it must occur exactly `count` times; the first occurrence changes), the bug,
 # the targets that should catch it
 MUTANTS = [
+    ("stop votes not summed over the ranks", "train_gpt_fp8.cu",
+     "&model->step_results->loss_sum, 2, ncclFloat32", 1, "&model->step_results->loss_sum, 1, ncclFloat32",
+     ["test_preempt"]),
+    ("stop vote not written beside the loss sum", "gpu/fp8.cuh",
+     "    results->stop_votes = (float)params->stop_vote;", 1, "    (void)params, results->stop_votes = 0.0f;",
+     ["test_preempt"]),
+    ("skipped spikes kept out of the guard's window", "gpu/fp8.cuh",
+     "    if (results->skipped != SKIP_NONFINITE)\n", 1, "    if (!results->skipped)\n", ["test_preempt"]),
     ("block_max: barrier after the partials", "gpu/layers.cuh",
      "    if (lane == 0) red[warp] = v;\n    __syncthreads();\n    v = warp_max(", 1,
      "    if (lane == 0) red[warp] = v;\n    v = warp_max(", ["test_racecheck"]),

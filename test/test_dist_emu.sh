@@ -185,8 +185,8 @@ for config in "bfloat16 0 0 2 0 0" "float8 1 0 2 0 0" "float8 3 0 2 0 0" "bfloat
         plan=$(sed -n "s/^plan_step_ms .* plan_${kind}_bytes \([0-9]*\).*/\1/p" "$TMP/bytes_plan.out")
         planned+="$kind$(printf " %s" $(seq "$np" | sed "s/.*/$plan/")); "
     done
-    [ "$counted" = "$planned" ]
-    result $? "${arch:-gpt2} $dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep, --grad_reduce_dtype ${grad:-float32}: bytes per step, counted on each rank = planned: $counted"
+    [ "$counted" = "$planned" ] && verdict=0 || verdict=1 # not `result $?`: set -e would end the script here
+    result $verdict "${arch:-gpt2} $dtype, ZeRO-$zero, --total_batch_size $total, $np processes, --shard_group_size $group, --keep_gathered $keep, --grad_reduce_dtype ${grad:-float32}: bytes per step, counted on each rank = planned: $counted"
 done
 
 # float8 with ZeRO-1/3 gathers only the BF16 tensors a float8 pass reads (the FP8 weights beside them); the

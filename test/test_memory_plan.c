@@ -419,7 +419,7 @@ static void test_llama2_70b_memory(void) {
 //   that stay gathered after the update gathered in the forward and again in the backward (156), and the
 //   update gathers G in BF16 and layers 0 and 1: all-gathered (156 + 2) Lu bytes in float8 (FP8), twice
 //   that in bfloat16, plus 2 G; float8 broadcasts the RMSNorm weights of those 158 layer gathers, 2 x 2C
-//   bytes each. All-reduces: the loss (4 bytes) and the squared gradient norm (8); float8 also the amaxes
+//   bytes each. All-reduces: the loss and the votes to stop (8 bytes) and the squared gradient norm (8); float8 also the amaxes
 //   and the casts' counters of 3 tensors a linear, 4 + 16 bytes each.
 static double shape_ms(double M, double N, double K, double tflops, double k0) {
     double tiles = ceil(M / 128) * ceil(N / 256), filled = M * N / (ceil(tiles / 132) * 132 * 128 * 256);
@@ -475,7 +475,7 @@ static void test_llama2_70b_time(void) {
         expect(c[COLL_REDUCE_SCATTER] == 80 * 4 * Lu + 4 * G &&
                    c[COLL_ALL_GATHER] == 158 * (f8 ? 1 : 2) * Lu + 2 * G &&
                    c[COLL_BROADCAST] == (f8 ? 158 * 2 * 2 * 8192.0 : 0) &&
-                   c[COLL_ALL_REDUCE] == 12 + (f8 ? 20.0 * 3 * 4 * 80 : 0),
+                   c[COLL_ALL_REDUCE] == 16 + (f8 ? 20.0 * 3 * 4 * 80 : 0),
                "llama2-70B %s: collectives' payloads reduce-scatter %.0f, all-gather %.0f, broadcast %.0f, "
                "all-reduce %.0f bytes",
                dtype_name(dtype), c[COLL_REDUCE_SCATTER], c[COLL_ALL_GATHER], c[COLL_BROADCAST],

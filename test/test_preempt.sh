@@ -176,7 +176,8 @@ for bin in ./train_cpu ./train_emu; do
         local args
         mapfile -d '' args < <(merge_flags "${base[@]}" -- "$@")
         status=0
-        "${MPIRUN[@]}" -np 2 "$bin" "${args[@]}" --zero_stage 1 --output_dir "$TMP/${tag}_$name" \
+        # ranks that stopped at different steps would wait on each other: --nccl_timeout_s bounds it
+        "${MPIRUN[@]}" -np 2 "$bin" "${args[@]}" --zero_stage 1 --nccl_timeout_s 30 --output_dir "$TMP/${tag}_$name" \
             --log_file "$TMP/${tag}_$name.jsonl" >>"$TMP/${tag}_$name.out" 2>&1 || status=$?
     }
     mpi straight2 --steps 12
