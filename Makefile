@@ -32,8 +32,7 @@ ifneq ($(MPI_LINK),)
   MPI_LIBS := $(MPI_LINK)
 endif
 
-HEADERS := common.h fp8_scaling.h gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h run_files.h debug_state.h \
-           sampling.h health.h dist.h memory_plan.h dry_run.h time_plan.h run_control.h
+HEADERS := $(wildcard core/*.h)
 
 .PHONY: all train_cpu demo test test_cpu clean check_blas
 all: train_cpu
@@ -86,7 +85,7 @@ test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 test_compare_debug_state: train_cpu test/build/train_cpu_noblas test/build/compare_debug_state
 	DATA="$(DATA)" bash test/test_compare_debug_state.sh
 
-test/build/test_memory_plan: test/test_memory_plan.c test/test_util.h memory_plan.h $(HEADERS)
+test/build/test_memory_plan: test/test_memory_plan.c test/test_util.h core/memory_plan.h $(HEADERS)
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_memory_plan.c $(LDLIBS)
 
@@ -180,14 +179,14 @@ GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layers.c
                gpu/nccl.cuh gpu/zero.cuh
 
 .PHONY: train test_gpu compile_gpu
-build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h gpu/common.cuh common.h
+build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h gpu/common.cuh core/common.h
 	mkdir -p build
 	$(NVCC) -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror $(CUDNN_FLAGS) -c gpu/attention_cudnn.cpp -o $@
 
 # The fast attention's graphs against cudnn-frontend's support rules, without a GPU (test/test_cudnn_graphs.cpp)
 .PHONY: test_cudnn_graphs
 ifeq ($(USE_CUDNN),1)
-test/build/test_cudnn_graphs: test/test_cudnn_graphs.cpp test/test_util.h gpu/attention_cudnn.h gpt_model.h $(CUDNN_OBJ)
+test/build/test_cudnn_graphs: test/test_cudnn_graphs.cpp test/test_util.h gpu/attention_cudnn.h core/gpt_model.h $(CUDNN_OBJ)
 	mkdir -p test/build
 	$(NVCC) -O1 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I. -o $@ test/test_cudnn_graphs.cpp $(CUDNN_LIBS)
 # and again as cuDNN 9.17 (test/cudnn_version_shim.c answers cudnnGetVersion): Blackwell's deterministic
@@ -208,11 +207,11 @@ train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ)
 
 # The first-contact checks (test/first_contact.cu; scripts/first_contact.sh runs them): every GEMM form, cuDNN's
 # plans and an NCCL communicator against CPU references, the first stage of scripts/gpu_check.sh.
-build/first_contact: test/first_contact.cu $(GPU_HEADERS) fp8_scaling.h memory_plan.h $(CUDNN_OBJ)
+build/first_contact: test/first_contact.cu $(GPU_HEADERS) core/fp8_scaling.h core/memory_plan.h $(CUDNN_OBJ)
 	mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ test/first_contact.cu $(CUDA_LIBS) $(CUDNN_LIBS)
 
-build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) fp8_scaling.h gpt_model.h
+build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) core/fp8_scaling.h core/gpt_model.h
 	mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ dev/bench_gemm.cu $(CUDA_LIBS)
 
@@ -221,7 +220,7 @@ include test/plan_bounds_test.mk
 include emu/emu.mk
 include test/emu_test.mk
 
-test/build/compare_debug_state: test/compare_debug_state.c debug_state.h checkpoint.h gpt_model.h
+test/build/compare_debug_state: test/compare_debug_state.c core/debug_state.h core/checkpoint.h core/gpt_model.h
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/compare_debug_state.c $(LDLIBS)
 

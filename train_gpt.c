@@ -29,21 +29,21 @@
 #include <cblas.h>
 #endif
 
-#include "checkpoint.h"
-#include "cli.h"
-#include "common.h"
-#include "dataloader.h"
-#include "debug_state.h"
-#include "dist.h"
-#include "dry_run.h"
-#include "fp8_scaling.h"
-#include "gpt_model.h"
-#include "health.h"
-#include "run_control.h"
-#include "run_files.h"
-#include "sampling.h"
-#include "tokenizer.h"
-#include "train_log.h"
+#include "core/checkpoint.h"
+#include "core/cli.h"
+#include "core/common.h"
+#include "core/dataloader.h"
+#include "core/debug_state.h"
+#include "core/dist.h"
+#include "core/dry_run.h"
+#include "core/fp8_scaling.h"
+#include "core/gpt_model.h"
+#include "core/health.h"
+#include "core/run_control.h"
+#include "core/run_files.h"
+#include "core/sampling.h"
+#include "core/tokenizer.h"
+#include "core/train_log.h"
 
 // ----------------------------------------------------------------------------
 // Precision emulation

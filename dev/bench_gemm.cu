@@ -15,7 +15,7 @@
 #include "../gpu/common.cuh"
 #include "../gpu/fp8.cuh"
 #include "../gpu/gemm.cuh"
-#include "../memory_plan.h"
+#include "../core/memory_plan.h"
 
 typedef struct {
     const char *model;

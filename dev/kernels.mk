@@ -9,8 +9,8 @@ NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werr
 
 # train_gpt.c is the oracle the benchmark includes; the other headers are what it and the kernels include.
 BENCH_KERNELS_DEPS := dev/bench_kernels.cu gpu/layers.cuh gpu/gelu.cuh gpu/attention.cuh gpu/attention_cudnn.h gpu/fp8.cuh gpu/common.cuh \
-    health.h train_gpt.c common.h fp8_scaling.h \
-    gpt_model.h cli.h dataloader.h tokenizer.h checkpoint.h train_log.h
+    core/health.h train_gpt.c core/common.h core/fp8_scaling.h \
+    core/gpt_model.h core/cli.h core/dataloader.h core/tokenizer.h core/checkpoint.h core/train_log.h
 
 build/bench_kernels: $(BENCH_KERNELS_DEPS) $(CUDNN_OBJ)
 	mkdir -p build

@@ -74,7 +74,7 @@ def die(msg):
 
 def cli_defaults():
     """{flag: default string} from cli.h's option table ({"name", OPT_..., OPT_AT(field), "default", ...})."""
-    path = os.path.join(ROOT, "cli.h")
+    path = os.path.join(ROOT, "core", "cli.h")
     try:
         text = open(path).read()
     except OSError as e:

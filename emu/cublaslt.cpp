@@ -76,7 +76,7 @@
 #include "cublasLt.h"
 #include "cuda_bf16.h"
 #include "emu.h"
-#include "fp8_scaling.h" // the model of Hopper's FP8 accumulation: one definition with the CPU trainer's
+#include "../core/fp8_scaling.h" // the model of Hopper's FP8 accumulation: one definition with the CPU trainer's
 #include "gpu/gelu.cuh"  // the trainer's GELU: one definition
 
 struct cublasLtContext {

@@ -30,7 +30,7 @@
 #include <type_traits>
 
 #include "attention_cudnn.h"
-#include "cli.h" // AttentionChoice
+#include "../core/cli.h" // AttentionChoice
 #include "layers.cuh"
 
 namespace layers_impl {

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <utility>
 
-#include "../common.h"
+#include "../core/common.h"
 
 typedef __nv_bfloat16 bf16;
 typedef uint8_t fp8; // raw E4M3 or E5M2 code; the format travels beside the pointer

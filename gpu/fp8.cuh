@@ -9,9 +9,9 @@
 
 #include <float.h>
 
-#include "../fp8_scaling.h"
-#include "../gpt_model.h"
-#include "../health.h"
+#include "../core/fp8_scaling.h"
+#include "../core/gpt_model.h"
+#include "../core/health.h"
 #include "common.cuh"
 
 // Per-step values the host sets before the step (copied from pinned memory, so a captured graph sees the

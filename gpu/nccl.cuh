@@ -23,8 +23,8 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include "../checkpoint.h"
-#include "../dist.h"
+#include "../core/checkpoint.h"
+#include "../core/dist.h"
 #include "common.cuh"
 
 #define nccl_check(call) nccl_check_at((call), #call, __FILE__, __LINE__)

@@ -11,8 +11,8 @@
 #ifndef GPU_ZERO_CUH
 #define GPU_ZERO_CUH
 
-#include "../dist.h"
-#include "../gpt_model.h"
+#include "../core/dist.h"
+#include "../core/gpt_model.h"
 #include "common.cuh"
 #include "fp8.cuh"
 #include "nccl.cuh"

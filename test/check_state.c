@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../checkpoint.h"
-#include "../cli.h"
-#include "../debug_state.h"
-#include "../train_log.h"
+#include "../core/checkpoint.h"
+#include "../core/cli.h"
+#include "../core/debug_state.h"
+#include "../core/train_log.h"
 
 typedef struct {
     GPTConfig cfg;

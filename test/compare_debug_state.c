@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../debug_state.h"
+#include "../core/debug_state.h"
 
 static double rel_l2(const float *a, const float *b, size_t n, const float *scale_of) {
     double diff = 0.0, norm = 0.0;

@@ -9,12 +9,12 @@ PYTHON ?= python3
 TEST_CFLAGS ?= -std=c11 -O1 -g -Wall -Wextra -Werror -I.
 TEST_SANITIZE_FLAGS ?= -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-test/build/test_dataloader: test/test_dataloader.c dataloader.h tokenizer.h common.h
+test/build/test_dataloader: test/test_dataloader.c core/dataloader.h core/tokenizer.h core/common.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $< -o $@
 
 # the same test under AddressSanitizer and UndefinedBehaviorSanitizer
-test/build/test_dataloader_asan: test/test_dataloader.c dataloader.h tokenizer.h common.h
+test/build/test_dataloader_asan: test/test_dataloader.c core/dataloader.h core/tokenizer.h core/common.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) $(TEST_SANITIZE_FLAGS) $< -o $@
 

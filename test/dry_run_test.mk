@@ -9,7 +9,7 @@
 _dry_run_test_saved_goal := $(.DEFAULT_GOAL)
 
 # test_memory_plan.c includes dry_run.h.
-test/build/test_memory_plan: dry_run.h time_plan.h
+test/build/test_memory_plan: core/dry_run.h core/time_plan.h
 
 .PHONY: test_dry_run test_plan_vs_published
 test_dry_run: train_cpu test/build/test_memory_plan test/test_dry_run.sh test_plan_vs_published

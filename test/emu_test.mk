@@ -20,15 +20,15 @@
 # Included by the main Makefile after emu/emu.mk. This fragment leaves the default goal as it was.
 _emu_test_saved_goal := $(.DEFAULT_GOAL)
 
-test/build/test_emu: test/test_emu.cu test/test_util.h $(GPU_HEADERS) fp8_scaling.h $(EMU_OBJS)
+test/build/test_emu: test/test_emu.cu test/test_util.h $(GPU_HEADERS) core/fp8_scaling.h $(EMU_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,test/test_emu.cu,$(EMU_OBJS),-O2 -g)
 
-test/build/test_emu_sanitize: test/test_emu.cu test/test_util.h $(GPU_HEADERS) fp8_scaling.h $(EMU_SANITIZE_OBJS)
+test/build/test_emu_sanitize: test/test_emu.cu test/test_util.h $(GPU_HEADERS) core/fp8_scaling.h $(EMU_SANITIZE_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,test/test_emu.cu,$(EMU_SANITIZE_OBJS),$(EMU_SANITIZE_FLAGS))
 
-test/build/first_contact_emu: test/first_contact.cu $(GPU_HEADERS) fp8_scaling.h memory_plan.h $(EMU_OBJS)
+test/build/first_contact_emu: test/first_contact.cu $(GPU_HEADERS) core/fp8_scaling.h core/memory_plan.h $(EMU_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link,test/first_contact.cu,$(EMU_OBJS),-O2 -g)
 
@@ -54,7 +54,7 @@ test/build/bench_kernels_racecheck: $(BENCH_KERNELS_DEPS) $(EMU_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link_racecheck,dev/bench_kernels.cu,$(EMU_OBJS))
 
-test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) fp8_scaling.h $(EMU_OBJS)
+test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) core/fp8_scaling.h $(EMU_OBJS)
 	@mkdir -p $(@D)
 	$(call emu_link_racecheck,test/test_emu.cu,$(EMU_OBJS))
 

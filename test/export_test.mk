@@ -15,7 +15,7 @@ CC ?= gcc
 
 .PHONY: test_export
 test_export: train_cpu python_deps test/test_export.sh scripts/export_hf.py test/gpt2_reference.py \
-             test/llama_reference.py test/export_checks.py fp8_scaling.h
+             test/llama_reference.py test/export_checks.py core/fp8_scaling.h
 	DATA="$(DATA)" PYTHON=$(PYTHON) CC="$(CC)" bash test/test_export.sh
 
 .DEFAULT_GOAL := $(_export_test_saved_goal)

@@ -36,10 +36,10 @@
 
 #include <nccl.h>
 
-#include "../fp8_scaling.h"
+#include "../core/fp8_scaling.h"
 #include "../gpu/common.cuh"
 #include "../gpu/gemm.cuh"
-#include "../memory_plan.h"
+#include "../core/memory_plan.h"
 #ifdef USE_CUDNN
 #include "../gpu/attention_cudnn.h"
 #endif

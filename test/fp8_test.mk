@@ -5,7 +5,7 @@
 NVCC ?= nvcc
 NVCC_HOST_FLAGS ?= -O2 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 
-test/build/test_fp8_convert: test/test_fp8_convert.cu fp8_scaling.h
+test/build/test_fp8_convert: test/test_fp8_convert.cu core/fp8_scaling.h
 	mkdir -p test/build
 	$(NVCC) $(NVCC_HOST_FLAGS) -o $@ $< -Xcompiler -fopenmp
 

@@ -25,10 +25,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "cli.h"
-#include "gpt_model.h"
-#include "train_log.h"
+#include "../core/checkpoint.h"
+#include "../core/cli.h"
+#include "../core/gpt_model.h"
+#include "../core/train_log.h"
 
 #include "test_util.h"
 

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../gpt_model.h"
+#include "../core/gpt_model.h"
 #include "../gpu/attention_cudnn.h"
 #include "test_util.h"
 

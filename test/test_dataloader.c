@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dataloader.h"
-#include "tokenizer.h"
+#include "../core/dataloader.h"
+#include "../core/tokenizer.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>

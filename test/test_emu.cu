@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "../gpu/common.cuh"
-#include "../fp8_scaling.h"
+#include "../core/fp8_scaling.h"
 #include "../gpu/gemm.cuh"
 #include "test_util.h"
 #include <nccl.h>

@@ -100,7 +100,7 @@ cat >"$tmp/conv.c" <<'EOF'
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "fp8_scaling.h"
+#include "core/fp8_scaling.h"
 int main(int argc, char **argv) {
     int quant = strcmp(argv[1], "quant") == 0;
     FILE *in = fopen(argv[argc - 2], "rb"), *out = fopen(argv[argc - 1], "wb");

@@ -11,7 +11,7 @@
 // takes under a second.
 //
 // Prints "N passed, M failed" (test cases, not elements) last; exits 1 on any failure.
-#include "../fp8_scaling.h"
+#include "../core/fp8_scaling.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

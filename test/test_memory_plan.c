@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../dry_run.h"
-#include "../memory_plan.h"
-#include "../time_plan.h"
+#include "../core/dry_run.h"
+#include "../core/memory_plan.h"
+#include "../core/time_plan.h"
 #include "test_util.h"
 
 // A preset as the trainers configure it (cli.h), in its own architecture (GPT-2 for d2, d4, d6); vocab 0

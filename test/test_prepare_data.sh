@@ -125,8 +125,8 @@ check "rerun output" verify "$out" small "$input" 100000000 0.25
 c_reader=0
 if command -v "${CC:-gcc}" >/dev/null 2>&1; then
     cat >"$tmp/read.c" <<'EOF'
-#include "dataloader.h"
-#include "tokenizer.h"
+#include "core/dataloader.h"
+#include "core/tokenizer.h"
 int main(int argc, char **argv) {
     if (argc != 3) fail("usage: read GLOB TOKENIZER");
     DataLoader l;

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../common.h"
+#include "../../core/common.h"
 
 // if (!FUZZ_REFUSED()) { read... } fuzz_release_held();  the reading, to which a refusal returns with
 // FUZZ_REFUSED() true; then whatever a refused reader still held is closed and freed.

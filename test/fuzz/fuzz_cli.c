@@ -5,7 +5,7 @@
 // --help and a bare command line print and exit by design, so they are not fed.
 #include "fuzz.h"
 
-#include "../../dry_run.h"
+#include "../../core/dry_run.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static int quiet = 0;

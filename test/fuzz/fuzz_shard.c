@@ -2,7 +2,7 @@
 // (B=2, T=8, two ranks' view), a few batches across the shard, the data fingerprint, free.
 #include "fuzz.h"
 
-#include "../../dataloader.h"
+#include "../../core/dataloader.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(data, size);

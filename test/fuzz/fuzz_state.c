@@ -6,7 +6,7 @@
 
 #include "fuzz.h"
 
-#include "../../checkpoint.h"
+#include "../../core/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char dir[64];

@@ -2,7 +2,7 @@
 // token id and one past the vocabulary, free.
 #include "fuzz.h"
 
-#include "../../tokenizer.h"
+#include "../../core/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(data, size);
