@@ -1,4 +1,4 @@
-// checkpoint.h: the files a run reads and writes, shared by both trainers.
+// core/checkpoint.h: the files a run reads and writes, shared by both trainers.
 //  - Model file (llm.c's formats, so llm.c loads what we train and the other way round), version 3 (fp32)
 //    or 5 (bf16); we always write 3, the FP32 master weights, so that resume is bit-exact.
 //    GPT-2: 256 int32 header [0]=20240326 [1]=version [2]=maxT [3]=V [4]=L [5]=NH [6]=C [7]=Vp, then the

@@ -1,4 +1,4 @@
-// cli.h: the command line shared by both trainers. One table lists every flag with its type, default,
+// core/cli.h: the command line shared by both trainers. One table lists every flag with its type, default,
 // range and help; parsing, --help and validation all read that table, so `train` and `train_cpu`
 // take exactly the same flags and reject bad values with the same one-line errors.
 #ifndef CLI_H

@@ -1,4 +1,4 @@
-// dataloader.h: reads llm.c token shards (glob of files), hands out (B,T) batches of inputs and targets.
+// core/dataloader.h: reads llm.c token shards (glob of files), hands out (B,T) batches of inputs and targets.
 //
 // Shard formats, llm.c's two, told apart by the magic: 256 little-endian int32 header [0]=magic
 // [1]=version [2]=ntokens, then ntokens little-endian tokens; the file size is exactly 1024 + width*ntokens.

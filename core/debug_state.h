@@ -1,4 +1,4 @@
-// debug_state.h: the file through which the CPU reference checks the CUDA trainer. Either trainer, run
+// core/debug_state.h: the file through which the CPU reference checks the CUDA trainer. Either trainer, run
 // with --debug_state PATH, writes its run's first step's inputs, targets, logits, loss and accumulated
 // gradients, and the loss of every step it ran; test/compare_debug_state reads two (or three) of them. A
 // resumed run's first step is the one after its checkpoint, so that both trainers can be checked on a step

@@ -1,4 +1,4 @@
-// dist.h: several processes, shared by both trainers. Who this process is (rank, world size, local rank:
+// core/dist.h: several processes, shared by both trainers. Who this process is (rank, world size, local rank:
 // from MPI when an MPI launcher started it, else from the torchrun-style RANK / WORLD_SIZE / LOCAL_RANK),
 // how ZeRO shards the parameter vector, and the MPI collectives of the CPU trainer (the CUDA trainer
 // does the same steps with NCCL and uses MPI only to start). Built without MPI (no USE_MPI), a run is

@@ -1,4 +1,4 @@
-// dry_run.h: --dry_run, the per-process memory plan of the CUDA trainer, printed without allocating
+// core/dry_run.h: --dry_run, the per-process memory plan of the CUDA trainer, printed without allocating
 // anything and without a GPU. The sizes are memory_plan.h's (the trainer allocates exactly plan.total
 // in one cudaMalloc); this file groups and explains them, adds what the plan cannot hold (the CUDA
 // runtime's own memory), says whether one process fits a GPU of --gpu_memory_gb, and when it does not,

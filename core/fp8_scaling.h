@@ -1,4 +1,4 @@
-// fp8_scaling.h: FP8 / BF16 number formats and per-tensor FP8 scaling, shared by the CPU reference trainer
+// core/fp8_scaling.h: FP8 / BF16 number formats and per-tensor FP8 scaling, shared by the CPU reference trainer
 // (plain C) and the CUDA trainer (host and device code), so both quantize every value to the same bits.
 //
 // The formats (OCP FP8, as implemented by CUDA's cuda_fp8.h):

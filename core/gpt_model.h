@@ -1,4 +1,4 @@
-// gpt_model.h: the models shared by both trainers: configuration and presets of the two architectures
+// core/gpt_model.h: the models shared by both trainers: configuration and presets of the two architectures
 // (GPT-2, and Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, untied head), the
 // parameter layout in memory, and the seeded initialisation. One definition, included by train_gpt.c and
 // train_gpt_fp8.cu, so a CPU run and a GPU run of one configuration start from identical weights.

@@ -1,4 +1,4 @@
-// health.h: what both trainers do to keep an FP8 run trustworthy, on the host side.
+// core/health.h: what both trainers do to keep an FP8 run trustworthy, on the host side.
 //  - The step guard: a step is skipped (no update, counted) when its loss or gradient norm is NaN/Inf,
 //    or, with --skip_loss_z / --skip_norm_z, when it lies that many standard deviations above the mean
 //    of the last --guard_window steps with a finite loss and norm, the skipped spikes among them: a lasting

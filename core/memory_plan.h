@@ -1,4 +1,4 @@
-// memory_plan.h: every device buffer the CUDA trainer allocates, with its size, as plain C. The trainer
+// core/memory_plan.h: every device buffer the CUDA trainer allocates, with its size, as plain C. The trainer
 // carves its allocations from this table, so the plan printed or tested without a GPU is exactly what
 // a GPU run allocates. Also the FP8 GEMM shape rules, so a shape cuBLASLt cannot take is refused with a
 // clear error before any allocation.

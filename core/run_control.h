@@ -1,4 +1,4 @@
-// run_control.h: how a run ends before its last step without losing work, shared by both trainers.
+// core/run_control.h: how a run ends before its last step without losing work, shared by both trainers.
 //  - Stop requests: SIGTERM (Slurm's preemption and time limit, `kill`), SIGINT (Ctrl-C) and --stop_signal
 //    (SIGUSR1 by default: Slurm's early warning, `#SBATCH --signal=USR1@180`). The handler only notes the
 //    signal; every rank votes in the step's collective (the loss sum carries the votes), so all of them stop

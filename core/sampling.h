@@ -1,4 +1,4 @@
-// sampling.h: text generation every --sample_every steps, shared by both trainers. The trainer supplies
+// core/sampling.h: text generation every --sample_every steps, shared by both trainers. The trainer supplies
 // the logits of one position given a token buffer; the sampling itself (an inverse-CDF draw from the
 // softmax, in double) and its generator, seeded from the step so that sampling never changes training,
 // are the same in both.

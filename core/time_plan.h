@@ -1,4 +1,4 @@
-// time_plan.h: --dry_run's time plan, what one optimizer step of the CUDA trainer should take per process,
+// core/time_plan.h: --dry_run's time plan, what one optimizer step of the CUDA trainer should take per process,
 // printed without a GPU. It counts the work of the step and divides it by rates derived from the GPU's data
 // sheet (--gpu) and a few efficiencies that hold for every GPU and model (docs/plan-vs-published.md says
 // where they come from and which published runs they were fitted to):

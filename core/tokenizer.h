@@ -1,4 +1,4 @@
-// tokenizer.h: reads an llm.c tokenizer file and turns token ids back into their bytes.
+// core/tokenizer.h: reads an llm.c tokenizer file and turns token ids back into their bytes.
 //
 // Format: 256 little-endian uint32 header [0]=20240328 [1]=2 [2]=V [3]=eot_token, then for each of the V
 // tokens a uint8 length (>= 1) and that many bytes. Version 1 files (no eot in the header) are accepted

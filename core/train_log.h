@@ -1,4 +1,4 @@
-// train_log.h: what both trainers tell the user, and the learning-rate schedule they share. The per-step
+// core/train_log.h: what both trainers tell the user, and the learning-rate schedule they share. The per-step
 // line and the JSON-lines records are printed by these functions only, so a CPU and a GPU run of one
 // configuration can be diffed line by line.
 #ifndef TRAIN_LOG_H
