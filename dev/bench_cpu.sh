@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_cpu.sh: step times of the CPU reference trainer, in one run, and the ratios the README quotes:
+# bench_cpu.sh: step times of the CPU reference trainer, in one run, and the ratios docs/cpu-results.md quotes:
 #   no-BLAS / BLAS      the plain-C GEMM build (test/build/train_cpu_noblas) against ./train_cpu with OpenBLAS
 #                       (when ./train_cpu has none, the row says so and the ratio is of two plain-C builds);
 #   bfloat16 / float32  and  float8 / float32   of ./train_cpu (the storage and FP8 rounding passes).

@@ -14,7 +14,7 @@ of --output (default docs/memory-plan.md); --print writes it to stdout instead, 
 file's table differs from a fresh one.
 
     python3 scripts/memory_table.py                         # regenerate docs/memory-plan.md
-    python3 scripts/memory_table.py --output README.md      # the same table in the README
+    python3 scripts/memory_table.py --check                 # exit 1 when docs/memory-plan.md's table is stale
 """
 import argparse
 import os
