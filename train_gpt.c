@@ -1526,228 +1526,317 @@ static void sum_activation_counts(const Dist *dist, Fp8Stats *stats) {
 // Training
 
 #ifndef TRAIN_GPT_NO_MAIN
-int main(int argc, char **argv) {
+// A run from its set-up to its end: what main's phases share.
+typedef struct {
     Dist dist;
-    dist_init(&dist, &argc, &argv);
-    dist_require_mpi(&dist, "train_cpu");
-    dist_quiet_other_ranks(&dist);
+    TrainOptions opts;
+    GPTConfig cfg;
+    float *init_params; // --init_from's weights until the model holds them
+    int B, T, accum_steps, have_val, have_debug, first_step;
+    long resume_step;
+    DataLoader train_loader, val_loader;
+    Tokenizer tokenizer;
+    GPT model;
+    TrainState state;
+    StepGuard guard;
+    RunLog log;
+    RunControl control;
+    DebugState debug;
+    int *sample_tokens; // (B,T)
+} Run;
+
+enum { RUN_GOES_ON = -1 }; // a set-up phase's answer where the run goes on (else: its exit status)
+
+// Set-up 1: the processes, the flags and the model's shape; a dry run ends with its plan.
+static int read_settings(Run *r, int argc, char **argv) {
+    dist_init(&r->dist, &argc, &argv);
+    dist_require_mpi(&r->dist, "train_cpu");
+    dist_quiet_other_ranks(&r->dist);
     line_buffer_stdout();
 #ifdef USE_BLAS
     openblas_set_num_threads(1); // OpenMP's threads call it (gemm)
 #endif
-    TrainOptions opts;
-    parse_options(&opts, argc, argv);
-    validate_options(&opts);
-    dist.timeout_s = opts.nccl_timeout_s;
-    GPTConfig cfg;
-    float *init_params = NULL;
-    if (*opts.init_from)
-        init_params = load_model_file(opts.init_from, &cfg);
+    parse_options(&r->opts, argc, argv);
+    validate_options(&r->opts);
+    r->dist.timeout_s = r->opts.nccl_timeout_s;
+    r->init_params = NULL;
+    if (*r->opts.init_from)
+        r->init_params = load_model_file(r->opts.init_from, &r->cfg);
     else
-        cfg = config_from_options(&opts);
-    int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
-    check_fp8_recipe_shape(&opts, &cfg, B, T);
-    if (opts.dry_run) { // the plan only: nothing is allocated, read or written
-        int status = dry_run_report(&opts, &cfg, B, T, opts.world_size ? opts.world_size : dist.world_size);
-        dist_finalize(&dist);
-        return status;
-    }
-    dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
-    prepare_output_dir(opts.output_dir);
-    run_dir_claim(&opts, dist.rank);
-    if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
-    int world = dist.world_size, accum_steps = resolve_grad_accum_steps(&opts, T, world);
-    if (*opts.debug_state && (accum_steps != 1 || world != 1))
+        r->cfg = config_from_options(&r->opts);
+    r->B = r->opts.batch_size, r->T = resolve_seq_len(&r->opts, &r->cfg);
+    check_fp8_recipe_shape(&r->opts, &r->cfg, r->B, r->T);
+    if (!r->opts.dry_run) return RUN_GOES_ON;
+    // the plan only: nothing is allocated, read or written
+    int status = dry_run_report(&r->opts, &r->cfg, r->B, r->T,
+                                r->opts.world_size ? r->opts.world_size : r->dist.world_size);
+    dist_finalize(&r->dist);
+    return status;
+}
+
+// Set-up 2: the output directory, the data, the ranks' agreement and the step to resume from; a resumed
+// run with nothing left to do ends here.
+static int open_inputs(Run *r) {
+    const TrainOptions *opts = &r->opts;
+    Dist *dist = &r->dist;
+    dist_set_shard_group(dist, resolve_shard_group(opts, dist->world_size));
+    prepare_output_dir(opts->output_dir);
+    run_dir_claim(opts, dist->rank);
+    if (*opts->debug_state) check_writable_file(opts->debug_state, "--debug_state");
+    int world = dist->world_size;
+    r->accum_steps = resolve_grad_accum_steps(opts, r->T, world);
+    if (*opts->debug_state && (r->accum_steps != 1 || world != 1))
         fail("--debug_state: needs a run of one process without gradient accumulation");
-
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opts.train_data, B, T, dist.rank, world, opts.shuffle, (uint64_t)opts.seed,
-                    cfg.vocab_size);
-    int have_val = *opts.val_data != '\0';
-    if (have_val) dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, world, 0, 0, cfg.vocab_size);
+    dataloader_init(&r->train_loader, opts->train_data, r->B, r->T, dist->rank, world, opts->shuffle,
+                    (uint64_t)opts->seed, r->cfg.vocab_size);
+    r->have_val = *opts->val_data != '\0';
+    DataLoader *val = r->have_val ? &r->val_loader : NULL;
+    if (val) dataloader_init(val, opts->val_data, r->B, r->T, dist->rank, world, 0, 0, r->cfg.vocab_size);
     // before any other collective: ranks with other flags would meet in mismatched ones
-    check_ranks_agree(&opts, &cfg, &train_loader, have_val ? &val_loader : NULL, dist.rank, world,
-                      dist_rank_sum, &dist);
-    run_dir_agree(&opts, dist.rank, dist.world_size, dist_rank_sum, &dist); // before any training
-    long resume_step = -1;
-    if (opts.resume) {
-        double proposal = resume_step_proposal(dist.rank, opts.output_dir);
-        dist_sum_doubles(&dist, &proposal, 1);
-        resume_step = resume_step_agreed(proposal, dist.rank, opts.output_dir);
-        if (!resume_has_work(&opts, resume_step)) {
-            free(init_params);
-            if (have_val) dataloader_free(&val_loader);
-            dataloader_free(&train_loader);
-            dist_finalize(&dist);
-            return 0;
-        }
-    }
-    Tokenizer tokenizer;
-    load_tokenizer_for(&tokenizer, &opts, &cfg);
-    check_run_inputs(&opts, dist.rank, &train_loader, have_val ? &val_loader : NULL);
-    if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
-        opts.dtype = DTYPE_FLOAT8;
-        opts.fp8_recipe = FP8_RECIPE_CURRENT;
-    }
-    GPT model;
-    gpt_alloc(&model, &cfg, opts.dtype, B, T, &opts, &dist);
-    if (init_params)
-        memcpy(model.params, init_params, model.num_params * sizeof(float));
-    else
-        gpt_init_params(model.params, &cfg, (uint64_t)opts.seed);
-    free(init_params);
-    take_shard(&model);
-    TrainState state = train_state_init(&opts, &train_loader, B, T, accum_steps, dist.rank, world);
-    StepGuard guard;
-    step_guard_init(&guard, opts.guard_window);
-    if (opts.resume) {
-        load_checkpoint(&model, &opts, resume_step, &state, &guard);
-        resume_data_position(&train_loader, opts.output_dir, &state);
-    }
-    refresh_compute_weights(&model);
+    check_ranks_agree(opts, &r->cfg, &r->train_loader, val, dist->rank, world, dist_rank_sum, dist);
+    run_dir_agree(opts, dist->rank, world, dist_rank_sum, dist); // before any training
+    r->resume_step = -1;
+    if (!opts->resume) return RUN_GOES_ON;
+    double proposal = resume_step_proposal(dist->rank, opts->output_dir);
+    dist_sum_doubles(dist, &proposal, 1);
+    r->resume_step = resume_step_agreed(proposal, dist->rank, opts->output_dir);
+    if (resume_has_work(opts, r->resume_step)) return RUN_GOES_ON;
+    free(r->init_params);
+    if (val) dataloader_free(val);
+    dataloader_free(&r->train_loader);
+    dist_finalize(dist);
+    return 0;
+}
 
+// Set-up 3: the tokenizer, the model with its weights (fresh, --init_from's or the checkpoint's), the
+// training state and the step guard.
+static void build_model(Run *r) {
+    TrainOptions *opts = &r->opts;
+    load_tokenizer_for(&r->tokenizer, opts, &r->cfg);
+    check_run_inputs(opts, r->dist.rank, &r->train_loader, r->have_val ? &r->val_loader : NULL);
+    if (opts->eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+        opts->dtype = DTYPE_FLOAT8;
+        opts->fp8_recipe = FP8_RECIPE_CURRENT;
+    }
+    GPT *model = &r->model;
+    gpt_alloc(model, &r->cfg, opts->dtype, r->B, r->T, opts, &r->dist);
+    if (r->init_params)
+        memcpy(model->params, r->init_params, model->num_params * sizeof(float));
+    else
+        gpt_init_params(model->params, &r->cfg, (uint64_t)opts->seed);
+    free(r->init_params);
+    take_shard(model);
+    r->state = train_state_init(opts, &r->train_loader, r->B, r->T, r->accum_steps, r->dist.rank,
+                                r->dist.world_size);
+    step_guard_init(&r->guard, opts->guard_window);
+    if (opts->resume) {
+        load_checkpoint(model, opts, r->resume_step, &r->state, &r->guard);
+        resume_data_position(&r->train_loader, opts->output_dir, &r->state);
+    }
+    refresh_compute_weights(model);
+}
+
+static void print_run_line(const Run *r) {
+    const GPTConfig *cfg = &r->cfg;
     int threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
     char arch[96] = "";
-    if (model_is_llama(&cfg))
-        snprintf(arch, sizeof(arch), "llama KVH=%d F=%d theta=%g%s ", cfg.num_kv_heads, cfg.ffn_dim,
-                 cfg.rope_theta, cfg.scaled_rope ? " scaled" : "");
+    if (model_is_llama(cfg))
+        snprintf(arch, sizeof(arch), "llama KVH=%d F=%d theta=%g%s ", cfg->num_kv_heads, cfg->ffn_dim,
+                 cfg->rope_theta, cfg->scaled_rope ? " scaled" : "");
     printf(
         "train_cpu | model %sL=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
         "%d threads, GEMM %s | %d processes, ZeRO-%d%s\n",
-        arch, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len, model.num_params,
-        dtype_name(opts.dtype), B, T, accum_steps, threads, gemm_name(), world, opts.zero_stage,
-        shard_groups_label(&dist));
+        arch, cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len,
+        r->model.num_params, dtype_name(r->opts.dtype), r->B, r->T, r->accum_steps, threads, gemm_name(),
+        r->dist.world_size, r->opts.zero_stage, shard_groups_label(&r->dist));
+}
+
+// Set-up 4: the run's line and log, the validation a resumed run owes, --eval_only's losses, the debug
+// state and the run control.
+static void open_records(Run *r) {
+    TrainOptions *opts = &r->opts;
+    GPT *model = &r->model;
+    print_run_line(r);
     gemm_check_kernels();
-    RunLog log;
-    run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
+    run_log_open(&r->log, r->dist.rank == 0 ? opts->log_file : "", (long)r->state.step);
     // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
-    if (resume_validation(&opts, (long)state.step, have_val))
-        log_val(&log, (int)state.step, evaluate(&model, &val_loader, opts.val_batches));
-    if (opts.eval_only) {
-        model.dtype = DTYPE_BFLOAT16;
-        float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
-        model.dtype = DTYPE_FLOAT8;
-        log_eval_only(&log, opts.init_from, bf16_loss, evaluate(&model, &val_loader, opts.val_batches));
-        opts.steps = 0; // nothing to train
+    if (resume_validation(opts, (long)r->state.step, r->have_val))
+        log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
+    if (opts->eval_only) {
+        model->dtype = DTYPE_BFLOAT16;
+        float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
+        model->dtype = DTYPE_FLOAT8;
+        log_eval_only(&r->log, opts->init_from, bf16_loss,
+                      evaluate(model, &r->val_loader, opts->val_batches));
+        opts->steps = 0; // nothing to train
     }
-    DebugState debug = {0};
-    int have_debug = *opts.debug_state != '\0';
-    const int first_step = (int)state.step;
-    if (have_debug) debug_state_alloc(&debug, &cfg, B, T, opts.dtype, first_step, opts.steps - first_step);
-    int *sample_tokens = (int *)malloc_check((size_t)B * T * sizeof(int), "sample buffer");
-    float dloss = 1.0f / ((float)B * T * accum_steps * world);
+    r->debug = (DebugState){0};
+    r->have_debug = *opts->debug_state != '\0';
+    r->first_step = (int)r->state.step;
+    if (r->have_debug)
+        debug_state_alloc(&r->debug, &r->cfg, r->B, r->T, opts->dtype, r->first_step,
+                          opts->steps - r->first_step);
+    r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
+    fp8_stats_reset_counts(&model->fp8.stats); // the start-up weight casts belong to no step
+    run_control_start(&r->control, opts);
+    dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
+}
 
-    fp8_stats_reset_counts(&model.fp8.stats); // the start-up weight casts belong to no step
-    RunControl control;
-    run_control_start(&control, &opts);
-    dist_stall_if_chosen(&dist, opts.inject_stall_rank);
+static int set_up_run(Run *r, int argc, char **argv) {
+    int status = read_settings(r, argc, argv);
+    if (status == RUN_GOES_ON) status = open_inputs(r);
+    if (status != RUN_GOES_ON) return status;
+    build_model(r);
+    open_records(r);
+    return RUN_GOES_ON;
+}
 
-    for (int step = (int)state.step; step < opts.steps; step++) {
-        double start = wall_time_ms();
-        run_control_inject(&opts, dist.rank, step);
-        int stop_vote = run_control_vote(&control, log.failed);
-        memset(model.grads, 0, model.num_params * sizeof(float));
-        if (model.ways > 1) memset(model.grad_shard, 0, model.shard_count * sizeof(float)); // else: grads
-        double loss_sum = 0.0;
-        int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
-        for (int micro = 0; micro < accum_steps; micro++) {
-            micro_step_progress(step + 1, micro, accum_steps);
-            dataloader_next_batch(&train_loader);
-            float bf16_loss = 0.0f;
-            if (bf16_check && micro == 0)
-                bf16_loss = (float)dist_mean(&dist, bf16_shadow_loss(&model, &train_loader));
-            gpt_forward(&model, train_loader.inputs, train_loader.targets, 1);
-            if (bf16_check && micro == 0)
-                log_bf16_check(&log, &opts, step + 1, (float)dist_mean(&dist, model.mean_loss), bf16_loss);
-            if (have_debug && step == first_step) {
-                memcpy(debug.inputs, train_loader.inputs, (size_t)B * T * sizeof(int));
-                memcpy(debug.targets, train_loader.targets, (size_t)B * T * sizeof(int));
-                memcpy(debug.logits, model.acts.logits,
-                       (size_t)B * T * cfg.padded_vocab_size * sizeof(float));
-                debug.loss = model.mean_loss;
-            }
-            gpt_backward(&model, train_loader.inputs, train_loader.targets, dloss);
-            loss_sum += model.mean_loss;
+// The step's micro-batches, forward and backward, their gradients summed; the sum of their mean losses.
+// The first keeps the debug state's first step and --bf16_check_every's shadow loss.
+static double micro_steps(Run *r, int step) {
+    GPT *model = &r->model;
+    DataLoader *loader = &r->train_loader;
+    size_t N = (size_t)r->B * r->T;
+    float dloss = 1.0f / ((float)N * r->accum_steps * r->dist.world_size);
+    int bf16_check = r->opts.bf16_check_every > 0 && (step + 1) % r->opts.bf16_check_every == 0;
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < r->accum_steps; micro++) {
+        micro_step_progress(step + 1, micro, r->accum_steps);
+        dataloader_next_batch(loader);
+        float bf16_loss = 0.0f;
+        if (bf16_check && micro == 0) bf16_loss = (float)dist_mean(&r->dist, bf16_shadow_loss(model, loader));
+        gpt_forward(model, loader->inputs, loader->targets, 1);
+        if (bf16_check && micro == 0)
+            log_bf16_check(&r->log, &r->opts, step + 1, (float)dist_mean(&r->dist, model->mean_loss),
+                           bf16_loss);
+        if (r->have_debug && step == r->first_step) {
+            memcpy(r->debug.inputs, loader->inputs, N * sizeof(int));
+            memcpy(r->debug.targets, loader->targets, N * sizeof(int));
+            memcpy(r->debug.logits, model->acts.logits, N * r->cfg.padded_vocab_size * sizeof(float));
+            r->debug.loss = model->mean_loss;
         }
-        reduce_gradients(&model);
-        if (step + 1 == opts.inject_nan_step) model.grad_shard[0] = NAN;
-        double sums[2] = {loss_sum / accum_steps, stop_vote}; // the votes to stop ride on the loss's sum
-        dist_sum_doubles(&dist, sums, 2);
-        float loss = (float)(sums[0] / world);
-        float norm = grad_norm(&model);
-        if (have_debug && step == first_step)
-            memcpy(debug.grads, model.grads, model.num_params * sizeof(float));
-        if (have_debug) debug.step_losses[step - first_step] = loss;
-        float lr = learning_rate(&opts, step), max_loss, max_norm;
-        step_guard_thresholds(&guard, &opts, &max_loss, &max_norm);
-        int skip_reason = step_skip_reason(loss, norm, max_loss, max_norm);
-        // every rank's amaxes, so that every rank computes the same scales
-        dist_max_floats(&dist, model.fp8.amax_current, model.fp8.num_tensors);
-        snapshot_fp8_stats(&model.fp8);
-        fp8_end_step(&model.fp8, step, skip_reason != SKIP_NONE);
-        if (skip_reason != SKIP_NONE) {
-            state.skipped_steps++; // a bad step changes nothing
-        } else {
-            float grad_scale =
-                (opts.grad_clip > 0.0f && norm > opts.grad_clip) ? opts.grad_clip / norm : 1.0f;
-            state.updates_applied++;
-            adamw_update(&model, &opts, lr, grad_scale, (long)state.updates_applied);
-            gather_weights(&model);
-        }
-        if (skip_reason != SKIP_NONFINITE) step_guard_record(&guard, loss, norm);
-        // also after a skip: the GPU recasts unconditionally, and the telemetry agrees
-        refresh_compute_weights(&model);
-        state.step = step + 1;
-        state.guard_count = guard.count;
-        double ms = wall_time_ms() - start;
-        StepRecord record = {step + 1,
-                             opts.steps,
-                             loss,
-                             lr,
-                             norm,
-                             ms,
-                             (double)B * T * accum_steps * world / (ms / 1e3),
-                             skip_reason,
-                             model_flops_per_token(&model.config, T)};
-        log_step(&log, &record);
-        if (opts.dtype == DTYPE_FLOAT8) {
-            sum_activation_counts(&dist, &model.fp8.stats);
-            report_fp8_stats(&log, &opts, step + 1, &model.fp8.stats);
-        }
-        run_control_step_time(&control, ms);
-        run_control_after_step(&control, (int)sums[1], skip_reason != SKIP_NONE, &state.consecutive_skips);
-        int last = step + 1 == opts.steps, early_end = !last && run_control_ends_early(&control);
-        // the checkpoint first: a validation that fails (a full disk, say) loses no training
-        if (*opts.output_dir && (is_due(step + 1, opts.ckpt_every, last) || early_end)) {
-            double checkpoint_start = wall_time_ms();
-            state.train_position = train_loader.pos;
-            save_checkpoint(&model, &opts, &state, &guard);
-            run_control_checkpoint_time(&control, wall_time_ms() - checkpoint_start);
-        }
-        if (early_end) break;
-        if (have_val && is_due(step + 1, opts.val_every, last))
-            log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
-        if (opts.sample_every > 0 && (step + 1) % opts.sample_every == 0)
-            sample_text(&model, cpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
-                        opts.sample_len, step);
+        gpt_backward(model, loader->inputs, loader->targets, dloss);
+        loss_sum += model->mean_loss;
     }
-    if (have_debug) debug_state_write(opts.debug_state, &debug);
-    if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
-    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps,
-                                    log.failed);
-    log_energy(&log, -1.0, &opts, "the CPU trainer reads no energy counter");
-    run_log_close(&log);
-    step_guard_free(&guard);
-    if (have_debug) debug_state_free(&debug);
-    if (have_val) dataloader_free(&val_loader);
-    dataloader_free(&train_loader);
-    if (tokenizer.loaded) tokenizer_free(&tokenizer);
-    free(sample_tokens);
-    gpt_free(&model);
-    dist_finalize(&dist);
+    return loss_sum;
+}
+
+// The guards' decision on the step's loss and gradient norm, the FP8 scales' step, and the update where the
+// step is applied; the skip reason.
+static int apply_step(Run *r, int step, float loss, float norm, float lr) {
+    GPT *model = &r->model;
+    const TrainOptions *opts = &r->opts;
+    float max_loss, max_norm;
+    step_guard_thresholds(&r->guard, opts, &max_loss, &max_norm);
+    int skip_reason = step_skip_reason(loss, norm, max_loss, max_norm);
+    // every rank's amaxes, so that every rank computes the same scales
+    dist_max_floats(&r->dist, model->fp8.amax_current, model->fp8.num_tensors);
+    snapshot_fp8_stats(&model->fp8);
+    fp8_end_step(&model->fp8, step, skip_reason != SKIP_NONE);
+    if (skip_reason != SKIP_NONE) {
+        r->state.skipped_steps++; // a bad step changes nothing
+    } else {
+        float grad_scale = (opts->grad_clip > 0.0f && norm > opts->grad_clip) ? opts->grad_clip / norm : 1.0f;
+        r->state.updates_applied++;
+        adamw_update(model, opts, lr, grad_scale, (long)r->state.updates_applied);
+        gather_weights(model);
+    }
+    if (skip_reason != SKIP_NONFINITE) step_guard_record(&r->guard, loss, norm);
+    // also after a skip: the GPU recasts unconditionally, and the telemetry agrees
+    refresh_compute_weights(model);
+    r->state.step = step + 1;
+    r->state.guard_count = r->guard.count;
+    return skip_reason;
+}
+
+// One optimizer step: its micro-batches, the gradients' reduction, the guards and the update, its records.
+static void train_step(Run *r, int step) {
+    GPT *model = &r->model;
+    const TrainOptions *opts = &r->opts;
+    int world = r->dist.world_size;
+    double start = wall_time_ms();
+    run_control_inject(opts, r->dist.rank, step);
+    int stop_vote = run_control_vote(&r->control, r->log.failed);
+    memset(model->grads, 0, model->num_params * sizeof(float));
+    if (model->ways > 1) memset(model->grad_shard, 0, model->shard_count * sizeof(float)); // else: grads
+    double loss_sum = micro_steps(r, step);
+    reduce_gradients(model);
+    if (step + 1 == opts->inject_nan_step) model->grad_shard[0] = NAN;
+    double sums[2] = {loss_sum / r->accum_steps, stop_vote}; // the votes to stop ride on the loss's sum
+    dist_sum_doubles(&r->dist, sums, 2);
+    float loss = (float)(sums[0] / world), norm = grad_norm(model), lr = learning_rate(opts, step);
+    if (r->have_debug && step == r->first_step)
+        memcpy(r->debug.grads, model->grads, model->num_params * sizeof(float));
+    if (r->have_debug) r->debug.step_losses[step - r->first_step] = loss;
+    int skip_reason = apply_step(r, step, loss, norm, lr);
+    double ms = wall_time_ms() - start;
+    StepRecord record = {step + 1,
+                         opts->steps,
+                         loss,
+                         lr,
+                         norm,
+                         ms,
+                         (double)r->B * r->T * r->accum_steps * world / (ms / 1e3),
+                         skip_reason,
+                         model_flops_per_token(&r->cfg, r->T)};
+    log_step(&r->log, &record);
+    if (opts->dtype == DTYPE_FLOAT8) {
+        sum_activation_counts(&r->dist, &model->fp8.stats);
+        report_fp8_stats(&r->log, opts, step + 1, &model->fp8.stats);
+    }
+    run_control_step_time(&r->control, ms);
+    run_control_after_step(&r->control, (int)sums[1], skip_reason != SKIP_NONE, &r->state.consecutive_skips);
+}
+
+static void checkpoint_now(Run *r) {
+    double start = wall_time_ms();
+    r->state.train_position = r->train_loader.pos;
+    save_checkpoint(&r->model, &r->opts, &r->state, &r->guard);
+    run_control_checkpoint_time(&r->control, wall_time_ms() - start);
+}
+
+// What the end of a step holds: the checkpoint first (a validation that fails, on a full disk say, then
+// loses no training), the validation, a sample. 0 where the run ends early.
+static int end_of_step(Run *r, int step) {
+    StepEnd end = step_end(&r->opts, &r->control, step, r->have_val);
+    if (end.checkpoint) checkpoint_now(r);
+    if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
+    if (end.sample)
+        sample_text(&r->model, cpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
+                    r->cfg.vocab_size, r->opts.sample_len, step);
+    return !end.ends_early;
+}
+
+// The end of the run: the debug state, the last lines and the exit status, everything freed.
+static int end_run(Run *r) {
+    if (r->have_debug) debug_state_write(r->opts.debug_state, &r->debug);
+    if (r->state.skipped_steps) printf("skipped steps: %ld\n", (long)r->state.skipped_steps);
+    int status = run_control_finish(&r->control, &r->opts, r->dist.rank, (long)r->state.step,
+                                    (long)r->state.skipped_steps, r->log.failed);
+    log_energy(&r->log, -1.0, &r->opts, "the CPU trainer reads no energy counter");
+    run_log_close(&r->log);
+    step_guard_free(&r->guard);
+    if (r->have_debug) debug_state_free(&r->debug);
+    if (r->have_val) dataloader_free(&r->val_loader);
+    dataloader_free(&r->train_loader);
+    if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
+    free(r->sample_tokens);
+    gpt_free(&r->model);
+    dist_finalize(&r->dist);
     return status;
+}
+
+int main(int argc, char **argv) {
+    Run run;
+    int status = set_up_run(&run, argc, argv);
+    if (status != RUN_GOES_ON) return status;
+    for (int step = (int)run.state.step; step < run.opts.steps; step++) {
+        train_step(&run, step);
+        if (!end_of_step(&run, step)) break;
+    }
+    return end_run(&run);
 }
 #endif

@@ -2041,255 +2041,361 @@ static void check_gpu_graphs(const TrainOptions *opts, int world_size) {
 }
 
 #ifndef TRAIN_GPT_FP8_NO_MAIN // test/test_plan_bounds.cu includes this file for its host functions
-int main(int argc, char **argv) {
+// A run from its set-up to its end: what main's phases share.
+typedef struct {
     Dist dist;
-    dist_init(&dist, &argc, &argv);
-    dist_quiet_other_ranks(&dist);
-    line_buffer_stdout();
     TrainOptions opts;
-    parse_options(&opts, argc, argv);
-    validate_options(&opts);
-    dist.timeout_s = opts.nccl_timeout_s;
-    if (opts.dtype == DTYPE_FLOAT32)
-        fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
-    GPTConfig cfg = *opts.init_from ? model_file_config(opts.init_from) : config_from_options(&opts);
-    int B = opts.batch_size, T = resolve_seq_len(&opts, &cfg);
-    check_fp8_recipe_shape(&opts, &cfg, B, T);
-    check_gpu_recipe(&opts);
-    if (opts.dry_run) { // the plan only: nothing is allocated, read or written
-        int status = dry_run_report(&opts, &cfg, B, T, opts.world_size ? opts.world_size : dist.world_size);
-        dist_finalize(&dist);
-        return status;
-    }
-    check_gpu_graphs(&opts, dist.world_size);
-    if (dist.rank == 0) prepare_output_dir(opts.output_dir); // the others find it once NCCL has joined them
-    run_dir_claim(&opts, dist.rank);
-    if (*opts.debug_state) check_writable_file(opts.debug_state, "--debug_state");
-    size_t N = (size_t)B * T;
-    int accum_steps = resolve_grad_accum_steps(&opts, T, dist.world_size);
-    comm_check_bootstrap(&dist, opts.output_dir);
-    if (*opts.debug_state && dist.world_size > 1)
-        fail("--debug_state: the CPU reference's check runs one process; this run has %d", dist.world_size);
-    if (*opts.debug_state && opts.zero_stage == 3)
-        fail("--debug_state: needs --zero_stage 0 or 1 (ZeRO-3 holds two layers of gradients at a time)");
-    if (*opts.debug_state && accum_steps != 1)
-        fail("--debug_state: needs a run without gradient accumulation");
-    check_attention_shape(cfg.channels, cfg.num_heads);
-    if (opts.dtype == DTYPE_FLOAT8 || opts.eval_only) check_fp8_shapes(&cfg, B, T);
-
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, opts.train_data, B, T, dist.rank, dist.world_size, opts.shuffle,
-                    (uint64_t)opts.seed, cfg.vocab_size);
-    int have_val = *opts.val_data != '\0';
-    if (have_val)
-        dataloader_init(&val_loader, opts.val_data, B, T, dist.rank, dist.world_size, 0, 0, cfg.vocab_size);
-    Tokenizer tokenizer;
-    load_tokenizer_for(&tokenizer, &opts, &cfg);
-    check_run_inputs(&opts, dist.rank, &train_loader, have_val ? &val_loader : NULL);
-    int *sample_tokens = (int *)malloc_check(N * sizeof(int), "sample buffer");
-
+    GPTConfig cfg;
     cudaDeviceProp props;
-    select_device(&dist, &props);
-    check_versions(&opts, &props);
-    if (opts.dtype == DTYPE_FLOAT8 && props.major * 10 + props.minor < 89)
-        fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props.name,
-             props.major, props.minor);
-    if (opts.dtype == DTYPE_FLOAT8 && opts.fp8_recipe == FP8_RECIPE_BLOCKWISE && props.major != 9)
+    int B, T, accum_steps, have_val, have_debug;
+    DataLoader train_loader, val_loader;
+    Tokenizer tokenizer;
+    Comm comm, group, replicas; // all ranks; this rank's shard group and its replicas (hybrid sharding)
+    GPT model;
+    TrainState state;
+    StepGuard guard;
+    Fp8Stats stats;
+    EnergyMeter energy;
+    RunLog log;
+    RunControl control;
+    DebugState debug;
+    StepClock clock;
+    int micro_calls, update_calls, use_graph;
+    // The host reads a step's results while the next step runs (pending), except after the steps whose
+    // results it needs before going on (host_waits_for_step).
+    int pending;
+    double pending_start, step_start;
+    int *sample_tokens; // (B,T)
+} Run;
+
+enum { RUN_GOES_ON = -1 }; // a set-up phase's answer where the run goes on (else: its exit status)
+
+// Set-up 1: the processes, the flags and the model's shape; a dry run ends with its plan.
+static int read_settings(Run *r, int argc, char **argv) {
+    dist_init(&r->dist, &argc, &argv);
+    dist_quiet_other_ranks(&r->dist);
+    line_buffer_stdout();
+    parse_options(&r->opts, argc, argv);
+    validate_options(&r->opts);
+    r->dist.timeout_s = r->opts.nccl_timeout_s;
+    if (r->opts.dtype == DTYPE_FLOAT32)
+        fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
+    r->cfg = *r->opts.init_from ? model_file_config(r->opts.init_from) : config_from_options(&r->opts);
+    r->B = r->opts.batch_size, r->T = resolve_seq_len(&r->opts, &r->cfg);
+    check_fp8_recipe_shape(&r->opts, &r->cfg, r->B, r->T);
+    check_gpu_recipe(&r->opts);
+    if (!r->opts.dry_run) return RUN_GOES_ON;
+    // the plan only: nothing is allocated, read or written
+    int status = dry_run_report(&r->opts, &r->cfg, r->B, r->T,
+                                r->opts.world_size ? r->opts.world_size : r->dist.world_size);
+    dist_finalize(&r->dist);
+    return status;
+}
+
+// Set-up 2: the output directory, the checks of the run's shape, the data and the tokenizer.
+static void open_inputs(Run *r) {
+    const TrainOptions *opts = &r->opts;
+    const Dist *dist = &r->dist;
+    check_gpu_graphs(opts, dist->world_size);
+    if (dist->rank == 0) prepare_output_dir(opts->output_dir); // the others find it once NCCL has joined them
+    run_dir_claim(opts, dist->rank);
+    if (*opts->debug_state) check_writable_file(opts->debug_state, "--debug_state");
+    r->accum_steps = resolve_grad_accum_steps(opts, r->T, dist->world_size);
+    comm_check_bootstrap(dist, opts->output_dir);
+    if (*opts->debug_state && dist->world_size > 1)
+        fail("--debug_state: the CPU reference's check runs one process; this run has %d", dist->world_size);
+    if (*opts->debug_state && opts->zero_stage == 3)
+        fail("--debug_state: needs --zero_stage 0 or 1 (ZeRO-3 holds two layers of gradients at a time)");
+    if (*opts->debug_state && r->accum_steps != 1)
+        fail("--debug_state: needs a run without gradient accumulation");
+    check_attention_shape(r->cfg.channels, r->cfg.num_heads);
+    if (opts->dtype == DTYPE_FLOAT8 || opts->eval_only) check_fp8_shapes(&r->cfg, r->B, r->T);
+    dataloader_init(&r->train_loader, opts->train_data, r->B, r->T, dist->rank, dist->world_size,
+                    opts->shuffle, (uint64_t)opts->seed, r->cfg.vocab_size);
+    r->have_val = *opts->val_data != '\0';
+    if (r->have_val)
+        dataloader_init(&r->val_loader, opts->val_data, r->B, r->T, dist->rank, dist->world_size, 0, 0,
+                        r->cfg.vocab_size);
+    load_tokenizer_for(&r->tokenizer, opts, &r->cfg);
+    check_run_inputs(opts, dist->rank, &r->train_loader, r->have_val ? &r->val_loader : NULL);
+    r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
+}
+
+// What the device can run of this run's recipe: FP8 tensor cores, Hopper's block scaling, Blackwell's MXFP8.
+static void check_device_recipe(const TrainOptions *opts, const cudaDeviceProp *props) {
+    if (opts->dtype != DTYPE_FLOAT8) return;
+    if (props->major * 10 + props->minor < 89)
+        fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props->name,
+             props->major, props->minor);
+    if (opts->fp8_recipe == FP8_RECIPE_BLOCKWISE && props->major != 9)
         fail("--fp8_recipe blockwise: %s (sm_%d%d): cuBLASLt's 1x128/128x128 block scaling runs on Hopper "
              "(sm_90) "
              "only (mxfp8 is Blackwell's)",
-             props.name, props.major, props.minor);
-    if (opts.dtype == DTYPE_FLOAT8 && opts.fp8_recipe == FP8_RECIPE_MXFP8 && props.major < 10)
+             props->name, props->major, props->minor);
+    if (opts->fp8_recipe == FP8_RECIPE_MXFP8 && props->major < 10)
         fail("--fp8_recipe mxfp8: %s (sm_%d%d): cuBLASLt's MXFP8 GEMMs (VEC32_UE8M0) need Blackwell (sm_100) "
              "or "
              "newer (blockwise runs on Hopper; train_cpu runs every recipe)",
-             props.name, props.major, props.minor);
-    Comm comm, group, replicas;
-    comm_init(&comm, &dist, opts.output_dir, opts.nccl_timeout_s);
-    // before any other collective: ranks with other flags would meet in mismatched ones
-    check_ranks_agree(&opts, &cfg, &train_loader, have_val ? &val_loader : NULL, dist.rank, dist.world_size,
-                      sum_over_ranks_at_start, &comm);
-    run_dir_agree(&opts, dist.rank, dist.world_size, sum_over_ranks_at_start, &comm); // before any training
-    dist_set_shard_group(&dist, resolve_shard_group(&opts, dist.world_size));
-    if (dist.replicas > 1) {
-        comm_split(&comm, dist.replica, &group);
-        comm_split(&comm, dist.group_rank, &replicas);
-    }
+             props->name, props->major, props->minor);
+}
 
-    if (opts.eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
-        opts.dtype = DTYPE_FLOAT8;
-        opts.fp8_recipe = FP8_RECIPE_CURRENT;
+// Set-up 3: this process's GPU and libraries, NCCL, the ranks' agreement and their shard groups.
+static void join_ranks(Run *r) {
+    Dist *dist = &r->dist;
+    const TrainOptions *opts = &r->opts;
+    select_device(dist, &r->props);
+    check_versions(opts, &r->props);
+    check_device_recipe(opts, &r->props);
+    comm_init(&r->comm, dist, opts->output_dir, opts->nccl_timeout_s);
+    // before any other collective: ranks with other flags would meet in mismatched ones
+    check_ranks_agree(opts, &r->cfg, &r->train_loader, r->have_val ? &r->val_loader : NULL, dist->rank,
+                      dist->world_size, sum_over_ranks_at_start, &r->comm);
+    run_dir_agree(opts, dist->rank, dist->world_size, sum_over_ranks_at_start,
+                  &r->comm); // before any training
+    dist_set_shard_group(dist, resolve_shard_group(opts, dist->world_size));
+    if (dist->replicas > 1) {
+        comm_split(&r->comm, dist->replica, &r->group);
+        comm_split(&r->comm, dist->group_rank, &r->replicas);
     }
-    GPT model;
-    gpt_alloc(&model, &cfg, &opts, B, T, accum_steps, &comm, dist.replicas > 1 ? &group : NULL);
-    if (dist.replicas > 1) model.replica_comm = replicas;
-    model.replica = dist.replica;
-    TrainState state = train_state_init(&opts, &train_loader, B, T, accum_steps, dist.rank, dist.world_size);
-    StepGuard guard;
-    step_guard_init(&guard, opts.guard_window);
-    if (opts.resume) {
-        double proposal = resume_step_proposal(dist.rank, opts.output_dir);
-        sum_over_ranks(&model, &proposal, 1);
-        long resume_step = resume_step_agreed(proposal, dist.rank, opts.output_dir);
-        if (!resume_has_work(&opts, resume_step)) {
-            step_guard_free(&guard);
-            gpt_free(&model);
-            comm_destroy_all(&model);
-            dist_finalize(&dist);
+}
+
+// Set-up 4: the model with its weights (fresh, --init_from's or the checkpoint's), the training state, the
+// step guard, the scales and the energy meter; a resumed run with nothing left to do ends here.
+static int build_model(Run *r) {
+    TrainOptions *opts = &r->opts;
+    Dist *dist = &r->dist;
+    GPT *model = &r->model;
+    if (opts->eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+        opts->dtype = DTYPE_FLOAT8;
+        opts->fp8_recipe = FP8_RECIPE_CURRENT;
+    }
+    gpt_alloc(model, &r->cfg, opts, r->B, r->T, r->accum_steps, &r->comm,
+              dist->replicas > 1 ? &r->group : NULL);
+    if (dist->replicas > 1) model->replica_comm = r->replicas;
+    model->replica = dist->replica;
+    r->state =
+        train_state_init(opts, &r->train_loader, r->B, r->T, r->accum_steps, dist->rank, dist->world_size);
+    step_guard_init(&r->guard, opts->guard_window);
+    if (opts->resume) {
+        double proposal = resume_step_proposal(dist->rank, opts->output_dir);
+        sum_over_ranks(model, &proposal, 1);
+        long resume_step = resume_step_agreed(proposal, dist->rank, opts->output_dir);
+        if (!resume_has_work(opts, resume_step)) {
+            step_guard_free(&r->guard);
+            gpt_free(model);
+            comm_destroy_all(model);
+            dist_finalize(dist);
             return 0;
         }
-        load_checkpoint(&model, &opts, resume_step, &state, &guard);
-        resume_data_position(&train_loader, opts.output_dir, &state);
+        load_checkpoint(model, opts, resume_step, &r->state, &r->guard);
+        resume_data_position(&r->train_loader, opts->output_dir, &r->state);
     } else {
-        load_master(&model, *opts.init_from ? opts.init_from : NULL, (uint64_t)opts.seed);
+        load_master(model, *opts->init_from ? opts->init_from : NULL, (uint64_t)opts->seed);
     }
-    upload_step_state(&model, &state, &guard); // synchronous copies: before any collective is in flight
-    launch<scales_from_history_kernel>({ceil_div(model.scaling.num_tensors, 128), 128, 0, model.stream},
-                                       model.scaling, opts.fp8_margin);
-    refresh_compute_weights(&model);
-    Fp8Stats stats;
-    fp8_stats_alloc(&stats, cfg.num_layers, opts.fp8_recipe);
-    if (opts.dtype == DTYPE_FLOAT8) reset_fp8_counts(&model); // the start-up weight casts belong to no step
-    EnergyMeter energy;
+    upload_step_state(model, &r->state, &r->guard); // synchronous copies: before any collective is in flight
+    launch<scales_from_history_kernel>({ceil_div(model->scaling.num_tensors, 128), 128, 0, model->stream},
+                                       model->scaling, opts->fp8_margin);
+    refresh_compute_weights(model);
+    fp8_stats_alloc(&r->stats, r->cfg.num_layers, opts->fp8_recipe);
+    if (opts->dtype == DTYPE_FLOAT8) reset_fp8_counts(model); // the start-up weight casts belong to no step
     int device;
     cuda_check(cudaGetDevice(&device));
-    energy_meter_start(&energy, device); // the GPU this process uses, not its local rank's index
+    energy_meter_start(&r->energy, device); // the GPU this process uses, not its local rank's index
+    return RUN_GOES_ON;
+}
 
+static void print_run_line(const Run *r) {
+    const GPTConfig *cfg = &r->cfg;
+    const TrainOptions *opts = &r->opts;
     printf(
         "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
         "%d process(es), zero_stage %d%s%s, recompute %d | %.2f GiB planned per GPU | attention %s\n",
-        props.name, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.vocab_size, cfg.max_seq_len,
-        model.num_params, dtype_name(opts.dtype), B, T, accum_steps, dist.world_size, opts.zero_stage,
-        shard_groups_label(&dist), opts.keep_gathered ? ", layers kept gathered" : "", opts.recompute,
-        model.plan.total / 1073741824.0, model.attention.description);
-    RunLog log;
-    run_log_open(&log, dist.rank == 0 ? opts.log_file : "", (long)state.step);
+        r->props.name, cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len,
+        r->model.num_params, dtype_name(opts->dtype), r->B, r->T, r->accum_steps, r->dist.world_size,
+        opts->zero_stage, shard_groups_label(&r->dist), opts->keep_gathered ? ", layers kept gathered" : "",
+        opts->recompute, r->model.plan.total / 1073741824.0, r->model.attention.description);
+}
+
+// Set-up 5: the run's line and log, the validation a resumed run owes, --eval_only's losses, the debug
+// state, the step clock, CUDA Graphs and the run control.
+static void open_records(Run *r) {
+    TrainOptions *opts = &r->opts;
+    GPT *model = &r->model;
+    print_run_line(r);
+    run_log_open(&r->log, r->dist.rank == 0 ? opts->log_file : "", (long)r->state.step);
     // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
-    if (resume_validation(&opts, (long)state.step, have_val))
-        log_val(&log, (int)state.step, evaluate(&model, &val_loader, opts.val_batches));
-    if (opts.eval_only) {
-        begin_bf16_pass(&model);
-        float bf16_loss = evaluate(&model, &val_loader, opts.val_batches);
-        model.dtype = DTYPE_FLOAT8;
-        log_eval_only(&log, opts.init_from, bf16_loss, evaluate(&model, &val_loader, opts.val_batches));
-        opts.steps = 0; // nothing to train
+    if (resume_validation(opts, (long)r->state.step, r->have_val))
+        log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
+    if (opts->eval_only) {
+        begin_bf16_pass(model);
+        float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
+        model->dtype = DTYPE_FLOAT8;
+        log_eval_only(&r->log, opts->init_from, bf16_loss,
+                      evaluate(model, &r->val_loader, opts->val_batches));
+        opts->steps = 0; // nothing to train
     }
-    DebugState debug = {};
-    int have_debug = *opts.debug_state != '\0';
-    if (have_debug)
-        debug_state_alloc(&debug, &cfg, B, T, opts.dtype, (int)state.step, opts.steps - (int)state.step);
-    StepClock clock = {0.0, 0.0, 0, (int)state.step, (double)N * accum_steps * dist.world_size};
-    int micro_calls = 0, update_calls = 0, use_graph = opts.cuda_graph && !have_debug && dist.world_size == 1;
-    if (opts.cuda_graph && dist.world_size > 1 && opts.steps > clock.first_step)
+    r->debug = {};
+    r->have_debug = *opts->debug_state != '\0';
+    if (r->have_debug)
+        debug_state_alloc(&r->debug, &r->cfg, r->B, r->T, opts->dtype, (int)r->state.step,
+                          opts->steps - (int)r->state.step);
+    int world = r->dist.world_size;
+    r->clock = {0.0, 0.0, 0, (int)r->state.step, (double)r->B * r->T * r->accum_steps * world};
+    r->micro_calls = r->update_calls = 0;
+    r->use_graph = opts->cuda_graph && !r->have_debug && world == 1;
+    if (opts->cuda_graph && world > 1 && opts->steps > r->clock.first_step)
         printf("note | CUDA Graphs are off with several processes: the steps and their NCCL calls run op by "
                "op\n");
+    r->pending = -1;
+    r->pending_start = 0.0;
+    run_control_start(&r->control, opts);
+    dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
+}
 
-    // The host reads a step's results while the next step runs (pending), except after the steps whose
-    // results it needs before going on (host_waits_for_step).
-    int pending = -1;
-    double pending_start = 0.0;
-    RunControl control;
-    run_control_start(&control, &opts);
-    dist_stall_if_chosen(&dist, opts.inject_stall_rank);
-    for (int step = (int)state.step; step < opts.steps; step++) {
-        double start = wall_time_ms();
-        run_control_inject(&opts, dist.rank, step);
-        nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts
-        set_step_params(&model, &opts, step, state.updates_applied, run_control_vote(&control, log.failed));
-        int bf16_check = opts.bf16_check_every > 0 && (step + 1) % opts.bf16_check_every == 0;
-        for (int micro = 0; micro < accum_steps; micro++) {
-            micro_step_progress(step + 1, micro, accum_steps);
-            dataloader_next_batch(&train_loader);
-            upload_batch(&model, train_loader.inputs, train_loader.targets);
-            float bf16_loss = 0.0f;
-            if (bf16_check && micro == 0) {
-                if (pending >= 0) // its line first
-                    finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock,
-                                &control);
-                pending = -1;
-                bf16_loss = bf16_shadow_loss(&model);
-            }
-            if (have_debug && step == debug.first_step) {
-                debug_first_micro_step(&model, &debug, train_loader.inputs, train_loader.targets);
-            } else {
-                // graphs only once no cast measures first: a captured step replays the same kernels
-                run_captured(&model, micro_step, &model.micro_graph, use_graph && !model.histories_empty,
-                             &micro_calls);
-            }
-            if (bf16_check && micro == 0) {
-                // loss_sum holds this first micro-batch's loss alone
-                double losses[2] = {read_results_now(&model)->loss_sum, bf16_loss};
-                sum_over_ranks(&model, losses, 2); // both means over the ranks: every rank decides alike
-                log_bf16_check(&log, &opts, step + 1, (float)(losses[0] / dist.world_size),
-                               (float)(losses[1] / dist.world_size));
-            }
-        }
-        run_captured(&model, update_step, &model.update_graph, use_graph && !model.histories_empty,
-                     &update_calls);
-        copy_step_results(&model, step);
-        nvtxRangePop();
-        if (pending >= 0)
-            finish_step(&model, &opts, pending, pending_start, &state, &log, &stats, &debug, &clock,
-                        &control);
-        pending = step, pending_start = start;
-        // a stop the ranks agreed on in a step read so far (every rank reads the same steps at the same
-        // points): this step, already under way, is the last
-        int last = step + 1 == opts.steps, early_end = !last && run_control_ends_early(&control);
-        int validate = !early_end && have_val && is_due(step + 1, opts.val_every, last);
-        int sample = !early_end && opts.sample_every > 0 && (step + 1) % opts.sample_every == 0;
-        int checkpoint = *opts.output_dir && (is_due(step + 1, opts.ckpt_every, last) || early_end);
-        if (!(last || early_end || validate || sample || checkpoint ||
-              host_waits_for_step(&model, &opts, step, have_debug)))
-            continue;
-        finish_step(&model, &opts, step, start, &state, &log, &stats, &debug, &clock, &control);
-        pending = -1;
-        if (checkpoint) { // before the validation: one that fails (a full disk, say) loses no training
-            double checkpoint_start = wall_time_ms();
-            state.train_position = train_loader.pos;
-            save_checkpoint(&model, &dist, &opts, &state, &guard);
-            run_control_checkpoint_time(&control, wall_time_ms() - checkpoint_start);
-        }
-        if (early_end) break;
-        if (validate) log_val(&log, step + 1, evaluate(&model, &val_loader, opts.val_batches));
-        if (sample)
-            sample_text(&model, gpu_position_logits, &tokenizer, sample_tokens, B, T, cfg.vocab_size,
-                        opts.sample_len, step);
+static int set_up_run(Run *r, int argc, char **argv) {
+    int status = read_settings(r, argc, argv);
+    if (status != RUN_GOES_ON) return status;
+    open_inputs(r);
+    join_ranks(r);
+    status = build_model(r);
+    if (status != RUN_GOES_ON) return status;
+    open_records(r);
+    return RUN_GOES_ON;
+}
+
+// The host's part of the step whose results it reads now (finish_step).
+static void finish_pending(Run *r) {
+    finish_step(&r->model, &r->opts, r->pending, r->pending_start, &r->state, &r->log, &r->stats, &r->debug,
+                &r->clock, &r->control);
+    r->pending = -1;
+}
+
+// One micro-step queued: its batch, its forward and backward (captured as a graph where it can be), and the
+// first's --bf16_check_every shadow loss or debug state.
+static void queue_micro_step(Run *r, int step, int micro, int bf16_check) {
+    GPT *model = &r->model;
+    micro_step_progress(step + 1, micro, r->accum_steps);
+    dataloader_next_batch(&r->train_loader);
+    upload_batch(model, r->train_loader.inputs, r->train_loader.targets);
+    float bf16_loss = 0.0f;
+    if (bf16_check && micro == 0) {
+        if (r->pending >= 0) finish_pending(r); // its line first
+        bf16_loss = bf16_shadow_loss(model);
     }
-    if (have_debug) debug_state_write(opts.debug_state, &debug);
+    if (r->have_debug && step == r->debug.first_step) {
+        debug_first_micro_step(model, &r->debug, r->train_loader.inputs, r->train_loader.targets);
+    } else {
+        // graphs only once no cast measures first: a captured step replays the same kernels
+        run_captured(model, micro_step, &model->micro_graph, r->use_graph && !model->histories_empty,
+                     &r->micro_calls);
+    }
+    if (bf16_check && micro == 0) {
+        // loss_sum holds this first micro-batch's loss alone
+        double losses[2] = {read_results_now(model)->loss_sum, bf16_loss};
+        sum_over_ranks(model, losses, 2); // both means over the ranks: every rank decides alike
+        int world = r->dist.world_size;
+        log_bf16_check(&r->log, &r->opts, step + 1, (float)(losses[0] / world), (float)(losses[1] / world));
+    }
+}
+
+// One optimizer step queued: its micro-steps, then the update (the guards and AdamW on the device), then
+// the copy of its results for the host to read.
+static void train_step(Run *r, int step) {
+    GPT *model = &r->model;
+    const TrainOptions *opts = &r->opts;
+    r->step_start = wall_time_ms();
+    run_control_inject(opts, r->dist.rank, step);
+    nvtxRangePushA("step"); // an optimizer step, for profilers' timelines and the emulator's counts
+    set_step_params(model, opts, step, r->state.updates_applied,
+                    run_control_vote(&r->control, r->log.failed));
+    int bf16_check = opts->bf16_check_every > 0 && (step + 1) % opts->bf16_check_every == 0;
+    for (int micro = 0; micro < r->accum_steps; micro++) queue_micro_step(r, step, micro, bf16_check);
+    run_captured(model, update_step, &model->update_graph, r->use_graph && !model->histories_empty,
+                 &r->update_calls);
+    copy_step_results(model, step);
+    nvtxRangePop();
+}
+
+static void checkpoint_now(Run *r) {
+    double start = wall_time_ms();
+    r->state.train_position = r->train_loader.pos;
+    save_checkpoint(&r->model, &r->dist, &r->opts, &r->state, &r->guard);
+    run_control_checkpoint_time(&r->control, wall_time_ms() - start);
+}
+
+// What the end of a step holds: the previous step's results read, and where this step's are needed now, the
+// wait for them, the checkpoint first (a validation that fails, on a full disk say, then loses no
+// training), the validation, a sample. 0 where the run ends early.
+static int end_of_step(Run *r, int step) {
+    if (r->pending >= 0) finish_pending(r);
+    r->pending = step, r->pending_start = r->step_start;
+    // a stop the ranks agreed on in a step read so far (every rank reads the same steps at the same points):
+    // this step, already under way, is the last
+    StepEnd end = step_end(&r->opts, &r->control, step, r->have_val);
+    if (!(end.last || end.ends_early || end.validate || end.sample || end.checkpoint ||
+          host_waits_for_step(&r->model, &r->opts, step, r->have_debug)))
+        return 1;
+    finish_pending(r);
+    if (end.checkpoint) checkpoint_now(r);
+    if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
+    if (end.sample)
+        sample_text(&r->model, gpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
+                    r->cfg.vocab_size, r->opts.sample_len, step);
+    return !end.ends_early;
+}
+
+// The summary line: the mean step time after warm-up, MFU, and the memory the run held.
+static void print_summary(const Run *r) {
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (clock.timed_steps > 0) {
-        double ms = clock.timed_ms / clock.timed_steps,
-               tokens_per_second = clock.tokens_per_step / (ms / 1e3);
-        double peak = bf16_peak_flops(&props) * dist.world_size;
-        double mfu = peak > 0 ? 100.0 * model_flops_per_token(&cfg, T) * tokens_per_second / peak : 0.0,
-               hfu = peak > 0 ? 100.0 * hardware_flops_per_token(&cfg, T, opts.recompute) *
-                                    tokens_per_second / peak
-                              : 0.0;
-        // every buffer is allocated up front from the plan, so the plan's total is this run's peak
-        printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak (6 x (parameters - input "
-               "embeddings) + 6 L C T FLOPs a token), hardware FLOPs %.1f%% | peak memory %.2f GiB "
-               "(device in use: %.2f GiB)\n",
-               ms, tokens_per_second, mfu, hfu, model.plan.total / 1073741824.0,
-               (total_bytes - free_bytes) / 1073741824.0);
-    }
-    if (state.skipped_steps) printf("skipped steps: %ld\n", (long)state.skipped_steps);
-    int status = run_control_finish(&control, &opts, dist.rank, (long)state.step, (long)state.skipped_steps,
-                                    log.failed);
-    log_energy(&log, energy_all_ranks(&model, &energy), &opts,
-               energy.unavailable ? energy.unavailable : "a GPU of another rank has no energy counter");
-    run_log_close(&log);
-    step_guard_free(&guard);
-    fp8_stats_free(&stats);
-    if (have_debug) debug_state_free(&debug);
-    if (have_val) dataloader_free(&val_loader);
-    dataloader_free(&train_loader);
-    if (tokenizer.loaded) tokenizer_free(&tokenizer);
-    free(sample_tokens);
-    gpt_free(&model);
-    comm_destroy_all(&model);
-    energy_meter_stop(&energy);
-    dist_finalize(&dist);
+    if (r->clock.timed_steps == 0) return;
+    double ms = r->clock.timed_ms / r->clock.timed_steps,
+           tokens_per_second = r->clock.tokens_per_step / (ms / 1e3);
+    double peak = bf16_peak_flops(&r->props) * r->dist.world_size;
+    double mfu = peak > 0 ? 100.0 * model_flops_per_token(&r->cfg, r->T) * tokens_per_second / peak : 0.0,
+           hfu = peak > 0 ? 100.0 * hardware_flops_per_token(&r->cfg, r->T, r->opts.recompute) *
+                                tokens_per_second / peak
+                          : 0.0;
+    // every buffer is allocated up front from the plan, so the plan's total is this run's peak
+    printf("summary | %.1f ms/step | %.0f tok/s | MFU %.1f%% of the BF16 peak (6 x (parameters - input "
+           "embeddings) + 6 L C T FLOPs a token), hardware FLOPs %.1f%% | peak memory %.2f GiB "
+           "(device in use: %.2f GiB)\n",
+           ms, tokens_per_second, mfu, hfu, r->model.plan.total / 1073741824.0,
+           (total_bytes - free_bytes) / 1073741824.0);
+}
+
+// The end of the run: the debug state, the last lines and the exit status, everything freed.
+static int end_run(Run *r) {
+    if (r->have_debug) debug_state_write(r->opts.debug_state, &r->debug);
+    print_summary(r);
+    if (r->state.skipped_steps) printf("skipped steps: %ld\n", (long)r->state.skipped_steps);
+    int status = run_control_finish(&r->control, &r->opts, r->dist.rank, (long)r->state.step,
+                                    (long)r->state.skipped_steps, r->log.failed);
+    log_energy(&r->log, energy_all_ranks(&r->model, &r->energy), &r->opts,
+               r->energy.unavailable ? r->energy.unavailable : "a GPU of another rank has no energy counter");
+    run_log_close(&r->log);
+    step_guard_free(&r->guard);
+    fp8_stats_free(&r->stats);
+    if (r->have_debug) debug_state_free(&r->debug);
+    if (r->have_val) dataloader_free(&r->val_loader);
+    dataloader_free(&r->train_loader);
+    if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
+    free(r->sample_tokens);
+    gpt_free(&r->model);
+    comm_destroy_all(&r->model);
+    energy_meter_stop(&r->energy);
+    dist_finalize(&r->dist);
     return status;
+}
+
+int main(int argc, char **argv) {
+    Run run;
+    int status = set_up_run(&run, argc, argv);
+    if (status != RUN_GOES_ON) return status;
+    for (int step = (int)run.state.step; step < run.opts.steps; step++) {
+        train_step(&run, step);
+        if (!end_of_step(&run, step)) break;
+    }
+    return end_run(&run);
 }
 #endif // TRAIN_GPT_FP8_NO_MAIN

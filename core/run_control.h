@@ -23,6 +23,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "dist.h"
+#include "train_log.h"
 
 // Exit statuses besides 0 (done) and 1 (an error): a job script requeues on EXIT_STOPPED.
 #define EXIT_STOPPED 75   // stopped early on request, the last step checkpointed (sysexits' EX_TEMPFAIL)
@@ -119,6 +120,23 @@ static inline void run_control_after_step(RunControl *rc, int stop_votes, int sk
 
 static inline int run_control_ends_early(const RunControl *rc) {
     return rc->stopping || rc->unhealthy;
+}
+
+// What the end of step `step` (counting from 0) holds, alike on every rank and in both trainers: whether it
+// is the run's last, whether the ranks agreed to end early (a signal, the time limit, the guards), and what
+// is due. A run that ends early writes its checkpoint and nothing else.
+typedef struct {
+    int last, ends_early, checkpoint, validate, sample;
+} StepEnd;
+
+static inline StepEnd step_end(const TrainOptions *opts, const RunControl *rc, int step, int have_val) {
+    StepEnd end;
+    end.last = step + 1 == opts->steps;
+    end.ends_early = !end.last && run_control_ends_early(rc);
+    end.checkpoint = *opts->output_dir && (is_due(step + 1, opts->ckpt_every, end.last) || end.ends_early);
+    end.validate = !end.ends_early && have_val && is_due(step + 1, opts->val_every, end.last);
+    end.sample = !end.ends_early && opts->sample_every > 0 && (step + 1) % opts->sample_every == 0;
+    return end;
 }
 
 // The last lines of a run (rank 0's) and its exit status. steps_done: the run's steps (all invocations),
