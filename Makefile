@@ -2,7 +2,8 @@
 #   make train_cpu   gcc, OpenMP; OpenBLAS for the GEMMs when its headers and library are installed
 #   make train       nvcc for GPU_ARCH (default sm_90a and sm_100a: H100/H200 and B200)
 #   make demo        prepare tinyshakespeare and compare float32 / bfloat16 / float8 on a small model
-#   make test        every test that needs no GPU
+#   make check       the quick tier for the edit-compile-test loop (a few minutes)
+#   make test        every test that needs no GPU (CI's)
 #   make test_gpu    the CUDA trainer against the CPU reference (needs a GPU)
 #   make train_emu   the CUDA trainer compiled for the CPU emulation of CUDA (emu/; `make test` runs the GPU
 #                    test suite against it)
@@ -136,11 +137,23 @@ test_study_report: train_cpu python_deps
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_study_report.sh
 
 
-test_cpu: $(NVCC_TESTS) test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
+test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
           test_cpu_kernels test_health test_study_report test_export test_compare test_torch_peer
 
 test: test_cpu
 	@echo "all CPU tests passed"
+
+# The quick tier: the tree's layering and the docs' links, the CPU trainer's layers against finite differences, its kernels, flags,
+# data and plans, and the first steps of bfloat16 and float8 on the emulated CUDA trainer against the CPU
+# reference (test_gpu_quick). Every part is also in make test.
+check: test_layout test_doc_links test_cli test_gradcheck test_cpu_kernels test_dataloader test_fp8_stats test_memory_plan test_gpu_quick
+	@echo "quick checks passed (make test runs the whole suite)"
+
+.PHONY: check test_layout test_doc_links
+test_layout:
+	$(PYTHON) test/test_layout.py
+test_doc_links:
+	bash test/test_doc_links.sh
 
 clean:
 	rm -rf train_cpu train train_emu build test/build out

@@ -58,13 +58,17 @@ test/build/test_emu_racecheck: test/test_emu.cu test/test_util.h $(GPU_HEADERS) 
 	@mkdir -p $(@D)
 	$(call emu_link_racecheck,test/test_emu.cu,$(EMU_OBJS))
 
-.PHONY: test_emu test_gpu_emu test_emu_trainer test_dist_emu test_racecheck test_preempt test_first_contact mutants
+.PHONY: test_emu test_gpu_emu test_gpu_quick test_emu_trainer test_dist_emu test_racecheck test_preempt test_first_contact mutants
 test_emu: test/build/test_emu test/build/test_emu_sanitize test/build/test_emu_racecheck test/build/bench_kernels_emu \
           test/build/bench_kernels_racecheck
 	bash test/test_emu.sh
 
 test_gpu_emu: train_emu train_cpu test/build/compare_debug_state test/build/check_state
 	DATA="$(DATA)" TRAIN=./train_emu bash test/test_gpu.sh
+
+# make check's part of it: the first step of bfloat16 and float8 (delayed, current) against the CPU reference
+test_gpu_quick: train_emu train_cpu test/build/compare_debug_state test/build/check_state
+	DATA="$(DATA)" TRAIN=./train_emu TEST_GPU_QUICK=1 bash test/test_gpu.sh
 
 test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize test/build/train_emu_cublas12.8
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_emu_trainer.sh

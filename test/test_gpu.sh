@@ -84,6 +84,8 @@ set +e
 run_pair bfloat16 --dtype bfloat16
 run_pair float8_delayed --dtype float8 --fp8_recipe delayed
 run_pair float8_current --dtype float8 --fp8_recipe current
+# make check's quick tier (TEST_GPU_QUICK=1) ends here: the first step of the three main paths against the CPU
+if [ "${TEST_GPU_QUICK:-0}" = 1 ]; then finish; exit; fi
 run_pair float8_precise_accum --dtype float8 --fp8_recipe delayed --fp8_fast_accum 0
 run_pair float8_blockwise --dtype float8 --fp8_recipe blockwise
 run_pair float8_blockwise_pow2 --dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1
