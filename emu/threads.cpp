@@ -92,7 +92,7 @@ static void *prepare_stack(char *stack_top) {
     return sp;
 }
 #else
-#error "emu/runtime.cpp: the fiber switch is written for x86-64 only"
+#error "emu/threads.cpp: the fiber switch is written for x86-64 only"
 #endif
 
 enum FiberState { FIBER_RUNNABLE, FIBER_AT_BARRIER, FIBER_AT_WARP, FIBER_EXITED };
