@@ -2,7 +2,7 @@
 // .cu files are compiled as C++ by the host compiler with emu/ first on the include path, so this file
 // stands in for CUDA's own, under CUDA's names, for the subset the project uses:
 //   - kernels: __global__ functions are plain functions; cudaLaunchKernel runs every block as a group of
-//     cooperative threads (emu/runtime.cpp: one fiber per CUDA thread) with real barriers, warp
+//     cooperative threads (emu/threads.cpp: one fiber per CUDA thread) with real barriers, warp
 //     shuffles and votes, and the built-ins threadIdx, blockIdx, blockDim, gridDim of the running thread;
 //   - memory: device allocations are host memory, tracked, and unreadable by host code between device
 //     operations (as on a GPU); copies, kernel arguments and atomics are checked against them;
@@ -165,7 +165,8 @@ struct cudaDeviceProp {
 };
 
 // ---------------------------------------------------------------------------------------------------------
-// Runtime API (emu/runtime.cpp)
+// Runtime API (emu/launch.cpp: errors and the device; emu/memory.cpp: allocations; emu/streams.cpp: copies,
+// streams, events, graphs)
 
 const char *cudaGetErrorString(cudaError_t error);
 const char *cudaGetErrorName(cudaError_t error);
@@ -218,7 +219,8 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------------
-// The emulator's side of kernels (emu/runtime.cpp)
+// The emulator's side of kernels (emu/launch.cpp: launches; emu/threads.cpp: blocks, barriers, warp
+// operations; emu/memory.cpp: check_device_range)
 
 namespace emu {
 

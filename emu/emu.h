@@ -1,6 +1,6 @@
-// emu/emu.h: what the emulator's own files (runtime.cpp, cublaslt.cpp, nccl.cpp) share: diagnostics,
-// device operations on streams, the device-memory registry and the host worker pool. Not a CUDA header:
-// the project's code never includes it.
+// emu/emu.h: what the emulator's own files (the runtime's, which emu/runtime_internal.h lists, cublaslt.cpp,
+// nccl.cpp, racecheck.cpp) share: diagnostics, device operations on streams, the device-memory registry and
+// the host worker pool. Not a CUDA header: the project's code never includes it.
 #ifndef EMU_EMU_H
 #define EMU_EMU_H
 

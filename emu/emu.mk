@@ -20,7 +20,9 @@ EMU_BASE_FLAGS := -std=c++17 -ffp-contract=off -fopenmp $(WARN) -Wno-unknown-pra
 EMU_LIBS := $(MPI_LIBS) -ldl -lpthread -lm
 EMU_HEADERS := emu/cuda_runtime.h emu/cuda_bf16.h emu/library_types.h emu/cublasLt.h emu/nccl.h \
                emu/nvtx3/nvToolsExt.h emu/emu.h
-EMU_SOURCES := runtime cublaslt nccl racecheck
+# The runtime's files share emu/runtime_internal.h (its opening comment says which file has what).
+EMU_RUNTIME_SOURCES := diagnostics symbols memory threads launch streams report
+EMU_SOURCES := $(EMU_RUNTIME_SOURCES) cublaslt nccl racecheck
 
 # Two variants of the emulator's objects: plain (-O2) and sanitized.
 build/emu/%.o: emu/%.cpp $(EMU_HEADERS)
@@ -30,6 +32,8 @@ build/emu/%.o: emu/%.cpp $(EMU_HEADERS)
 build/emu-sanitize/%.o: emu/%.cpp $(EMU_HEADERS)
 	@mkdir -p $(@D)
 	$(EMU_CXX) $(EMU_BASE_FLAGS) $(EMU_SANITIZE_FLAGS) -c $< -o $@
+
+$(EMU_RUNTIME_SOURCES:%=build/emu/%.o) $(EMU_RUNTIME_SOURCES:%=build/emu-sanitize/%.o): emu/runtime_internal.h
 
 # The emulated cuBLASLt's GELU epilogues share the trainer's GELU (gpu/gelu.cuh).
 build/emu/cublaslt.o build/emu-sanitize/cublaslt.o: gpu/gelu.cuh
