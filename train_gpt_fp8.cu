@@ -847,9 +847,18 @@ static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Loa
                           record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
                           (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->stream);
     if (!out) return;
-    gemm(&model->gemm, out, CUDA_R_16BF, fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]), 0,
-         fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, OC, IC,
-         linear_bias(model, layer, linear), 0, model->fast_accum >= FAST_ACCUM_FORWARD, model->stream);
+    gemm(&model->gemm,
+         {.D = out,
+          .d_type = CUDA_R_16BF,
+          .A = fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]),
+          .B = fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]),
+          .trans_b = 1,
+          .M = N,
+          .N = OC,
+          .K = IC,
+          .epilogue = gemm_bias(linear_bias(model, layer, linear)),
+          .fast_accum = model->fast_accum >= FAST_ACCUM_FORWARD},
+         model->stream);
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias. With gelu_out (fc's GELU output), in bfloat16: the GEMM also
@@ -868,20 +877,46 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
         fp8_block_cast(model, index, inp, N, IC, model->cast_fp8, model->cast_factors,
                        saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear),
                        record_amax, FP8_E4M3);
-        gemm(&model->gemm, out, CUDA_R_16BF,
-             block_operand(model->cast_fp8, FP8_E4M3, model->cast_factors, recipe, 0), 0,
-             block_operand(weight_fp8(model, layer, linear), FP8_E4M3,
-                           weight_factors(model, layer, linear, 0), recipe, 1),
-             1, N, OC, IC, bias, 0, 0, model->stream);
+        gemm(&model->gemm,
+             {.D = out,
+              .d_type = CUDA_R_16BF,
+              .A = block_operand(model->cast_fp8, FP8_E4M3, model->cast_factors, recipe, 0),
+              .B = block_operand(weight_fp8(model, layer, linear), FP8_E4M3,
+                                 weight_factors(model, layer, linear, 0), recipe, 1),
+              .trans_b = 1,
+              .M = N,
+              .N = OC,
+              .K = IC,
+              .epilogue = gemm_bias(bias)},
+             model->stream);
     } else if (model->dtype == DTYPE_FLOAT8) {
         fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
         fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
     } else {
         GemmOperand x = bf16_operand(inp), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
-        if (gelu_out && gemm_fused(&model->gemm, gelu_out, CUDA_R_16BF, x, 0, w, 1, N, OC, IC,
-                                   gemm_gelu_bias(bias, out), 0, model->stream))
+        if (gelu_out && gemm_fused(&model->gemm,
+                                   {.D = gelu_out,
+                                    .d_type = CUDA_R_16BF,
+                                    .A = x,
+                                    .B = w,
+                                    .trans_b = 1,
+                                    .M = N,
+                                    .N = OC,
+                                    .K = IC,
+                                    .epilogue = gemm_gelu_bias(bias, out)},
+                                   model->stream))
             return 1;
-        gemm(&model->gemm, out, CUDA_R_16BF, x, 0, w, 1, N, OC, IC, bias, 0, 0, model->stream);
+        gemm(&model->gemm,
+             {.D = out,
+              .d_type = CUDA_R_16BF,
+              .A = x,
+              .B = w,
+              .trans_b = 1,
+              .M = N,
+              .N = OC,
+              .K = IC,
+              .epilogue = gemm_bias(bias)},
+             model->stream);
     }
     return 0;
 }
@@ -933,13 +968,30 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
     const int fast =
         model->fast_accum == FAST_ACCUM_ALL; // a study's choice: it costs the gradients precision
     // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-    gemm(&model->gemm, dinp, CUDA_R_16BF, dout_q, 0,
-         fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &s->weight_descale[w]), 1, N, IC, OC, NULL,
-         0, fast, model->stream);
+    gemm(&model->gemm,
+         {.D = dinp,
+          .d_type = CUDA_R_16BF,
+          .A = dout_q,
+          .B = fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &s->weight_descale[w]),
+          .trans_b = 1,
+          .M = N,
+          .N = IC,
+          .K = OC,
+          .fast_accum = fast},
+         model->stream);
     // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-    gemm(&model->gemm, grad_of(model, weight_tensor, layer), CUDA_R_32F, dout_q_t, 0,
-         fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &s->descale[input_index]), 1, OC, IC, N,
-         NULL, 1, fast, model->stream);
+    gemm(&model->gemm,
+         {.D = grad_of(model, weight_tensor, layer),
+          .d_type = CUDA_R_32F,
+          .A = dout_q_t,
+          .B = fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &s->descale[input_index]),
+          .trans_b = 1,
+          .M = OC,
+          .N = IC,
+          .K = N,
+          .accumulate = 1,
+          .fast_accum = fast},
+         model->stream);
 }
 
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias (if any) += column sums of dout. With gelu_pre
@@ -969,37 +1021,88 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
         fp8_block_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_factors, model->cast_fp8_t,
                        model->cast_factors_t, 1, format);
         // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-        gemm(&model->gemm, dinp, CUDA_R_16BF,
-             block_operand(model->cast_fp8, format, model->cast_factors, recipe, 0), 0,
-             block_operand(weight_fp8_t(model, layer, linear), FP8_E4M3,
-                           weight_factors(model, layer, linear, 1), recipe, 1),
-             1, N, IC, OC, NULL, 0, 0, model->stream);
+        gemm(&model->gemm,
+             {.D = dinp,
+              .d_type = CUDA_R_16BF,
+              .A = block_operand(model->cast_fp8, format, model->cast_factors, recipe, 0),
+              .B = block_operand(weight_fp8_t(model, layer, linear), FP8_E4M3,
+                                 weight_factors(model, layer, linear, 1), recipe, 1),
+              .trans_b = 1,
+              .M = N,
+              .N = IC,
+              .K = OC},
+             model->stream);
         // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-        gemm(&model->gemm, dweight, CUDA_R_32F,
-             block_operand(model->cast_fp8_t, format, model->cast_factors_t, recipe, 0), 0,
-             block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
-                           saved_input_factors_t(model, layer, linear), recipe, 0),
-             1, OC, IC, N, NULL, 1, 0, model->stream);
+        gemm(&model->gemm,
+             {.D = dweight,
+              .d_type = CUDA_R_32F,
+              .A = block_operand(model->cast_fp8_t, format, model->cast_factors_t, recipe, 0),
+              .B = block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
+                                 saved_input_factors_t(model, layer, linear), recipe, 0),
+              .trans_b = 1,
+              .M = OC,
+              .N = IC,
+              .K = N,
+              .accumulate = 1},
+             model->stream);
         return 0;
     }
     GemmOperand g = bf16_operand(dout), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
     // dW (OC,IC) += dout^T (OC,N) . inp (N,IC), and the bias gradient: the sums of dout^T's rows
     float *sums = model->reduce_scratch;
     if (!dbias) {
-        gemm(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N, NULL, 1, 0,
+        gemm(&model->gemm,
+             {.D = dweight,
+              .d_type = CUDA_R_32F,
+              .A = g,
+              .trans_a = 1,
+              .B = bf16_operand(inp),
+              .M = OC,
+              .N = IC,
+              .K = N,
+              .accumulate = 1},
              model->stream);
-    } else if (gemm_fused(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N,
-                          gemm_bias_grad(sums), 1, model->stream)) {
+    } else if (gemm_fused(&model->gemm,
+                          {.D = dweight,
+                           .d_type = CUDA_R_32F,
+                           .A = g,
+                           .trans_a = 1,
+                           .B = bf16_operand(inp),
+                           .M = OC,
+                           .N = IC,
+                           .K = N,
+                           .epilogue = gemm_bias_grad(sums),
+                           .accumulate = 1},
+                          model->stream)) {
         launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->stream}, dbias, (const float *)sums,
                            (size_t)OC);
     } else {
-        gemm(&model->gemm, dweight, CUDA_R_32F, g, 1, bf16_operand(inp), 0, OC, IC, N, NULL, 1, 0,
+        gemm(&model->gemm,
+             {.D = dweight,
+              .d_type = CUDA_R_32F,
+              .A = g,
+              .trans_a = 1,
+              .B = bf16_operand(inp),
+              .M = OC,
+              .N = IC,
+              .K = N,
+              .accumulate = 1},
              model->stream);
         bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
     }
-    int gelu_done = gelu_pre && gemm_fused(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC,
-                                           gemm_dgelu(gelu_pre), 0, model->stream);
-    if (!gelu_done) gemm(&model->gemm, dinp, CUDA_R_16BF, g, 0, w, 0, N, IC, OC, NULL, 0, 0, model->stream);
+    int gelu_done = gelu_pre && gemm_fused(&model->gemm,
+                                           {.D = dinp,
+                                            .d_type = CUDA_R_16BF,
+                                            .A = g,
+                                            .B = w,
+                                            .M = N,
+                                            .N = IC,
+                                            .K = OC,
+                                            .epilogue = gemm_dgelu(gelu_pre)},
+                                           model->stream);
+    if (!gelu_done)
+        gemm(&model->gemm, {.D = dinp, .d_type = CUDA_R_16BF, .A = g, .B = w, .M = N, .N = IC, .K = OC},
+             model->stream);
     return gelu_done;
 }
 
@@ -1169,8 +1272,15 @@ static void gpt_forward(GPT *model, int record_amax) {
         layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
                           weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
     // LM head, GPT-2's tied to wte, Llama's its own, BF16: (N,C) . (Vp,C)^T -> (N,Vp)
-    gemm(&model->gemm, model->logits, CUDA_R_16BF, bf16_operand(model->lnf), 0,
-         bf16_operand(weight_bf16(model, lm_head(cfg), 0)), 1, N, cfg->padded_vocab_size, C, NULL, 0, 0,
+    gemm(&model->gemm,
+         {.D = model->logits,
+          .d_type = CUDA_R_16BF,
+          .A = bf16_operand(model->lnf),
+          .B = bf16_operand(weight_bf16(model, lm_head(cfg), 0)),
+          .trans_b = 1,
+          .M = N,
+          .N = cfg->padded_vocab_size,
+          .K = C},
          stream);
     nvtxRangePop();
 }
@@ -1319,10 +1429,26 @@ static void gpt_backward(GPT *model) {
     }
     nvtxRangePushA("lm head backward");
     int head = lm_head(cfg);
-    gemm(&model->gemm, model->dc, CUDA_R_16BF, bf16_operand(dlogits), 0,
-         bf16_operand(weight_bf16(model, head, 0)), 0, N, C, Vp, NULL, 0, 0, stream);
-    gemm(&model->gemm, grad_of(model, head, 0), CUDA_R_32F, bf16_operand(dlogits), 1,
-         bf16_operand(model->lnf), 0, Vp, C, N, NULL, 1, 0, stream);
+    gemm(&model->gemm,
+         {.D = model->dc,
+          .d_type = CUDA_R_16BF,
+          .A = bf16_operand(dlogits),
+          .B = bf16_operand(weight_bf16(model, head, 0)),
+          .M = N,
+          .N = C,
+          .K = Vp},
+         stream);
+    gemm(&model->gemm,
+         {.D = grad_of(model, head, 0),
+          .d_type = CUDA_R_32F,
+          .A = bf16_operand(dlogits),
+          .trans_a = 1,
+          .B = bf16_operand(model->lnf),
+          .M = Vp,
+          .N = C,
+          .K = N,
+          .accumulate = 1},
+         stream);
     cuda_check(cudaMemsetAsync(model->dresidual, 0, NC * sizeof(bf16), stream));
     norm_backward(model, PT_LNFW, 0, model->residual3 + (L - 1) * NC, model->lnf_stats);
     nvtxRangePop();

@@ -66,23 +66,46 @@ typedef struct {
 
 static void run_bf16(void *p) {
     Bench *b = (Bench *)p;
-    gemm(b->gemm, b->out_bf16, CUDA_R_16BF, {b->x, CUDA_R_16BF, NULL, 0}, 0, {b->w, CUDA_R_16BF, NULL, 0}, 1,
-         b->M, b->N, b->K, NULL, 0, 0, b->stream);
+    gemm(b->gemm,
+         {.D = b->out_bf16,
+          .d_type = CUDA_R_16BF,
+          .A = {b->x, CUDA_R_16BF, NULL, 0},
+          .B = {b->w, CUDA_R_16BF, NULL, 0},
+          .trans_b = 1,
+          .M = b->M,
+          .N = b->N,
+          .K = b->K},
+         b->stream);
 }
 
 static void run_fp8(void *p) {
     Bench *b = (Bench *)p;
-    gemm(b->gemm, b->out_fp8, CUDA_R_16BF, {b->x_q, CUDA_R_8F_E4M3, &b->state[2], 0}, 0,
-         {b->w_q, CUDA_R_8F_E4M3, &b->state[5], 0}, 1, b->M, b->N, b->K, NULL, 0, 1, b->stream);
+    gemm(b->gemm,
+         {.D = b->out_fp8,
+          .d_type = CUDA_R_16BF,
+          .A = {b->x_q, CUDA_R_8F_E4M3, &b->state[2], 0},
+          .B = {b->w_q, CUDA_R_8F_E4M3, &b->state[5], 0},
+          .trans_b = 1,
+          .M = b->M,
+          .N = b->N,
+          .K = b->K,
+          .fast_accum = 1},
+         b->stream);
 }
 
 static void run_block(void *p) {
     Bench *b = (Bench *)p;
     int mx = b->recipe == FP8_RECIPE_MXFP8;
-    gemm(b->gemm, b->out_fp8, CUDA_R_16BF,
-         {b->x_q, CUDA_R_8F_E4M3, b->x_factors, mx ? GEMM_SCALE_MX_32 : GEMM_SCALE_TILE_128}, 0,
-         {b->w_q, CUDA_R_8F_E4M3, b->w_factors, mx ? GEMM_SCALE_MX_32 : GEMM_SCALE_BLOCK_128x128}, 1, b->M,
-         b->N, b->K, NULL, 0, 0, b->stream);
+    gemm(b->gemm,
+         {.D = b->out_fp8,
+          .d_type = CUDA_R_16BF,
+          .A = {b->x_q, CUDA_R_8F_E4M3, b->x_factors, mx ? GEMM_SCALE_MX_32 : GEMM_SCALE_TILE_128},
+          .B = {b->w_q, CUDA_R_8F_E4M3, b->w_factors, mx ? GEMM_SCALE_MX_32 : GEMM_SCALE_BLOCK_128x128},
+          .trans_b = 1,
+          .M = b->M,
+          .N = b->N,
+          .K = b->K},
+         b->stream);
 }
 
 // A block recipe's forward: the input cast twice (tiles along K for this GEMM, along the tokens into the

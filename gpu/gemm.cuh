@@ -7,6 +7,7 @@
 // inverse scale: D = (1/s_a)(1/s_b) (A_q . B_q), which undoes the cast's x_q = x * s.
 // On Hopper and Ada cuBLASLt runs FP8 only in the "TN" form, both operands K-major: trans_a = 0,
 // trans_b = 1. The trainer arranges its FP8 operands (cached W^T, saved x^T, dy^T) accordingly.
+// A call names its GEMM's operands, shape and options in a GemmCall (below).
 // Every pointer must be 16-byte aligned (checked per call): a plan serves all layers of its shape, so
 // its algorithm is chosen for that alignment, not for the (often 256-byte) alignment of the first call.
 #ifndef GPU_GEMM_CUH
@@ -107,6 +108,26 @@ static inline const void *epilogue_bias_pointer(const GemmEpilogue *e) {
     return e->kind == GEMM_BIAS_GRAD ? (const void *)e->bias_grad : (const void *)e->bias;
 }
 
+// One GEMM, its operands and options named: D (M,N) = op(A) (M,K) . op(B) (K,N) [+ the epilogue] [+ D when
+// accumulate]. Each call builds it with designated initializers in the fields' order, e.g.
+//   gemm(ctx, {.D = out, .d_type = CUDA_R_16BF, .A = x, .B = w, .trans_b = 1, .M = N, .N = OC, .K = IC,
+//              .epilogue = gemm_bias(bias)}, stream);
+// A field with a default may be left out (no transpose, no epilogue, D overwritten, the exact accumulation),
+// the others not (g++'s -Wmissing-field-initializers says so). The tag: clang's -Wnon-c-typedef-for-linkage
+// asks one of a typedef'd struct with default member initializers.
+typedef struct GemmCall {
+    void *D;
+    cudaDataType_t d_type; // CUDA_R_16BF, or CUDA_R_32F for the weight gradients
+    GemmOperand A;
+    int trans_a = 0; // op(A) = A^T, A stored (K,M)
+    GemmOperand B;
+    int trans_b = 0; // op(B) = B^T, B stored (N,K)
+    int M, N, K;
+    GemmEpilogue epilogue = {GEMM_NO_EPILOGUE, NULL, NULL, NULL}; // gemm_bias(bias) and the others above
+    int accumulate = 0; // D += the result (the weight gradients across micro-batches); else D = the result
+    int fast_accum = 0; // FP8: the tensor cores' fast accumulation (by default the forward's only)
+} GemmCall;
+
 // One cached plan per distinct GEMM shape, type and epilogue: descriptors and the algorithm the heuristic
 // chose. Pointers (data, bias, aux, scales) are set per call, so a plan serves every layer of the same
 // shape, except that the heuristic reads the bias and aux pointers' values for their alignment (cuBLASLt's
@@ -189,15 +210,17 @@ static inline void set_desc_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulD
 
 // The per-call pointers of a plan's descriptor: the bias or bias gradient, the aux, and the FP8 inverse
 // scales (cuBLASLt's A is our B and the other way round).
-static inline void gemm_set_pointers(GemmPlan *p, const GemmEpilogue *e, const GemmOperand *A,
-                                     const GemmOperand *B) {
-    const void *bias = epilogue_bias_pointer(e);
+static inline void gemm_set_pointers(GemmPlan *p, const GemmCall *c) {
+    const void *bias = epilogue_bias_pointer(&c->epilogue);
     if (bias) set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-    if (e->aux)
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e->aux, sizeof(e->aux));
+    if (c->epilogue.aux)
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->epilogue.aux,
+                           sizeof(c->epilogue.aux));
     if (is_fp8_type(p->a_type)) {
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &B->descale, sizeof(B->descale));
-        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &A->descale, sizeof(A->descale));
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c->B.descale,
+                           sizeof(c->B.descale));
+        set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c->A.descale,
+                           sizeof(c->A.descale));
     }
 }
 
@@ -224,19 +247,19 @@ static inline void gemm_set_epilogue(GemmPlan *p) {
 // cuBLASLt is column-major: the row-major D (M,N) is its D^T (N,M) = op(B)^T op(A)^T, so our B is its
 // first operand and our A its second, each transposed exactly when ours is. The pointers of the first
 // call are set before the heuristic runs, which reads the bias and aux pointers' values for their alignment.
-static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int trans_a, GemmOperand A,
-                                  int trans_b, GemmOperand B, cudaDataType_t d_type, GemmEpilogue e,
-                                  int accumulate, int fast_accum) {
-    cudaDataType_t a_type = A.type, b_type = B.type;
-    unsigned bias_alignment = pointer_alignment(epilogue_bias_pointer(&e)),
-             aux_alignment = pointer_alignment(e.aux);
+static inline GemmPlan *gemm_plan(GemmContext *ctx, GemmCall c) {
+    const int M = c.M, N = c.N, K = c.K, trans_a = c.trans_a, trans_b = c.trans_b;
+    const GemmEpilogueKind epilogue = c.epilogue.kind;
+    cudaDataType_t a_type = c.A.type, b_type = c.B.type, d_type = c.d_type;
+    unsigned bias_alignment = pointer_alignment(epilogue_bias_pointer(&c.epilogue)),
+             aux_alignment = pointer_alignment(c.epilogue.aux);
     for (int i = 0; i < ctx->num_plans; i++) {
         GemmPlan *p = &ctx->plans[i];
         if (p->M == M && p->N == N && p->K == K && p->trans_a == trans_a && p->trans_b == trans_b &&
-            p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->epilogue == e.kind &&
-            p->accumulate == accumulate && p->fast_accum == fast_accum &&
+            p->a_type == a_type && p->b_type == b_type && p->d_type == d_type && p->epilogue == epilogue &&
+            p->accumulate == c.accumulate && p->fast_accum == c.fast_accum &&
             p->bias_alignment == bias_alignment && p->aux_alignment == aux_alignment &&
-            p->a_scale_mode == A.scale_mode && p->b_scale_mode == B.scale_mode)
+            p->a_scale_mode == c.A.scale_mode && p->b_scale_mode == c.B.scale_mode)
             return p;
     }
     if (ctx->num_plans == MAX_GEMM_PLANS) fail("cuBLASLt: more than %d distinct GEMM shapes", MAX_GEMM_PLANS);
@@ -254,21 +277,21 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     memset(p, 0, sizeof(*p));
     p->M = M, p->N = N, p->K = K, p->trans_a = trans_a, p->trans_b = trans_b;
     p->a_type = a_type, p->b_type = b_type, p->d_type = d_type;
-    p->epilogue = e.kind, p->accumulate = accumulate, p->fast_accum = fast_accum;
+    p->epilogue = epilogue, p->accumulate = c.accumulate, p->fast_accum = c.fast_accum;
     p->bias_alignment = bias_alignment, p->aux_alignment = aux_alignment;
-    p->a_scale_mode = A.scale_mode, p->b_scale_mode = B.scale_mode;
+    p->a_scale_mode = c.A.scale_mode, p->b_scale_mode = c.B.scale_mode;
     cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
     cublasOperation_t op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N; // our A
     set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first));
     set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second));
     if (is_fp8_type(a_type)) {
-        int8_t fast = (int8_t)fast_accum;
+        int8_t fast = (int8_t)c.fast_accum;
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
     }
-    if (A.scale_mode != GEMM_SCALE_TENSOR || B.scale_mode != GEMM_SCALE_TENSOR) { // cuBLASLt's A is our B
+    if (c.A.scale_mode != GEMM_SCALE_TENSOR || c.B.scale_mode != GEMM_SCALE_TENSOR) { // cuBLASLt's A is our B
 #if GEMM_BLOCK_SCALING
-        int32_t first = B.scale_mode, second = A.scale_mode;
+        int32_t first = c.B.scale_mode, second = c.A.scale_mode;
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &first, sizeof(first));
         set_desc_attribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &second, sizeof(second));
 #else
@@ -296,7 +319,7 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
     for (int i = 0; i < 4; i++)
         cublas_check(cublasLtMatmulPreferenceSetAttribute(preference, alignment_attributes[i], &alignment,
                                                           sizeof(alignment)));
-    gemm_set_pointers(p, &e, &A, &B);
+    gemm_set_pointers(p, &c);
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
     cublasStatus_t status =
@@ -304,12 +327,12 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
                                        p->d_layout, preference, 1, &heuristic, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     int none = status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0);
-    if (none && is_fused_epilogue(e.kind)) { // the caller runs the separate kernels instead
-        if (!(ctx->declined & (1u << e.kind)))
+    if (none && is_fused_epilogue(epilogue)) { // the caller runs the separate kernels instead
+        if (!(ctx->declined & (1u << epilogue)))
             printf("note | cuBLASLt has no algorithm fusing the %s into a %s GEMM (M=%d N=%d K=%d, the "
                    "first): the separate kernels run instead\n",
-                   gemm_epilogue_name(e.kind), gemm_type_name(a_type), M, N, K);
-        ctx->declined |= 1u << e.kind;
+                   gemm_epilogue_name(epilogue), gemm_type_name(a_type), M, N, K);
+        ctx->declined |= 1u << epilogue;
         ctx->num_plans++;
         return p;
     }
@@ -317,62 +340,58 @@ static inline GemmPlan *gemm_plan(GemmContext *ctx, int M, int N, int K, int tra
         fail("cuBLASLt: no algorithm for the %s x %s -> %s GEMM M=%d N=%d K=%d (trans_a=%d trans_b=%d, scale "
              "modes %d x %d, epilogue %s)",
              gemm_type_name(a_type), gemm_type_name(b_type), gemm_type_name(d_type), M, N, K, trans_a,
-             trans_b, A.scale_mode, B.scale_mode, gemm_epilogue_name(e.kind));
+             trans_b, c.A.scale_mode, c.B.scale_mode, gemm_epilogue_name(epilogue));
     p->algo = heuristic.algo;
     p->has_algo = 1;
     ctx->num_plans++;
     return p;
 }
 
-// The GEMM with epilogue e; returns 0, queuing nothing, where e is a fused epilogue the plan has no
+// The GEMM c describes; returns 0, queuing nothing, where its epilogue is a fused one the plan has no
 // algorithm for.
-static inline int gemm_run(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
-                           GemmOperand B, int trans_b, int M, int N, int K, GemmEpilogue e, int accumulate,
-                           int fast_accum, cudaStream_t stream) {
-    const void *pointers[6] = {A.data, B.data, D, e.bias, e.aux, e.bias_grad};
+static inline int gemm_run(GemmContext *ctx, GemmCall c, cudaStream_t stream) {
+    const GemmEpilogue e = c.epilogue;
+    const void *pointers[6] = {c.A.data, c.B.data, c.D, e.bias, e.aux, e.bias_grad};
     static const char *const names[6] = {"A", "B", "D", "bias", "aux", "bias gradient"};
     for (int i = 0; i < 6; i++)
         if ((uintptr_t)pointers[i] % GEMM_MIN_ALIGNMENT)
             fail("cuBLASLt: %s pointer %p of the GEMM M=%d N=%d K=%d is not %u-byte aligned (a bug)",
-                 names[i], pointers[i], M, N, K, GEMM_MIN_ALIGNMENT);
-    if (is_fp8_type(A.type) && (!A.descale || !B.descale))
-        fail("cuBLASLt: FP8 GEMM M=%d N=%d K=%d without an inverse scale (a bug)", M, N, K);
+                 names[i], pointers[i], c.M, c.N, c.K, GEMM_MIN_ALIGNMENT);
+    if (is_fp8_type(c.A.type) && (!c.A.descale || !c.B.descale))
+        fail("cuBLASLt: FP8 GEMM M=%d N=%d K=%d without an inverse scale (a bug)", c.M, c.N, c.K);
     // the epilogue's pointers, and the D its aux or bias gradient has the type of
     int aux = e.kind == GEMM_GELU_BIAS || e.kind == GEMM_DGELU, grad = e.kind == GEMM_BIAS_GRAD;
     if ((e.kind == GEMM_GELU_BIAS && !e.bias) || aux != (e.aux != NULL) || grad != (e.bias_grad != NULL) ||
-        ((aux && d_type != CUDA_R_16BF) || (grad && d_type != CUDA_R_32F)))
+        ((aux && c.d_type != CUDA_R_16BF) || (grad && c.d_type != CUDA_R_32F)))
         fail("cuBLASLt: the %s epilogue of the GEMM M=%d N=%d K=%d without its pointers or with a %s D (a "
              "bug)",
-             gemm_epilogue_name(e.kind), M, N, K, gemm_type_name(d_type));
-    GemmPlan *p = gemm_plan(ctx, M, N, K, trans_a, A, trans_b, B, d_type, e, accumulate, fast_accum);
+             gemm_epilogue_name(e.kind), c.M, c.N, c.K, gemm_type_name(c.d_type));
+    GemmPlan *p = gemm_plan(ctx, c);
     if (!p->has_algo) return 0;
-    gemm_set_pointers(p, &e, &A, &B);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, B.data, p->a_layout, A.data, p->b_layout, &beta,
-                                D, p->d_layout, D, p->d_layout, &p->algo, ctx->workspace,
+    gemm_set_pointers(p, &c);
+    const float alpha = 1.0f, beta = c.accumulate ? 1.0f : 0.0f;
+    cublas_check(cublasLtMatmul(ctx->handle, p->desc, &alpha, c.B.data, p->a_layout, c.A.data, p->b_layout,
+                                &beta, c.D, p->d_layout, c.D, p->d_layout, &p->algo, ctx->workspace,
                                 ctx->workspace_bytes, stream));
     return 1;
 }
 
-// D (M,N) of type d_type (CUDA_R_16BF, or CUDA_R_32F for weight gradients). accumulate: D += result
-// (weight gradients across micro-batches); else D = result. bias: BF16 (N) or NULL. fast_accum: FP8
-// forward only (the design keeps gradients on the slower, more exact accumulation).
-static inline void gemm(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
-                        GemmOperand B, int trans_b, int M, int N, int K, const bf16 *bias, int accumulate,
-                        int fast_accum, cudaStream_t stream) {
-    gemm_run(ctx, D, d_type, A, trans_a, B, trans_b, M, N, K, gemm_bias(bias), accumulate, fast_accum,
-             stream);
+// The GEMM with no epilogue or a bias (gemm_bias: none where the bias is NULL), which always has an
+// algorithm: the fused epilogues, which may not, go through gemm_fused.
+static inline void gemm(GemmContext *ctx, GemmCall c, cudaStream_t stream) {
+    if (is_fused_epilogue(c.epilogue.kind))
+        fail("cuBLASLt: gemm with the %s epilogue, which may have no algorithm: gemm_fused (a bug)",
+             gemm_epilogue_name(c.epilogue.kind));
+    gemm_run(ctx, c, stream);
 }
 
 // The GEMM with a fused epilogue (GEMM_GELU_BIAS and GEMM_DGELU with a BF16 D, GEMM_BIAS_GRAD with an FP32
 // D): 1 once queued; 0, queuing nothing, where cuBLASLt's heuristic has no algorithm for it (decided once,
 // when the plan is made, and said in one line), so that the caller runs the separate kernels instead.
-static inline int gemm_fused(GemmContext *ctx, void *D, cudaDataType_t d_type, GemmOperand A, int trans_a,
-                             GemmOperand B, int trans_b, int M, int N, int K, GemmEpilogue e, int accumulate,
-                             cudaStream_t stream) {
-    if (!is_fused_epilogue(e.kind))
-        fail("cuBLASLt: gemm_fused with the %s epilogue (a bug)", gemm_epilogue_name(e.kind));
-    return gemm_run(ctx, D, d_type, A, trans_a, B, trans_b, M, N, K, e, accumulate, 0, stream);
+static inline int gemm_fused(GemmContext *ctx, GemmCall c, cudaStream_t stream) {
+    if (!is_fused_epilogue(c.epilogue.kind))
+        fail("cuBLASLt: gemm_fused with the %s epilogue (a bug)", gemm_epilogue_name(c.epilogue.kind));
+    return gemm_run(ctx, c, stream);
 }
 
 #endif // GPU_GEMM_CUH

@@ -298,17 +298,29 @@ int run_gemm_check(const GemmCheck &c, const cudaDeviceProp &props) {
     GemmContext ctx;
     gemm_init(&ctx, workspace, GEMM_WORKSPACE_BYTES);
     const GemmOperand a = {dA, p.a_type, a_scale, p.a_mode}, b = {dB, p.b_type, b_scale, p.b_mode};
+    const GemmEpilogue e = c.epilogue == GEMM_BIAS ? gemm_bias((const bf16 *)d_bias)
+                           : c.epilogue == GEMM_GELU_BIAS
+                               ? gemm_gelu_bias((const bf16 *)d_bias, (bf16 *)d_aux)
+                           : c.epilogue == GEMM_DGELU     ? gemm_dgelu((const bf16 *)d_pre)
+                           : c.epilogue == GEMM_BIAS_GRAD ? gemm_bias_grad((float *)d_bias_grad)
+                                                          : gemm_bias(NULL);
+    const GemmCall call = {.D = dD,
+                           .d_type = p.d_type,
+                           .A = a,
+                           .trans_a = p.trans_a,
+                           .B = b,
+                           .trans_b = p.trans_b,
+                           .M = p.M,
+                           .N = p.N,
+                           .K = p.K,
+                           .epilogue = e,
+                           .accumulate = p.accumulate,
+                           .fast_accum = c.fast_accum};
     int ran = 1;
-    if (c.epilogue == GEMM_NO_EPILOGUE || c.epilogue == GEMM_BIAS)
-        gemm(&ctx, dD, p.d_type, a, p.trans_a, b, p.trans_b, p.M, p.N, p.K,
-             c.epilogue == GEMM_BIAS ? (const bf16 *)d_bias : NULL, p.accumulate, c.fast_accum, stream);
-    else {
-        GemmEpilogue e = c.epilogue == GEMM_GELU_BIAS ? gemm_gelu_bias((const bf16 *)d_bias, (bf16 *)d_aux)
-                         : c.epilogue == GEMM_DGELU   ? gemm_dgelu((const bf16 *)d_pre)
-                                                      : gemm_bias_grad((float *)d_bias_grad);
-        ran = gemm_fused(&ctx, dD, p.d_type, a, p.trans_a, b, p.trans_b, p.M, p.N, p.K, e, p.accumulate,
-                         stream);
-    }
+    if (is_fused_epilogue(c.epilogue))
+        ran = gemm_fused(&ctx, call, stream);
+    else
+        gemm(&ctx, call, stream);
     cuda_check(cudaStreamSynchronize(stream));
     cuda_check(cudaGetLastError());
     if (!ran) {

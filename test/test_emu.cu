@@ -634,8 +634,19 @@ static void check_gemm(GemmContext *ctx, GemmCase c, int M, int N, int K, bool h
                      : fp8    ? &scales[1]
                               : NULL,
                      c.b_mode};
-    gemm(ctx, dD, c.d_type, A, c.trans_a, B, c.trans_b, M, N, K, c.bias ? (const bf16 *)dbias : NULL,
-         c.accumulate, 0, 0);
+    gemm(ctx,
+         {.D = dD,
+          .d_type = c.d_type,
+          .A = A,
+          .trans_a = c.trans_a,
+          .B = B,
+          .trans_b = c.trans_b,
+          .M = M,
+          .N = N,
+          .K = K,
+          .epilogue = gemm_bias(c.bias ? (const bf16 *)dbias : NULL),
+          .accumulate = c.accumulate},
+         0);
     std::vector<float> d(M * N);
     if (c.d_type == CUDA_R_32F) {
         d = host_floats((float *)dD, (size_t)M * N);
@@ -704,7 +715,17 @@ static void test_tensor_core_accumulation(void) {
     const GemmOperand A = {dA, CUDA_R_8F_E4M3, one, 0}, B = {dB, CUDA_R_8F_E4M3, one, 0};
     const float exact = 1.0f + 511.0f * 0x1p-18f;
     for (int fast = 0; fast <= 1; fast++) {
-        gemm(&ctx, dD, CUDA_R_32F, A, 0, B, 1, M, N, K, NULL, 0, fast, 0);
+        gemm(&ctx,
+             {.D = dD,
+              .d_type = CUDA_R_32F,
+              .A = A,
+              .B = B,
+              .trans_b = 1,
+              .M = M,
+              .N = N,
+              .K = K,
+              .fast_accum = fast},
+             0);
         std::vector<float> d = host_floats(dD, M * N);
         const float want = !hopper ? exact : fast ? 1.0f : 1.0f + 7.0f * 0x1p-12f;
         int bad = 0;
@@ -865,7 +886,7 @@ struct GemmSetup {
 
 // gpu/gemm.cuh's plan cache: one plan per shape, types, scale modes, epilogue and bias and aux alignments
 // (the heuristic reads those pointers' alignments and may pick a kernel that needs them), reused across
-// calls; and the operand combinations it refuses with their own messages.
+// calls; the operand combinations it refuses with their own messages, and gemm() with a fused epilogue.
 static void test_gemm_plans(void) {
     GemmSetup setup;
     GemmContext &ctx = setup.ctx;
@@ -875,27 +896,53 @@ static void test_gemm_plans(void) {
     const bf16 *bias256 = (const bf16 *)(mem + 196608), *bias64 = (const bf16 *)(mem + 196608 + 64),
                *bias256_again = (const bf16 *)(mem + 196608 + 512);
     GemmOperand A = {a, CUDA_R_16BF, NULL, 0}, B = {b, CUDA_R_16BF, NULL, 0};
-    GemmPlan *first = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(bias256), 0, 0);
-    GemmPlan *again = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(bias256_again), 0, 0);
-    GemmPlan *other = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(bias64), 0, 0);
+    // the plan of D (M,N) = A . B^T in BF16 with epilogue e, not accumulated
+    auto plan = [&](GemmEpilogue e) {
+        return gemm_plan(&ctx, {.D = d,
+                                .d_type = CUDA_R_16BF,
+                                .A = A,
+                                .B = B,
+                                .trans_b = 1,
+                                .M = M,
+                                .N = N,
+                                .K = K,
+                                .epilogue = e});
+    };
+    GemmPlan *first = plan(gemm_bias(bias256)), *again = plan(gemm_bias(bias256_again)),
+             *other = plan(gemm_bias(bias64));
     expect(first == again && ctx.num_plans == 2 && other != first && other->bias_alignment == 64 &&
                first->bias_alignment == 256,
            "GEMM plans: a bias of the same alignment reuses the plan, a 64-byte aligned one gets its own");
-    GemmPlan *no_bias = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(NULL), 0, 0);
-    GemmPlan *accumulate = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_bias(NULL), 1, 0);
+    GemmPlan *no_bias = plan(gemm_bias(NULL));
+    GemmPlan *accumulate = gemm_plan(&ctx, {.D = d,
+                                            .d_type = CUDA_R_16BF,
+                                            .A = A,
+                                            .B = B,
+                                            .trans_b = 1,
+                                            .M = M,
+                                            .N = N,
+                                            .K = K,
+                                            .accumulate = 1});
     expect(no_bias != first && accumulate != no_bias && ctx.num_plans == 4,
            "GEMM plans: with and without a bias, with and without accumulation, are distinct");
-    gemm(&ctx, d, CUDA_R_16BF, A, 0, B, 1, M, N, K, bias64, 0, 0, 0);
+    gemm(&ctx,
+         {.D = d,
+          .d_type = CUDA_R_16BF,
+          .A = A,
+          .B = B,
+          .trans_b = 1,
+          .M = M,
+          .N = N,
+          .K = K,
+          .epilogue = gemm_bias(bias64)},
+         0);
     cuda_check(cudaDeviceSynchronize());
     expect(ctx.num_plans == 4, "GEMM plans: a call finds its plan instead of making another");
     bf16 *aux256 = (bf16 *)(mem + 327680), *aux64 = (bf16 *)(mem + 327680 + 64),
          *aux256_again = (bf16 *)(mem + 327680 + 4096);
-    GemmPlan *gelu = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_gelu_bias(bias256, aux256), 0, 0);
-    GemmPlan *gelu_again =
-        gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_gelu_bias(bias256, aux256_again), 0, 0);
-    GemmPlan *gelu64 =
-        gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_gelu_bias(bias256, aux64), 0, 0);
-    GemmPlan *dgelu = gemm_plan(&ctx, M, N, K, 0, A, 1, B, CUDA_R_16BF, gemm_dgelu(aux256), 0, 0);
+    GemmPlan *gelu = plan(gemm_gelu_bias(bias256, aux256)),
+             *gelu_again = plan(gemm_gelu_bias(bias256, aux256_again)),
+             *gelu64 = plan(gemm_gelu_bias(bias256, aux64)), *dgelu = plan(gemm_dgelu(aux256));
     expect(gelu != first && gelu == gelu_again && gelu64 != gelu && gelu64->aux_alignment == 64 &&
                gelu->aux_alignment == 256 && dgelu != gelu && ctx.num_plans == 7 && gelu->has_algo,
            "GEMM plans: the epilogue and the aux pointer's alignment (which the heuristic reads) are keys");
@@ -903,12 +950,29 @@ static void test_gemm_plans(void) {
     GemmOperand e5m2_a = {a, CUDA_R_8F_E5M2, descale, 0}, e5m2_b = {b, CUDA_R_8F_E5M2, descale, 0},
                 e4m3_b = {b, CUDA_R_8F_E4M3, descale, 0};
     expect_refusal("E5M2 x E5M2 refused with its own message", "E5M2 x E5M2", [&] {
-        gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, e5m2_b, CUDA_R_16BF, gemm_bias(NULL), 0, 0);
+        gemm_plan(
+            &ctx,
+            {.D = d, .d_type = CUDA_R_16BF, .A = e5m2_a, .B = e5m2_b, .trans_b = 1, .M = M, .N = N, .K = K});
     });
-    expect_refusal("FP8 x BF16 refused", "needs both operands in FP8",
-                   [&] { gemm_plan(&ctx, M, N, K, 0, e5m2_a, 1, B, CUDA_R_16BF, gemm_bias(NULL), 0, 0); });
+    expect_refusal("FP8 x BF16 refused", "needs both operands in FP8", [&] {
+        gemm_plan(&ctx,
+                  {.D = d, .d_type = CUDA_R_16BF, .A = e5m2_a, .B = B, .trans_b = 1, .M = M, .N = N, .K = K});
+    });
     expect_refusal("an FP8 GEMM not in TN form refused", "K-major", [&] {
-        gemm_plan(&ctx, M, N, K, 0, e5m2_a, 0, e4m3_b, CUDA_R_16BF, gemm_bias(NULL), 0, 0);
+        gemm_plan(&ctx, {.D = d, .d_type = CUDA_R_16BF, .A = e5m2_a, .B = e4m3_b, .M = M, .N = N, .K = K});
+    });
+    expect_refusal("gemm() with a fused epilogue refused", "gemm_fused", [&] {
+        gemm(&ctx,
+             {.D = d,
+              .d_type = CUDA_R_16BF,
+              .A = A,
+              .B = B,
+              .trans_b = 1,
+              .M = M,
+              .N = N,
+              .K = K,
+              .epilogue = gemm_dgelu(aux256)},
+             0);
     });
 }
 
@@ -1333,8 +1397,17 @@ static void test_gemm_fused(void) {
     device_copy(dB, hw.data(), hw.size() * 2);
     device_copy(dbias, hbias.data(), hbias.size() * 2);
     GemmOperand A = {dA, CUDA_R_16BF, NULL, 0}, B = {dB, CUDA_R_16BF, NULL, 0};
-    int fused = gemm_fused(&ctx, dD, CUDA_R_16BF, A, 0, B, 1, M, N, K,
-                           gemm_gelu_bias((const bf16 *)dbias, (bf16 *)daux), 0, 0);
+    int fused = gemm_fused(&ctx,
+                           {.D = dD,
+                            .d_type = CUDA_R_16BF,
+                            .A = A,
+                            .B = B,
+                            .trans_b = 1,
+                            .M = M,
+                            .N = N,
+                            .K = K,
+                            .epilogue = gemm_gelu_bias((const bf16 *)dbias, (bf16 *)daux)},
+                           0);
     cuda_check(cudaDeviceSynchronize());
     exact_product(
         M, N, K, [&](int i, int kk) { return x[(size_t)i * K + kk]; },
@@ -1360,7 +1433,16 @@ static void test_gemm_fused(void) {
                       hw2 = bf16_noise((size_t)K * N, 25, 1.0, &w2);
     device_copy(dA, hg.data(), hg.size() * 2);
     device_copy(dB, hw2.data(), hw2.size() * 2);
-    fused = gemm_fused(&ctx, dD, CUDA_R_16BF, A, 0, B, 0, M, N, K, gemm_dgelu((const bf16 *)daux), 0, 0);
+    fused = gemm_fused(&ctx,
+                       {.D = dD,
+                        .d_type = CUDA_R_16BF,
+                        .A = A,
+                        .B = B,
+                        .M = M,
+                        .N = N,
+                        .K = K,
+                        .epilogue = gemm_dgelu((const bf16 *)daux)},
+                       0);
     cuda_check(cudaDeviceSynchronize());
     exact_product(
         M, N, K, [&](int i, int kk) { return g[(size_t)i * K + kk]; },
@@ -1386,7 +1468,17 @@ static void test_gemm_fused(void) {
     for (size_t i = 0; i < d0.size(); i++) d0[i] = noise((int)i, 28);
     device_copy(dD, d0.data(), d0.size() * 4);
     device_copy(dgrad, grad_init.data(), grad_init.size() * 4);
-    fused = gemm_fused(&ctx, dD, CUDA_R_32F, A, 1, B, 0, M, N, K, gemm_bias_grad((float *)dgrad), 1, 0);
+    const GemmCall weight_gradient = {.D = dD,
+                                      .d_type = CUDA_R_32F,
+                                      .A = A,
+                                      .trans_a = 1,
+                                      .B = B,
+                                      .M = M,
+                                      .N = N,
+                                      .K = K,
+                                      .epilogue = gemm_bias_grad((float *)dgrad),
+                                      .accumulate = 1};
+    fused = gemm_fused(&ctx, weight_gradient, 0);
     cuda_check(cudaDeviceSynchronize());
     exact_product(
         M, N, K, [&](int i, int kk) { return dout[(size_t)kk * M + i]; },
@@ -1415,9 +1507,7 @@ static void test_gemm_fused(void) {
     setenv("CUDA_EMU_NO_FUSED_EPILOGUES", "1", 1);
     gemm_init(&ctx, setup.workspace, 1 << 20);
     device_copy(dD, d0.data(), d0.size() * 4);
-    int declined =
-        !gemm_fused(&ctx, dD, CUDA_R_32F, A, 1, B, 0, M, N, K, gemm_bias_grad((float *)dgrad), 1, 0) &&
-        !gemm_fused(&ctx, dD, CUDA_R_32F, A, 1, B, 0, M, N, K, gemm_bias_grad((float *)dgrad), 1, 0);
+    int declined = !gemm_fused(&ctx, weight_gradient, 0) && !gemm_fused(&ctx, weight_gradient, 0);
     cuda_check(cudaDeviceSynchronize());
     expect(declined && ctx.num_plans == 1 && !ctx.plans[0].has_algo && ctx.declined == 1u << GEMM_BIAS_GRAD &&
                device_read<float>(dD, (size_t)M * N) == d0,
