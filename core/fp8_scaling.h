@@ -1,5 +1,6 @@
-// core/fp8_scaling.h: FP8 / BF16 number formats and per-tensor FP8 scaling, shared by the CPU reference trainer
-// (plain C) and the CUDA trainer (host and device code), so both quantize every value to the same bits.
+// core/fp8_scaling.h: FP8 / BF16 number formats and per-tensor FP8 scaling, shared by the CPU reference
+// trainer (plain C) and the CUDA trainer (host and device code), so both quantize every value to the same
+// bits.
 //
 // The formats (OCP FP8, as implemented by CUDA's cuda_fp8.h):
 //   E4M3: 1 sign, 4 exponent (bias 7), 3 mantissa bits. No infinities; only S.1111.111 (0x7F/0xFF) is NaN,

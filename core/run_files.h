@@ -1,5 +1,5 @@
-// core/run_files.h: an output directory belongs to one run, and a run writes only its own files; shared by both
-// trainers.
+// core/run_files.h: an output directory belongs to one run, and a run writes only its own files; shared by
+// both trainers.
 //  - Rank 0 holds an flock on <dir>/.run_lock for the run's life: a second run on the directory (a
 //    requeued job started while the first still runs, a typo in a sweep) is refused with the holder's host
 //    and pid, before it writes anything. The kernel drops the lock when the holder dies, also on SIGKILL.

@@ -1,7 +1,7 @@
-// core/time_plan.h: --dry_run's time plan, what one optimizer step of the CUDA trainer should take per process,
-// printed without a GPU. It counts the work of the step and divides it by rates derived from the GPU's data
-// sheet (--gpu) and a few efficiencies that hold for every GPU and model (docs/plan-vs-published.md says
-// where they come from and which published runs they were fitted to):
+// core/time_plan.h: --dry_run's time plan, what one optimizer step of the CUDA trainer should take per
+// process, printed without a GPU. It counts the work of the step and divides it by rates derived from the
+// GPU's data sheet (--gpu) and a few efficiencies that hold for every GPU and model
+// (docs/plan-vs-published.md says where they come from and which published runs they were fitted to):
 //  - every GEMM of the step by its shape (the block linears in the run's dtype, the LM head in BF16): its
 //    FLOPs at the asymptotic rate (PLAN_GEMM_*_EFFICIENCY of the peak), slowed by the tile and wave
 //    quantization of its output and by a reduction dimension K too short to amortize a tile's fixed cost;

@@ -77,7 +77,7 @@
 #include "cuda_bf16.h"
 #include "emu.h"
 #include "../core/fp8_scaling.h" // the model of Hopper's FP8 accumulation: one definition with the CPU trainer's
-#include "../gpu/gelu.cuh" // the trainer's GELU: one definition
+#include "../gpu/gelu.cuh"       // the trainer's GELU: one definition
 
 struct cublasLtContext {
     int live;

@@ -31,8 +31,9 @@
 // site is one more rounding of the same unit roundoff, so with at most (F - 1) times the reference's own
 // rounding effect added, the distance stays within F times the reference's distance from float32, or F times
 // the floor where that is the larger (the loss: its roundings cancel, and the floor is what bounds it).
-// A GPU whose cuBLASLt computes another GELU than the reference's tanh form counts one site more: the erf form
-// differs from it by under 5% of one BF16 unit of the GELU's input at every x (test_gpu.sh's gelu_sites).
+// A GPU whose cuBLASLt computes another GELU than the reference's tanh form counts one site more: the erf
+// form differs from it by under 5% of one BF16 unit of the GELU's input at every x (test_gpu.sh's
+// gelu_sites).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -419,8 +419,8 @@ static void test_llama2_70b_memory(void) {
 //   that stay gathered after the update gathered in the forward and again in the backward (156), and the
 //   update gathers G in BF16 and layers 0 and 1: all-gathered (156 + 2) Lu bytes in float8 (FP8), twice
 //   that in bfloat16, plus 2 G; float8 broadcasts the RMSNorm weights of those 158 layer gathers, 2 x 2C
-//   bytes each. All-reduces: the loss and the votes to stop (8 bytes) and the squared gradient norm (8); float8 also the amaxes
-//   and the casts' counters of 3 tensors a linear, 4 + 16 bytes each.
+//   bytes each. All-reduces: the loss and the votes to stop (8 bytes) and the squared gradient norm (8);
+//   float8 also the amaxes and the casts' counters of 3 tensors a linear, 4 + 16 bytes each.
 static double shape_ms(double M, double N, double K, double tflops, double k0) {
     double tiles = ceil(M / 128) * ceil(N / 256), filled = M * N / (ceil(tiles / 132) * 132 * 128 * 256);
     return 2 * M * N * K / (tflops * 1e9 * filled * K / (K + k0));
