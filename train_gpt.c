@@ -1567,11 +1567,7 @@ static int read_settings(Run *r, int argc, char **argv) {
     r->B = r->opts.batch_size, r->T = resolve_seq_len(&r->opts, &r->cfg);
     check_fp8_recipe_shape(&r->opts, &r->cfg, r->B, r->T);
     if (!r->opts.dry_run) return RUN_GOES_ON;
-    // the plan only: nothing is allocated, read or written
-    int status = dry_run_report(&r->opts, &r->cfg, r->B, r->T,
-                                r->opts.world_size ? r->opts.world_size : r->dist.world_size);
-    dist_finalize(&r->dist);
-    return status;
+    return dry_run_only(&r->opts, &r->cfg, r->B, r->T, &r->dist);
 }
 
 // Set-up 2: the output directory, the data, the ranks' agreement and the step to resume from; a resumed

@@ -1049,46 +1049,24 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
     }
     GemmOperand g = bf16_operand(dout), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
     // dW (OC,IC) += dout^T (OC,N) . inp (N,IC), and the bias gradient: the sums of dout^T's rows
-    float *sums = model->reduce_scratch;
-    if (!dbias) {
-        gemm(&model->gemm,
-             {.D = dweight,
-              .d_type = CUDA_R_32F,
-              .A = g,
-              .trans_a = 1,
-              .B = bf16_operand(inp),
-              .M = OC,
-              .N = IC,
-              .K = N,
-              .accumulate = 1},
-             model->stream);
-    } else if (gemm_fused(&model->gemm,
-                          {.D = dweight,
-                           .d_type = CUDA_R_32F,
-                           .A = g,
-                           .trans_a = 1,
-                           .B = bf16_operand(inp),
-                           .M = OC,
-                           .N = IC,
-                           .K = N,
-                           .epilogue = gemm_bias_grad(sums),
-                           .accumulate = 1},
-                          model->stream)) {
-        launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->stream}, dbias, (const float *)sums,
-                           (size_t)OC);
+    GemmCall dweight_call = {.D = dweight,
+                             .d_type = CUDA_R_32F,
+                             .A = g,
+                             .trans_a = 1,
+                             .B = bf16_operand(inp),
+                             .M = OC,
+                             .N = IC,
+                             .K = N,
+                             .accumulate = 1};
+    // with a bias, cuBLASLt's epilogue sums the rows into scratch, or else a kernel does
+    GemmCall fused_call = dweight_call;
+    fused_call.epilogue = gemm_bias_grad(model->reduce_scratch);
+    if (dbias && gemm_fused(&model->gemm, fused_call, model->stream)) {
+        launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->stream}, dbias,
+                           (const float *)model->reduce_scratch, (size_t)OC);
     } else {
-        gemm(&model->gemm,
-             {.D = dweight,
-              .d_type = CUDA_R_32F,
-              .A = g,
-              .trans_a = 1,
-              .B = bf16_operand(inp),
-              .M = OC,
-              .N = IC,
-              .K = N,
-              .accumulate = 1},
-             model->stream);
-        bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
+        gemm(&model->gemm, dweight_call, model->stream);
+        if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
     }
     int gelu_done = gelu_pre && gemm_fused(&model->gemm,
                                            {.D = dinp,
@@ -2211,11 +2189,7 @@ static int read_settings(Run *r, int argc, char **argv) {
     check_fp8_recipe_shape(&r->opts, &r->cfg, r->B, r->T);
     check_gpu_recipe(&r->opts);
     if (!r->opts.dry_run) return RUN_GOES_ON;
-    // the plan only: nothing is allocated, read or written
-    int status = dry_run_report(&r->opts, &r->cfg, r->B, r->T,
-                                r->opts.world_size ? r->opts.world_size : r->dist.world_size);
-    dist_finalize(&r->dist);
-    return status;
+    return dry_run_only(&r->opts, &r->cfg, r->B, r->T, &r->dist);
 }
 
 // Set-up 2: the output directory, the checks of the run's shape, the data and the tokenizer.

@@ -12,6 +12,7 @@
 //    with EXIT_UNHEALTHY, and so does a run whose steps were mostly skipped: a run never reports success
 //    after training on almost nothing.
 //  - Ranks that agree: at start every rank's settings against rank 0's (check_ranks_agree).
+//  - --dry_run: the run ends after its plan, before anything is allocated, read or written (dry_run_only).
 #ifndef RUN_CONTROL_H
 #define RUN_CONTROL_H
 
@@ -23,6 +24,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "dist.h"
+#include "dry_run.h"
 #include "train_log.h"
 
 // Exit statuses besides 0 (done) and 1 (an error): a job script requeues on EXIT_STOPPED.
@@ -256,6 +258,13 @@ static inline void check_ranks_agree(const TrainOptions *opts, const GPTConfig *
              "the same flags",
              OPTION_SPECS[i].name, rank, value, values[i], world_size);
     }
+}
+
+// The ranks running stand for --world_size when it is not given.
+static inline int dry_run_only(const TrainOptions *opts, const GPTConfig *cfg, int B, int T, Dist *dist) {
+    int status = dry_run_report(opts, cfg, B, T, opts->world_size ? opts->world_size : dist->world_size);
+    dist_finalize(dist);
+    return status;
 }
 
 #endif // RUN_CONTROL_H
