@@ -25,7 +25,7 @@
 namespace emu {
 
 static const size_t CONTEXT_BYTES = (size_t)512 << 20;    // what a CUDA context takes on a GPU
-static const size_t ALLOCATION_GRANULE = (size_t)2 << 20; // cudaMalloc rounds large allocations so
+static const size_t ALLOCATION_GRANULE = (size_t)2 << 20; // cudaMalloc rounds large allocations to 2 MiB
 
 std::mutex memory_mutex;
 std::map<uintptr_t, Allocation> allocations; // by base

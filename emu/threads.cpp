@@ -242,8 +242,6 @@ static const char *warp_op_name(WarpOpKind kind) {
 
 [[noreturn]] static void report_deadlock(Block *b);
 
-static uint64_t schedule_random(Worker *w);
-
 // The fiber to run after `from` waits, under the settings' schedule (CUDA_EMU_THREAD_ORDER=reverse walks the
 // thread order backwards), or NULL when none is runnable.
 static Fiber *next_runnable(Worker *w, Block *b, int from) {
