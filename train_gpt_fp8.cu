@@ -2446,9 +2446,9 @@ static int end_of_step(Run *r, int step) {
 
 // The summary line: the mean step time after warm-up, MFU, and the memory the run held.
 static void print_summary(const Run *r) {
+    if (r->clock.timed_steps == 0) return;
     size_t free_bytes, total_bytes;
     cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (r->clock.timed_steps == 0) return;
     double ms = r->clock.timed_ms / r->clock.timed_steps,
            tokens_per_second = r->clock.tokens_per_step / (ms / 1e3);
     double peak = bf16_peak_flops(&r->props) * r->dist.world_size;
