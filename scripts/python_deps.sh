@@ -4,8 +4,10 @@
 #   - without `clients`: numpy and matplotlib, for the numpy reference models and the run comparisons of the
 #     tests, export_hf.py, and compare.sh's plot;
 #   - with `clients`: those and the real clients the tests check against, torch, transformers and accelerate
-#     (test_export's transformers checks) and torchao (the PyTorch peer's float8 run; test_torch_peer). torch's
-#     PyPI wheel brings its CUDA libraries and runs on the CPU: about 2 minutes and 5.7 GB.
+#     (test_export's transformers checks), torchao (the PyTorch peer's float8 run; test_torch_peer), and the
+#     readers and tokenizers of users' checkpoints and corpora: safetensors, tokenizers, sentencepiece,
+#     tiktoken and pyarrow. torch's PyPI wheel brings its CUDA libraries and runs on the CPU: about 2 minutes
+#     and 5.7 GB.
 # The interpreter has them already: nothing is installed. Else pip installs them into DIR, for this project only:
 # no system or user site-packages is touched (pip's --target also leaves Debian's externally managed python3
 # alone). Without pip or a network the first set says what to install and exits 0 (the tests that need a module
@@ -18,7 +20,7 @@ modules=(numpy matplotlib)
 marker=.ready
 missing_status=0
 if [ "${2:-}" = clients ]; then
-    modules+=(torch transformers accelerate torchao)
+    modules+=(torch transformers accelerate torchao safetensors tokenizers sentencepiece tiktoken pyarrow)
     marker=.clients_ready
     missing_status=1
 fi
