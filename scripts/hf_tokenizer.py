@@ -12,8 +12,8 @@ A token's bytes are the text it stands for, as the tokenizer's decoder gives the
         table ("Ġ" is the space byte, "Ċ" the newline);
     sentencepiece style (Llama 2, Mistral): U+2581 ("▁") is a space, and with byte fallback a token "<0x0A>"
         is the byte 0x0A;
-    added tokens (<s>, <|begin_of_text|>, ...): their text, as the llama2 and llama3 tokenizers of
-        prepare_data.py write them.
+    added tokens (<s>, <|begin_of_text|>, ...): their text (in sentencepiece style with U+2581 a space),
+        as the llama2 and llama3 tokenizers of prepare_data.py write them.
 Other decoders (WordPiece, ...) are refused: their tokens' bytes are not defined by the tokens alone.
 
 Functions (all raise TokenizerError with a one-line message naming the file):
@@ -38,9 +38,10 @@ class TokenizerError(Exception):
     """A tokenizer that cannot be read or written as an llm.c tokenizer file; the message is one line."""
 
 
-# tokenizer: the tokenizers.Tokenizer; spec: tokenizer.json as parsed JSON; config: the tokenizer_config.json
-# beside it (None when there is none)
-HfTokenizer = namedtuple("HfTokenizer", "path tokenizer spec config config_path")
+# tokenizer: the tokenizers.Tokenizer; parts: the JSON of its decoder, pre_tokenizer and post_processor (None
+# where it has none) and its model's byte_fallback; added: {id: text} of its added tokens; config: the
+# tokenizer_config.json beside it (None when there is none)
+HfTokenizer = namedtuple("HfTokenizer", "path tokenizer parts added config config_path")
 
 
 def read_json(path):
@@ -82,11 +83,17 @@ def load(path):
     """A tokenizer.json file, or a checkpoint directory holding tokenizer.json (and usually
     tokenizer_config.json, which names the bos token)."""
     tokenizer = encoder(path)
-    json_path_found = json_path(path)
-    spec = read_json(json_path_found)
-    config_path = os.path.join(os.path.dirname(os.path.abspath(json_path_found)), "tokenizer_config.json")
+    # each part's JSON as the library serializes it (its pickled state), not tokenizer.json whole, whose
+    # vocabulary and merges would take hundreds of MB as Python objects
+    parts = {name: json.loads(part.__getstate__()) if part is not None else None
+             for name, part in (("decoder", tokenizer.decoder), ("pre_tokenizer", tokenizer.pre_tokenizer),
+                                ("post_processor", tokenizer.post_processor))}
+    parts["byte_fallback"] = bool(getattr(tokenizer.model, "byte_fallback", False))
+    added = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+    found = json_path(path)
+    config_path = os.path.join(os.path.dirname(os.path.abspath(found)), "tokenizer_config.json")
     config = read_json(config_path) if os.path.isfile(config_path) else None
-    return HfTokenizer(json_path_found, tokenizer, spec, config, config_path)
+    return HfTokenizer(found, tokenizer, parts, added, config, config_path)
 
 
 def byte_of_char():
@@ -117,15 +124,15 @@ def component_types(node):
 def token_style(hf):
     """'byte_level' or 'sentencepiece' (with byte fallback or not), from the decoder, else the
     pre-tokenizer (a tokenizer.json may have been saved without a decoder)."""
-    for node in (hf.spec.get("decoder"), hf.spec.get("pre_tokenizer")):
+    for node in (hf.parts["decoder"], hf.parts["pre_tokenizer"]):
         parts = component_types(node)
         types = {t for t, _ in parts}
         if "ByteLevel" in types:
             return "byte_level", False
         marks_space = any(t == "Replace" and part.get("pattern") == {"String": SPACE_MARK} for t, part in parts)
         if "Metaspace" in types or marks_space:
-            return "sentencepiece", "ByteFallback" in types or bool((hf.spec.get("model") or {}).get("byte_fallback"))
-    found = sorted({t for t, _ in component_types(hf.spec.get("decoder"))} - {None}) or ["none"]
+            return "sentencepiece", "ByteFallback" in types or hf.parts["byte_fallback"]
+    found = sorted({t for t, _ in component_types(hf.parts["decoder"])} - {None}) or ["none"]
     raise TokenizerError(f"{hf.path}: decoder {', '.join(found)} is neither byte-level BPE nor sentencepiece "
                          "style: the bytes of its tokens are not known")
 
@@ -133,15 +140,17 @@ def token_style(hf):
 def token_bytes(hf):
     """The bytes of every token, a list indexed by id (0 .. V-1, added tokens included)."""
     style, byte_fallback = token_style(hf)
-    added = {t["id"]: t["content"] for t in hf.spec.get("added_tokens") or []}
+    added = hf.added
     table = byte_of_char() if style == "byte_level" else None
     vocab = []
     for i in range(hf.tokenizer.get_vocab_size(with_added_tokens=True)):
         token = hf.tokenizer.id_to_token(i)
         if token is None:
             raise TokenizerError(f"{hf.path}: no token has the id {i} (the ids must run from 0 without gaps)")
-        if i in added:
+        if i in added and style == "byte_level":
             vocab.append(added[i].encode("utf-8"))
+        elif i in added:  # matched in text where sentencepiece's normalizer made spaces U+2581
+            vocab.append(added[i].replace(SPACE_MARK, " ").encode("utf-8"))
         elif style == "byte_level":
             # as the tokenizers library's ByteLevel decoder: a token with a character outside the
             # alphabet is taken as its UTF-8 text
@@ -188,7 +197,7 @@ def document_token(hf, name=None):
         choices = [(name, "--doc_token")]
     else:
         choices = [(config_bos(hf), f"the bos_token of {hf.config_path}"),
-                   (template_first_token(hf.spec.get("post_processor")),
+                   (template_first_token(hf.parts["post_processor"]),
                     f"the bos token {hf.path}'s post-processor puts before a text"),
                    ("<|endoftext|>", "no bos token is named")]
     for token, why in choices:

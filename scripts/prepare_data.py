@@ -1103,33 +1103,38 @@ def in_order(pool, work, tasks, window):
         yield pending.popleft().result()
 
 
-def main():
-    args = parse_args()
-    inputs, name = open_inputs(args)
+def tokenizer_file(args):
+    """(the llm.c tokenizer file's bytes, V, the document token (id, why) or None, what tokenizes) of the
+    --tokenizer; what the main process keeps of it (a vocabulary's objects take hundreds of MB)."""
     tok = load_tokenizer(args.tokenizer, args.tokenizer_file)
     vocab = tok.vocab()
     doc = choose_doc_token(args, tok)
-    eot = doc[0] if doc else 0
     source = args.tokenizer_file or f"--tokenizer {args.tokenizer}"
     try:
-        tokenizer_bytes = hf_tokenizer.llmc_tokenizer_bytes(vocab, eot, source)
+        return hf_tokenizer.llmc_tokenizer_bytes(vocab, doc[0] if doc else 0, source), len(vocab), doc, tok.identity
     except hf_tokenizer.TokenizerError as e:
         die(str(e))
+
+
+def main():
+    args = parse_args()
+    inputs, name = open_inputs(args)
+    tokenizer_bytes, vocab_size, doc, identity = tokenizer_file(args)
     fmt = args.shard_format
     if fmt == "auto":
-        fmt = "uint32" if len(vocab) > 65536 else "uint16"
-    if fmt == "uint16" and len(vocab) > 65536:
+        fmt = "uint32" if vocab_size > 65536 else "uint16"
+    if fmt == "uint16" and vocab_size > 65536:
         die(f"--shard_format uint16 holds token ids below 65536, but the {args.tokenizer} vocabulary has "
-            f"{len(vocab)} tokens (use uint32)")
+            f"{vocab_size} tokens (use uint32)")
 
-    settings = {"rules": STREAM_RULES, "tokenizer": args.tokenizer, "tokenizer_identity": tok.identity,
+    settings = {"rules": STREAM_RULES, "tokenizer": args.tokenizer, "tokenizer_identity": identity,
                 "tokenizer_file_sha256": hashlib.sha256(tokenizer_bytes).hexdigest(),
                 "doc_token": doc[0] if doc else None, "text_field": args.text_field,
                 "shard_tokens": args.shard_tokens, "shard_format": fmt, "val_tokens": args.val_tokens,
                 "val_fraction": args.val_fraction}
     manifest = Manifest(os.path.join(args.output_dir, f"{name}_manifest.json"), settings, input_identity(inputs))
     describe = inputs[0] if len(inputs) == 1 else f"--input {' '.join(args.input)} ({len(inputs)} files)"
-    print(f"{describe}: {args.tokenizer} tokenizer, V={len(vocab)}, {fmt} shards of {args.shard_tokens} tokens, "
+    print(f"{describe}: {args.tokenizer} tokenizer, V={vocab_size}, {fmt} shards of {args.shard_tokens} tokens, "
           f"{args.workers} worker{'s' if args.workers > 1 else ''}" + (f", documents begin with {doc[1]} = {doc[0]}" if doc else ""))
 
     pooled = args.workers > 1

@@ -10,7 +10,8 @@ scripts/prepare_data.py wrote against the documents re-read and re-encoded here,
                                                   a bos token; OUT/spm/tokenizer.model, a Llama 2-like
                                                   sentencepiece model trained on TEXT, and OUT/hf/, transformers'
                                                   conversion of it
-    corpus_checks.py doc_tokens TOKENIZER_JSON    hf_tokenizer.document_token's choices and refusals
+    corpus_checks.py doc_tokens TOKENIZER_JSON    hf_tokenizer.document_token's choices and refusals, and
+                                                  its refusal of a WordPiece tokenizer
     corpus_checks.py expect OUT NAME TOKENIZER CORPUS DOC_TOKEN SHARD_TOKENS VAL FORMAT
                                                   OUT's shards hold the documents of CORPUS, each DOC_TOKEN then
                                                   its tokens, in the shard sizes of VAL (0.1: --val_fraction,
@@ -18,6 +19,8 @@ scripts/prepare_data.py wrote against the documents re-read and re-encoded here,
                                                   bytes; writes OUT/first_{val,train}.ids for the C reader
     corpus_checks.py positions OUT NAME CORPUS    prepare_data.py's reader started at each shard's end in
                                                   OUT's manifest gives the record there first
+    corpus_checks.py blocks CORPUS                prepare_data.py's reader with blocks of 1 byte and up gives
+                                                  the records read here; its pool's results come in order
     corpus_checks.py rewind OUT NAME INPUT        makes OUT look like a run killed after the first shard that
                                                   ends inside input INPUT part way through a document
 """
@@ -28,6 +31,7 @@ import json
 import os
 import random
 import sys
+import time
 
 from shard_files import expected_sizes, read_shard, read_tokenizer
 
@@ -42,21 +46,21 @@ def corpus(out, text_path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     # documents of 1 to 30 lines of the text (tinyshakespeare, or common.sh's generated text without blank
-    # lines), and three more: special tokens' texts, an empty one, one of white space
+    # lines), and a few more: special tokens' texts, an empty one, white space, and newlines at their ends
+    # (runs of newlines of every length where the .txt file joins them with blank lines)
     lines, r, docs = open(text_path, encoding="utf-8").read()[:120_000].split("\n"), random.Random(1), []
     while lines:
         n = r.randint(1, 30)
         docs.append("\n".join(lines[:n]))
         del lines[:n]
-    docs += [SPECIAL_TEXT_DOC, "", " \n "]
+    docs += [SPECIAL_TEXT_DOC, "", " \n ", "\n", "a\n", "\nb\n\n\n", "\n\n\n"]
     r.shuffle(docs)
     q = len(docs) // 4
     os.makedirs(f"{out}/corpus/sub", exist_ok=True)
     with open(f"{out}/corpus/a.jsonl", "w", encoding="utf-8") as f:
-        for k, d in enumerate(docs[:q]):
-            f.write(json.dumps({"id": k, "text": d, "meta": {"n": len(d)}}) + "\n")
-            if k == 5:
-                f.write("\n")  # a blank line: no document
+        lines = [json.dumps({"id": k, "text": d, "meta": {"n": len(d)}}) for k, d in enumerate(docs[:q])]
+        lines.insert(6, "")  # a blank line: no document
+        f.write("\n".join(lines))  # and no newline after the last line
     with gzip.open(f"{out}/corpus/sub/b.jsonl.gz", "wt", encoding="utf-8") as f:
         f.writelines(json.dumps({"text": d}, ensure_ascii=False) + "\n" for d in docs[q:2 * q])
     # small row groups (the last one shorter), so that a resumed run starts past some of them
@@ -120,7 +124,7 @@ def doc_tokens(tokenizer_json):
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
     import hf_tokenizer
-    from tokenizers import Tokenizer, processors
+    from tokenizers import Tokenizer, decoders, models, processors
 
     tok = Tokenizer.from_file(tokenizer_json)
     eot, bot = tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|begin_of_text|>")
@@ -136,13 +140,22 @@ def doc_tokens(tokenizer_json):
         with open(f"{d}/tokenizer_config.json", "w") as f:
             json.dump({"bos_token": {"content": "<|endoftext|>", "__type": "AddedToken"}}, f)
         assert hf_tokenizer.document_token(hf_tokenizer.load(d))[0] == eot, "tokenizer_config.json's bos_token"
-        for bad in ("<|nothing|>",):
-            try:
-                hf_tokenizer.document_token(hf_tokenizer.load(d), bad)
-                raise AssertionError(f"--doc_token {bad} accepted")
-            except hf_tokenizer.TokenizerError as e:
-                assert "not one of its tokens" in str(e), str(e)
-    print("document token: --doc_token, tokenizer_config.json, post-processor, <|endoftext|>: as documented")
+        try:
+            hf_tokenizer.document_token(hf_tokenizer.load(d), "<|nothing|>")
+            raise AssertionError("--doc_token <|nothing|> accepted")
+        except hf_tokenizer.TokenizerError as e:
+            assert "not one of its tokens" in str(e), str(e)
+        # a WordPiece tokenizer's tokens ("##b") do not say their bytes: refused
+        wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
+        wordpiece.decoder = decoders.WordPiece()
+        wordpiece.save(f"{d}/wordpiece.json")
+        try:
+            hf_tokenizer.token_bytes(hf_tokenizer.load(f"{d}/wordpiece.json"))
+            raise AssertionError("a WordPiece tokenizer's bytes accepted")
+        except hf_tokenizer.TokenizerError as e:
+            assert "decoder WordPiece is neither byte-level BPE nor sentencepiece style" in str(e), str(e)
+    print("document token: --doc_token, tokenizer_config.json, post-processor, <|endoftext|>: as documented; "
+          "WordPiece refused")
 
 
 def corpus_files(path):
@@ -230,6 +243,37 @@ def positions(out, name, corpus_dir):
     print(f"{len(ends)} positions: the reader starts at each")
 
 
+def blocks(corpus_dir):
+    """prepare_data.py's reader, with blocks of a few bytes (so that records and runs of newlines straddle
+    them), gives each input's records in order, as read here; and its pool gives results in the order of the
+    tasks when they finish in another order."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+    import prepare_data
+
+    inputs = corpus_files(corpus_dir)
+    expected = [records(p) for p in inputs]
+    for size in (1, 2, 3, 5, 64, 4096):
+        prepare_data.READ_BYTES = size
+        got = [[] for _ in inputs]
+        for i, first, data, offset, final, _ in prepare_data.batches(inputs, [0, 0, 0], "text"):
+            assert first == len(got[i]), f"block size {size}: input {i}: a batch starts at record {first}"
+            got[i] += prepare_data.documents(inputs[i], data, offset, final, first, "text", True)
+        for i, path in enumerate(inputs):
+            assert got[i] == expected[i], f"block size {size}: {path}: the records differ"
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2) as pool:
+        tasks = [0.2, 0.0, 0.1, 0.0, 0.0, 0.2, 0.0, 0.1]  # seconds each task sleeps
+        finished = list(prepare_data.in_order(pool, sleep_and_return, tasks, 3))
+        assert finished == tasks, f"results in the order {finished}"
+    print("the reader cuts every input into its records at block sizes of 1 byte to 4 kB; results come in order")
+
+
+def sleep_and_return(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
 def rewind(out, name, input_index):
     """Leaves what a run killed after shard K would: the manifest up to K, incomplete, the shards after it
     gone, and the .tmp file a held shard leaves."""
@@ -257,6 +301,8 @@ if __name__ == "__main__":
         expect(*args[:5], int(args[5]), args[6], args[7])
     elif command == "positions":
         positions(*args)
+    elif command == "blocks":
+        blocks(*args)
     elif command == "rewind":
         rewind(args[0], args[1], int(args[2]))
     else:

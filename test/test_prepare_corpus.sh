@@ -4,6 +4,7 @@
 #   - the shards hold exactly the tokens the tokenizers library gives each document, re-encoded one at a time,
 #     each after the document token, in the documented shard sizes, and the tokenizer file each token's bytes;
 #   - 1 and 2 workers write byte-identical files; the C data loader reads the shards (uint16 and uint32);
+#     the reader cuts every input into its records whatever the block size, and results come in order;
 #   - a run killed part way, and runs cut back to a shard ending inside each input type, resume to the files
 #     of an uninterrupted run; a corrupted shard is written again, changed inputs start over, a complete run
 #     is left as it is;
@@ -91,6 +92,7 @@ small=(--input "$corpus" --tokenizer hf --tokenizer_file "$tok" --shard_tokens 2
 check "reference run, 2000-token shards" prepare "$tmp/ref" "${small[@]}"
 check "250-token shards" prepare "$tmp/tiny" "${small[@]}" --shard_tokens 250
 check "the reader resumes at each of their ends" checks positions "$tmp/tiny" corpus "$corpus"
+check "the reader's blocks of 1 byte and up, the pool's order" checks blocks "$corpus"
 for input in 0 1 2 3; do # a.jsonl, c.parquet, d.txt, sub/b.jsonl.gz
     rm -rf "$tmp/cut" && cp -r "$tmp/ref" "$tmp/cut"
     check "cut back inside input $input" checks rewind "$tmp/cut" corpus $input
