@@ -2,9 +2,10 @@
 """Exports an llm.c model file (what train_cpu / train write) as a Hugging Face directory: a GPT-2 file
 as GPT2LMHeadModel, a Llama file as LlamaForCausalLM.
 
-    python3 scripts/export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M]
+    python3 scripts/export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M] [--tokenizer HF_DIR|tokenizer.json]
 
-The mapping below is scripts/hf_layout.py's.
+The mapping below is scripts/hf_layout.py's, which scripts/import_hf.py (Hugging Face to llm.c) shares: an import
+then an export gives back a checkpoint's tensors bit for bit.
 
 Input: an llm.c model file, version 3 (fp32) or 5 (bf16), of either architecture; the magic says which.
 A bad header or a size that does not match it ends the script with one line "error: MODEL.bin: ..." on
@@ -96,10 +97,18 @@ length, a JSON header (dtype, shape, data_offsets per tensor; __metadata__ {"for
 with spaces to a multiple of 8 bytes, then the tensors' little-endian bytes back to back (no gaps, as the
 format requires), largest element size first so every tensor is aligned to its element size.
 
-Files are written to temporary names, fsync'ed and renamed: a new OUT_DIR appears only when complete;
-into an existing OUT_DIR model.safetensors is renamed into place first, then config.json.
+--tokenizer: the run's tokenizer, which the model file does not record: the Hugging Face directory it came from
+(what import_hf.py read; its tokenizer.json, and its tokenizer_config.json and special_tokens_map.json where it
+has them) or a tokenizer.json (a tokenizer_config.json is then written: PreTrainedTokenizerFast, the BOS the
+document token of scripts/hf_tokenizer.py, the EOS <|endoftext|> where the vocabulary has it, else the BOS). They
+are written beside the weights, with a special_tokens_map.json, and config.json's bos_token_id and eos_token_id are
+the tokenizer's, so that transformers' AutoTokenizer loads the directory at once. A tokenizer with more tokens
+than the model's vocabulary is refused.
 
-Needs Python 3 and numpy.
+Files are written to temporary names, fsync'ed and renamed: a new OUT_DIR appears only when complete;
+into an existing OUT_DIR model.safetensors is renamed into place first, then the tokenizer files and config.json.
+
+Needs Python 3 and numpy; tokenizers for --tokenizer.
 """
 import argparse
 import json
@@ -119,6 +128,7 @@ except ImportError:
 from hf_layout import (GPT2_BLOCK, GPT2_GLOBAL, HEADER_INTS, LLAMA31_ROPE_SCALING, LLAMA3_ZERO_SLOTS, LLAMA_BLOCK,
                        LLAMA_GLOBAL, LLAMA_MAGIC, MODEL_MAGIC, bf16_from_f32, bf16_to_f32, gpt2_block_name,
                        gpt2_file_slots, llama3_file_slots, llama_block_name, llama_ffn_dim, rotate_half_rows)
+from hf_tokenizer import TokenizerRefused, hf_tokenizer_files
 
 E4M3_MAX = 448.0
 CHUNK = 1 << 22  # elements converted at a time
@@ -135,7 +145,8 @@ def die(msg):
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
-        die(f"export_hf.py: {message} (usage: export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M])")
+        die(f"export_hf.py: {message} (usage: export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M] "
+            "[--tokenizer HF_DIR|tokenizer.json])")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -553,7 +564,7 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def export(model_path, out_dir, fp8=False, margin=0):
+def export(model_path, out_dir, fp8=False, margin=0, tokenizer=None):
     cfg, params = read_model(model_path)
     llama = cfg["arch"] == "llama"
     tensors = list((llama_tensors if llama else gpt2_tensors)(cfg, params, fp8, margin))
@@ -564,6 +575,11 @@ def export(model_path, out_dir, fp8=False, margin=0):
         metadata["fp8_scales"] = FP8_SCALE_RULE
     config = (llama_config if llama else gpt2_config)(cfg, fp8)
     files = {}  # besides model.safetensors, in the order they are renamed into an existing OUT_DIR
+    if tokenizer:
+        try:
+            files, config["bos_token_id"], config["eos_token_id"] = hf_tokenizer_files(tokenizer, cfg["maxT"], cfg["V"])
+        except TokenizerRefused as e:
+            raise ExportError(str(e))
     files["config.json"] = (json.dumps(config, indent=2) + "\n").encode("utf-8")
 
     out_dir = os.path.normpath(out_dir)
@@ -606,18 +622,20 @@ def main(argv=None):
     p.add_argument("out_dir", help="output directory (created; config.json and model.safetensors)")
     p.add_argument("--fp8", action="store_true", help="block matmul weights as per-tensor-scaled F8_E4M3")
     p.add_argument("--fp8_margin", type=int, default=0, help="FP8 scale headroom: s = 448/amax/2^M (default 0)")
+    p.add_argument("--tokenizer", help="the run's tokenizer, a directory with tokenizer.json (the imported "
+                   "checkpoint's) or a tokenizer.json: its files are written beside the weights")
     args = p.parse_args(argv)
     if not -126 <= args.fp8_margin <= 126:
         die(f"--fp8_margin {args.fp8_margin}: out of range [-126, 126]")
     try:
-        cfg, tensors = export(args.model, args.out_dir, args.fp8, args.fp8_margin)
+        cfg, tensors = export(args.model, args.out_dir, args.fp8, args.fp8_margin, args.tokenizer)
     except ExportError as e:
         die(str(e))
     kind = f"fp8 e4m3 block weights (margin {args.fp8_margin}) + bf16" if args.fp8 else "bf16"
     shape = f"llama L={cfg['L']} C={cfg['C']} NH={cfg['NH']} KVH={cfg['KVH']} F={cfg['F']}" \
         if cfg["arch"] == "llama" else f"gpt2 L={cfg['L']} C={cfg['C']} NH={cfg['NH']}"
-    print(f"exported {args.model} ({shape} V={cfg['V']} maxT={cfg['maxT']}, {len(tensors)} tensors, {kind}) "
-          f"to {args.out_dir}")
+    print(f"exported {args.model} ({shape} V={cfg['V']} maxT={cfg['maxT']}, {len(tensors)} tensors, {kind}"
+          f"{', the tokenizer of ' + args.tokenizer if args.tokenizer else ''}) to {args.out_dir}")
 
 
 if __name__ == "__main__":
