@@ -139,4 +139,6 @@ def bf16_from_f32(x):
 
 
 def bf16_to_f32(h):
-    return (np.asarray(h, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    u = np.asarray(h, dtype=np.uint16).astype(np.uint32)
+    u <<= 16  # in place: one float32-sized temporary
+    return u.view(np.float32)

@@ -201,12 +201,13 @@ def positive_int(config, where, key, limit, default=None):
 def rope_settings(config, where):
     """(rope_theta, use_scaled_rope) of a Llama config, in transformers' newer form (rope_parameters, with
     rope_theta inside) or the hub's (rope_theta and rope_scaling at the top)."""
-    params = config.get("rope_parameters")
-    key = "rope_parameters"
-    if params is None:
-        params, key = dict(config.get("rope_scaling") or {}), "rope_scaling"
-        params.setdefault("rope_theta", config_value(config, "rope_theta", 10000.0))
-    theta = params.get("rope_theta", 10000.0)
+    if config.get("rope_parameters") is not None:
+        key, params = "rope_parameters", config["rope_parameters"]
+        theta = params.get("rope_theta", 10000.0)
+    else:
+        key, params = "rope_scaling", config.get("rope_scaling") or {}
+        theta = config_value(config, "rope_theta", 10000.0)
+    refuse_unless(isinstance(params, dict), where, key, params, "not a JSON object")
     refuse_unless(isinstance(theta, (int, float)) and 0 < theta <= 1e9, where, "rope_theta", theta,
                   "must be in (0, 1e9]")
     kind = params.get("rope_type", params.get("type", "default"))
@@ -466,7 +467,7 @@ def write_piece(f, t, piece, version, progress):
     """The piece's rows written in the model file's order and values."""
     if t is None:  # zeros
         zeros = np.zeros(math.prod(piece.shape), dtype="<f4" if version == 3 else "<u2")
-        f.write(zeros.tobytes())
+        f.write(zeros)
         progress.add(zeros.nbytes)
         return
     if piece.transpose:  # a Conv1D weight (in, out) -> ours (out, in): a GPT-2 tensor, at most 4C x C
@@ -477,8 +478,8 @@ def write_piece(f, t, piece, version, progress):
     for rows in blocks:
         if piece.heads:  # rows holding whole heads: rotate_half's pairs back to interleaved ones
             rows = interleaved_rows(rows, rows.shape[0] // hs, hs)
-        out = converted(rows, t.dtype, version)
-        f.write(np.ascontiguousarray(out).tobytes())
+        out = np.ascontiguousarray(converted(rows, t.dtype, version))
+        f.write(out)  # the array's own buffer: no copy as bytes
         progress.add(out.nbytes)
 
 
