@@ -1560,7 +1560,9 @@ static int read_settings(Run *r, int argc, char **argv) {
     validate_options(&r->opts);
     r->dist.timeout_s = r->opts.nccl_timeout_s;
     r->init_params = NULL;
-    if (*r->opts.init_from)
+    if (*r->opts.init_from && r->opts.dry_run) // the plan needs the model's shape only, not its 70B values
+        r->cfg = model_file_config(r->opts.init_from);
+    else if (*r->opts.init_from)
         r->init_params = load_model_file(r->opts.init_from, &r->cfg);
     else
         r->cfg = config_from_options(&r->opts);

@@ -9,11 +9,13 @@ float32 logits and loss on tokens its tokenizer gave, and the checks of what the
     import_checks.py refusals TMP          TMP/bad_* checkpoints of what the import must refuse; prints
                                            "name<TAB>directory<TAB>what the error must name" per line
     import_checks.py controls TMP          TMP/*_planted.bin: imported files with a mapping bug planted
+    import_checks.py llama2_70b TMP        TMP/llama2_70b_shape.bin: the header and size of Llama-2-70b-hf's import
     import_checks.py check TMP             the checks, as export_checks.py's PASS/FAIL/info lines, then "done"
 
 Needs numpy; build also torch, transformers, tokenizers, sentencepiece and protobuf (make clients_deps).
 """
 import json
+import math
 import os
 import shutil
 import struct
@@ -72,7 +74,8 @@ def sentencepiece_tokenizer(directory, text_path):
     sentencepiece.SentencePieceTrainer.train(
         input=text_path, model_prefix=os.path.join(directory, "tokenizer"), vocab_size=VOCAB, model_type="bpe",
         byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, input_sentence_size=20000, minloglevel=2)
+        add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, input_sentence_size=20000,
+        shuffle_input_sentence=False, num_threads=1, minloglevel=2)  # the first lines, one thread: the same model
     os.remove(os.path.join(directory, "tokenizer.vocab"))
     json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
               open(os.path.join(directory, "tokenizer_config.json"), "w"))
@@ -255,7 +258,26 @@ def refusals(tmp):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# controls: the imported files with one mapping bug each, which the checks must catch
+# LLaMA-2 70B's shape: meta-llama/Llama-2-70b-hf's config.json as published, the model file its import writes
+# (header and size; sparse: its 138 GB of values are zeros but for a few, which the trainers read as a model)
+
+LLAMA2_70B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
+    "hidden_size": 8192, "initializer_range": 0.02, "intermediate_size": 28672, "max_position_embeddings": 4096,
+    "model_type": "llama", "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "transformers_version": "4.31.0.dev0", "use_cache": True, "vocab_size": 32000}
+
+
+def llama2_70b(tmp):
+    import import_hf
+    cfg = import_hf.llama_config(LLAMA2_70B_CONFIG, "Llama-2-70b-hf/config.json")
+    count = sum(math.prod(p.shape) for _, layers in import_hf.llama_plan(cfg) for pieces in layers for p in pieces)
+    header = import_hf.header_bytes(cfg, 5)
+    with open(f"{tmp}/llama2_70b_shape.bin", "wb") as f:
+        f.write(header + np.arange(1, 1025, dtype="<u2").tobytes())  # a few values: not a constant model
+        f.truncate(len(header) + 2 * count)
+
 
 
 def file_values(path):
@@ -419,4 +441,4 @@ def check(tmp):
 if __name__ == "__main__":
     command, tmp = sys.argv[1], sys.argv[2]
     {"build": lambda: build(tmp, sys.argv[3]), "refusals": lambda: refusals(tmp), "controls": lambda: controls(tmp),
-     "check": lambda: check(tmp)}[command]()
+     "llama2_70b": lambda: llama2_70b(tmp), "check": lambda: check(tmp)}[command]()

@@ -10,7 +10,8 @@
 #      projection not transposed) move the logits more than 10 x that bound;
 #   3. --dtype: a BF16 checkpoint gives a version 5 file of its bits, or version 3 of the same values; F32 and F16
 #      checkpoints are read exactly; Llama 3.1's config in the hub's form (rope_theta, rope_scaling) gives the file
-#      of transformers' newer form (rope_parameters);
+#      of transformers' newer form (rope_parameters); Llama-2-70b-hf's published config.json gives LLaMA-2 70B's
+#      shape: both trainers' dry runs of that file (read as a header only) plan what --model_size 70B plans;
 #   4. import then export (scripts/export_hf.py) gives back every tensor of the checkpoint, bit for bit;
 #   5. --tokenizer_out: the model's vocabulary, the document token (the BOS), the bytes of every token (an
 #      encoding's tokens concatenate to the text), from tokenizer.json and from a tokenizer.model alike;
@@ -20,7 +21,7 @@
 #   8. refusals: what the trainers would not compute, and broken checkpoints, each one line "error: ..." naming
 #      the key, exit status 1, nothing written; an existing output is not replaced.
 # Needs numpy, torch, transformers, tokenizers, sentencepiece and protobuf (make clients_deps; without them one
-# SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 60 s on 2 cores.
+# SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 45 s of CPU time (2 min on 2 busy cores).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -89,6 +90,19 @@ for m in "${models[@]}"; do
         >"$tmp/cmp_$m.txt" 2>&1 || rc=$?
     result $rc "(7) $m: the CUDA trainer (emulated, bfloat16) matches train_cpu on the imported model"
     grep FAIL "$tmp/cmp_$m.txt" || true
+done
+
+# (3) Llama-2-70b-hf's config.json imports to LLaMA-2 70B's shape: a dry run of the file (its values left out:
+# a sparse file) plans what --model_size 70B plans, reading nothing but the header under 2 GB of address space
+"$PY" test/import_checks.py llama2_70b "$tmp"
+plan=(--dry_run 1 --world_size 32 --zero_stage 3 --dtype float8 --batch_size 1 --seq_len 4096
+      --train_data "$tmp/none_*.bin" --val_data "" --output_dir "$tmp/plan")
+for trainer in ./train_cpu ./train_emu; do
+    rc=0
+    (ulimit -v 2000000; "$trainer" "${plan[@]}" --init_from "$tmp/llama2_70b_shape.bin" >"$tmp/plan_file.txt" 2>&1) &&
+        "$trainer" "${plan[@]}" --model_size 70B >"$tmp/plan_preset.txt" 2>&1 &&
+        cmp -s "$tmp/plan_file.txt" "$tmp/plan_preset.txt" && grep -q '^fits: ' "$tmp/plan_file.txt" || rc=$?
+    result $rc "(3) $trainer --dry_run 1 --init_from Llama-2-70b-hf's import (its header) plans --model_size 70B's plan"
 done
 
 # --- (4) and (6): export the imported models, with their tokenizers ---------------------------------------------
