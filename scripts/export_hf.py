@@ -99,10 +99,10 @@ format requires), largest element size first so every tensor is aligned to its e
 
 --tokenizer: the run's tokenizer, which the model file does not record: the Hugging Face directory it came from
 (what import_hf.py read; its tokenizer.json, and its tokenizer_config.json and special_tokens_map.json where it
-has them) or a tokenizer.json (a tokenizer_config.json is then written: PreTrainedTokenizerFast, the BOS the
-document token of scripts/hf_tokenizer.py, the EOS <|endoftext|> where the vocabulary has it, else the BOS). They
-are written beside the weights, with a special_tokens_map.json, and config.json's bos_token_id and eos_token_id are
-the tokenizer's, so that transformers' AutoTokenizer loads the directory at once. A tokenizer with more tokens
+has them) or a tokenizer.json (a tokenizer_config.json is then written: PreTrainedTokenizerFast, and BOS and EOS
+<|endoftext|> where the vocabulary has it, GPT-2's convention). They are written beside the weights, with a
+special_tokens_map.json, and config.json's bos_token_id and eos_token_id are the tokenizer's where it names them,
+so that transformers' AutoTokenizer loads the directory at once. A tokenizer with more tokens
 than the model's vocabulary is refused.
 
 Files are written to temporary names, fsync'ed and renamed: a new OUT_DIR appears only when complete;
@@ -577,9 +577,12 @@ def export(model_path, out_dir, fp8=False, margin=0, tokenizer=None):
     files = {}  # besides model.safetensors, in the order they are renamed into an existing OUT_DIR
     if tokenizer:
         try:
-            files, config["bos_token_id"], config["eos_token_id"] = hf_tokenizer_files(tokenizer, cfg["maxT"], cfg["V"])
+            files, bos, eos = hf_tokenizer_files(tokenizer, cfg["maxT"], cfg["V"])
         except TokenizerRefused as e:
             raise ExportError(str(e))
+        for key, token in (("bos_token_id", bos), ("eos_token_id", eos)):
+            if token is not None:  # the tokenizer's own, else the default above
+                config[key] = token
     files["config.json"] = (json.dumps(config, indent=2) + "\n").encode("utf-8")
 
     out_dir = os.path.normpath(out_dir)

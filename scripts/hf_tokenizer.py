@@ -60,7 +60,7 @@ def load_tokenizer_json(path):
         raise TokenizerRefused(f"{path}: reading it needs the Python package tokenizers (pip install tokenizers, "
                                "or make clients_deps)")
     try:
-        return tokenizers.Tokenizer.from_file(path), json.load(open(path, encoding="utf-8"))
+        return tokenizers.Tokenizer.from_file(path), json.loads(read_bytes(path))
     except Exception as e:  # the tokenizers package raises its own Exception on what it cannot parse
         raise TokenizerRefused(f"{path}: not a tokenizers tokenizer.json: {' '.join(str(e).split())}")
 
@@ -105,7 +105,7 @@ def tokenizer_config(directory):
     if not path or not os.path.isfile(path):
         return {}
     try:
-        config = json.load(open(path, encoding="utf-8"))
+        config = json.loads(read_bytes(path))
     except ValueError as e:
         raise TokenizerRefused(f"{path}: not JSON: {e}")
     return config if isinstance(config, dict) else {}
@@ -173,11 +173,19 @@ def llmc_tokenizer_file(hf_dir, V, doc_token=None):
     return b"".join(out), eot, eot_text
 
 
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise TokenizerRefused(f"{path}: cannot read: {e.strerror or e}")
+
+
 def hf_tokenizer_files(source, maxT, V):
-    """({file name: bytes} to write beside an export, bos id, eos id) for a tokenizer given as a directory with
-    tokenizer.json (its tokenizer_config.json and special_tokens_map.json copied when present) or as a
-    tokenizer.json file (a tokenizer_config.json written for it: PreTrainedTokenizerFast, BOS the document token,
-    EOS <|endoftext|> where the vocabulary has it, else the BOS)."""
+    """({file name: bytes} to write beside an export, bos id, eos id; None where the tokenizer names none) for a
+    tokenizer given as a directory with tokenizer.json (its tokenizer_config.json and special_tokens_map.json
+    copied when present) or as a tokenizer.json file (a tokenizer_config.json written for it:
+    PreTrainedTokenizerFast, BOS and EOS <|endoftext|> where the vocabulary has it)."""
     directory = source if os.path.isdir(source) else None
     json_path = os.path.join(source, "tokenizer.json") if directory else source
     if not os.path.isfile(json_path):
@@ -186,19 +194,19 @@ def hf_tokenizer_files(source, maxT, V):
     vocab, table = token_bytes(json_path)
     if len(table) > V:
         raise TokenizerRefused(f"{json_path}: {len(table)} tokens, more than the model's vocabulary {V}")
-    files = {"tokenizer.json": open(json_path, "rb").read()}
+    files = {"tokenizer.json": read_bytes(json_path)}
     config = tokenizer_config(directory)
     if config:
-        files["tokenizer_config.json"] = open(os.path.join(directory, "tokenizer_config.json"), "rb").read()
+        files["tokenizer_config.json"] = read_bytes(os.path.join(directory, "tokenizer_config.json"))
     else:
-        bos = document_token(None, vocab, where=json_path)[1]
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos,
-                  "eos_token": ENDOFTEXT if ENDOFTEXT in vocab else bos, "model_max_length": maxT,
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": maxT,
                   "clean_up_tokenization_spaces": False}
+        if ENDOFTEXT in vocab:  # GPT-2's convention; another tokenizer.json alone names no BOS or EOS
+            config.update(bos_token=ENDOFTEXT, eos_token=ENDOFTEXT)
         files["tokenizer_config.json"] = (json.dumps(config, indent=2) + "\n").encode()
     special = {k: config[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token") if config.get(k) is not None}
-    map_path = os.path.join(directory, "special_tokens_map.json") if directory else None
-    files["special_tokens_map.json"] = open(map_path, "rb").read() if map_path and os.path.isfile(map_path) else \
+    map_path = os.path.join(directory, "special_tokens_map.json") if directory else ""
+    files["special_tokens_map.json"] = read_bytes(map_path) if os.path.isfile(map_path) else \
         (json.dumps(special, indent=2) + "\n").encode()
     ids = {k: vocab.get(special_token_text(special.get(k))) for k in ("bos_token", "eos_token")}
     return files, ids["bos_token"], ids["eos_token"]

@@ -108,9 +108,12 @@ class Tensor:
         """Rows [begin, end) of the tensor as a (end - begin, row) array of its dtype (a 1-D tensor is one row)."""
         row = math.prod(self.shape[1:]) if len(self.shape) > 1 else self.shape[0]
         itemsize = DTYPES[self.dtype].itemsize
-        with open(self.path, "rb") as f:
-            f.seek(self.start + begin * row * itemsize)
-            data = f.read((end - begin) * row * itemsize)
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.start + begin * row * itemsize)
+                data = f.read((end - begin) * row * itemsize)
+        except OSError as e:
+            raise ImportRefused(f"{self.path}: cannot read: {e.strerror or e}")
         if len(data) != (end - begin) * row * itemsize:
             raise ImportRefused(f"{self.path}: ends inside a tensor's data (truncated?)")
         return np.frombuffer(data, dtype=DTYPES[self.dtype]).reshape(end - begin, row)
@@ -487,60 +490,59 @@ def write_model(out_path, cfg, tensors, plan, version):
     header = header_bytes(cfg, version)
     count = sum(math.prod(p.shape) for _, layers in plan for pieces in layers for p in pieces)
     total = len(header) + count * (4 if version == 3 else 2)
-    parent = os.path.dirname(os.path.abspath(out_path))
-    free = os.statvfs(parent).f_bavail * os.statvfs(parent).f_frsize
-    if free < total:
-        raise ImportRefused(f"{out_path}: needs {format_bytes(total)}, its filesystem has {format_bytes(free)} free")
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out_path) + ".", suffix=".tmp", dir=parent)
-    try:
-        progress = Progress(total)
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            progress.add(len(header))
-            for _, layers in plan:
-                for pieces in layers:
-                    for p in pieces:
-                        write_piece(f, tensors[p.name] if p.name else None, p, version, progress)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.getsize(tmp) != total:
-            raise ImportRefused(f"{tmp}: {os.path.getsize(tmp)} bytes written, {total} expected")
-        publish(tmp, out_path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    parent = os.statvfs(os.path.dirname(os.path.abspath(out_path)))
+    if parent.f_bavail * parent.f_frsize < total:
+        raise ImportRefused(f"{out_path}: needs {format_bytes(total)}, its filesystem has "
+                            f"{format_bytes(parent.f_bavail * parent.f_frsize)} free")
+    progress = Progress(total)
+
+    def write(f):
+        f.write(header)
+        progress.add(len(header))
+        for _, layers in plan:
+            for pieces in layers:
+                for p in pieces:
+                    write_piece(f, tensors[p.name] if p.name else None, p, version, progress)
+
+    write_atomically(out_path, write, total)
     return total
 
 
-def publish(tmp, path):
-    """The durable temporary file renamed to path (not over a file that appeared meanwhile), the rename made
-    durable too."""
-    os.chmod(tmp, 0o644)
-    if os.path.lexists(path):
-        raise ImportRefused(f"{path}: exists (created while importing); not replaced")
-    os.rename(tmp, path)
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+def write_atomically(path, write, size):
+    """path written as a temporary file beside it (write(f) fills it), flushed to disk, its size checked and
+    renamed into place (not over a file that appeared meanwhile); on any failure the temporary file is removed
+    and path is not created."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(path)))
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.getsize(tmp) != size:
+            raise ImportRefused(f"{path}: {os.path.getsize(tmp)} bytes written, {size} expected; not written")
+        os.chmod(tmp, 0o644)
+        if os.path.lexists(path):
+            raise ImportRefused(f"{path}: exists (created while importing); not replaced")
+        os.rename(tmp, path)
+        tmp = None
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        raise ImportRefused(f"{path}: cannot write: {e.strerror or e}; not written")
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     except OSError:
         pass  # a directory that cannot be fsync'ed still got the rename
     finally:
         os.close(fd)
-
-
-def write_small_file(path, data):
-    """A small output (the tokenizer file) written as the model file is: temp, fsync, link into place."""
-    parent = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        publish(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -584,7 +586,7 @@ def import_checkpoint(hf_dir, out_path, dtype="exact", tokenizer_out=None, doc_t
         print("note: tie_word_embeddings: the head was written as a copy of embed_tokens; training updates the two "
               "apart")
     if tokenizer_out:
-        write_small_file(tokenizer_out, tokenizer_bytes)
+        write_atomically(tokenizer_out, lambda f: f.write(tokenizer_bytes), len(tokenizer_bytes))
         print(f"wrote {tokenizer_out}: {cfg['V']} tokens, eot {eot} ({eot_text!r}, the token that starts documents)")
 
 

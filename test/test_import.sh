@@ -19,7 +19,8 @@
 #   7. the CUDA trainer on the CPU emulation (./train_emu, bfloat16, exact attention) matches train_cpu on each
 #      imported model within test/compare_debug_state's bounds;
 #   8. refusals: what the trainers would not compute, and broken checkpoints, each one line "error: ..." naming
-#      the key, exit status 1, nothing written; an existing output is not replaced.
+#      the key, exit status 1, nothing written; an existing output is not replaced; a write that fails midway
+#      (files limited to 64 blocks) leaves nothing behind.
 # Needs numpy, torch, transformers, tokenizers, sentencepiece and protobuf (make clients_deps; without them one
 # SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 45 s of CPU time (2 min on 2 busy cores).
 set -euo pipefail
@@ -116,6 +117,13 @@ for m in "${models[@]}"; do
 done
 exported "export gpt2 with a bare tokenizer.json" "$tmp/gpt2.bin" "$tmp/export_gpt2_bare" \
     --tokenizer "$tmp/hf_gpt2/tokenizer.json"
+rc=0
+"$PY" scripts/export_hf.py "$tmp/llama2.bin" "$tmp/export_refused" --tokenizer "$tmp/sp_only" >"$tmp/bad.out" \
+    2>"$tmp/bad.err" || rc=$?
+status=0
+[ "$rc" = 1 ] && [ "$(wc -l <"$tmp/bad.err")" = 1 ] && grep -q "^error: .*sp_only: no tokenizer.json" "$tmp/bad.err" &&
+    [ ! -e "$tmp/export_refused" ] || status=1
+result $status "(6) export --tokenizer of a directory without tokenizer.json: one line, nothing written ($(cat "$tmp/bad.err"))"
 
 checks_rc=0
 "$PY" test/import_checks.py check "$tmp" >"$tmp/checks.txt" 2>&1 || checks_rc=$?
@@ -132,11 +140,13 @@ if [ "$checks_rc" != 0 ] || ! grep -q '^done' "$tmp/checks.txt"; then
 fi
 
 # --- (8) refusals: one line naming the key, exit status 1, nothing written -------------------------------------
-refused() { # what, pattern, import_hf.py args...: refused, and $tmp/out (where the outputs go) left as it was
+refused() { # what, pattern, import_hf.py args...: refused, and $tmp/out (where the outputs go) left as it was;
+    # file_blocks=N: run with files limited to N blocks (a disk that fills up)
     local what="$1" pattern="$2" rc=0 lines before
     shift 2
     before=$(ls -a "$tmp/out")
-    "$PY" scripts/import_hf.py "$@" >"$tmp/bad.out" 2>"$tmp/bad.err" || rc=$?
+    ( [ -z "${file_blocks:-}" ] || ulimit -f "$file_blocks"; exec "$PY" scripts/import_hf.py "$@" ) \
+        >"$tmp/bad.out" 2>"$tmp/bad.err" || rc=$?
     lines=$(wc -l <"$tmp/bad.err")
     if [ "$rc" = 1 ] && [ "$lines" = 1 ] && [ ! -s "$tmp/bad.out" ] && grep -q '^error: ' "$tmp/bad.err" &&
         grep -qF -- "$pattern" "$tmp/bad.err" && [ "$(ls -a "$tmp/out")" = "$before" ]; then
@@ -158,6 +168,8 @@ cp "$tmp/gpt2.bin" "$tmp/out/existing.bin"
 refused "an existing output file" "exists" "$tmp/hf_gpt2" "$tmp/out/existing.bin"
 rc=0; cmp -s "$tmp/gpt2.bin" "$tmp/out/existing.bin" || rc=$?
 result $rc "(8) the existing output file is left as it was"
+file_blocks=64 refused "a disk that fills up while writing" "File too large; not written" "$tmp/hf_llama2" \
+    "$tmp/out/full.bin"
 touch "$tmp/out/existing_tokenizer.bin"
 refused "an existing --tokenizer_out" "exists" "$tmp/hf_gpt2" "$tmp/out/y.bin" \
     --tokenizer_out "$tmp/out/existing_tokenizer.bin"
