@@ -14,9 +14,9 @@ model.safetensors.index.json, each tensor F32, BF16 or F16 (what save_pretrained
     llm.c's llama3-branch layout (magic 20240803), what the trainers write: q and k rows reordered within each
     head from transformers' rotate_half pairs to the trainers' interleaved pairs, q/k/v packed into qkv and
     up/gate into fc, zeros in GPT-2's bias slots; rope_theta, and rope_scaling of type llama3 (Llama 3.1's) as
-    use_scaled_rope. A model with tie_word_embeddings (Llama 3.2's small models) gets its head as a copy of
-    embed_tokens: the model computes the same, and training then updates the two apart (an export writes them
-    untied).
+    use_scaled_rope. A Llama with tie_word_embeddings gets its head as a copy of embed_tokens: the model
+    computes the same, and training then updates the two apart (an export writes them untied). A tied head saved
+    beside the embedding (lm_head.weight) must equal it.
 scripts/hf_layout.py holds the mapping, shared with scripts/export_hf.py, which is its exact inverse.
 
 --dtype: the model file's values. exact (default): version 5 (bf16) when every tensor is BF16, so the file holds
@@ -266,7 +266,7 @@ def gpt2_config(config, where):
                       ("add_cross_attention", False), ("tie_word_embeddings", True)):
         value = config_value(config, key, want)
         refuse_unless(value == want, where, key, value, f"the trainers compute GPT-2 with {key} {want}")
-    return {"arch": "gpt2", "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C}
+    return {"arch": "gpt2", "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "tied": True}
 
 
 def llama_config(config, where):
@@ -349,7 +349,7 @@ def llama_plan(cfg):
         if slot in LLAMA3_ZERO_SLOTS:
             zeros = Piece(None, shape[1:] if per_layer else shape)
             plan.append((slot, [[zeros] for _ in range(L if per_layer else 1)]))
-        elif slot == "lmhead" and cfg["tied"]:  # Llama 3.2's small models: the head a copy of the embedding
+        elif slot == "lmhead" and cfg["tied"]:  # tie_word_embeddings: the head a copy of the embedding
             plan.append((slot, [[Piece(LLAMA_GLOBAL["wte"], shape)]]))
         elif not per_layer:
             plan.append((slot, [[Piece(LLAMA_GLOBAL[slot], shape)]]))
@@ -386,13 +386,14 @@ def check_tensors(tensors, plan, cfg, hf_dir):
     for name, t in tensors.items():
         if name in wanted or name.endswith(IGNORED_SUFFIXES):
             continue
-        if cfg["arch"] == "gpt2" and name == "lm_head.weight":  # tied: it must be wte itself
-            wte = tensors[GPT2_GLOBAL["wte"]]
+        if name == "lm_head.weight" and (cfg["arch"] == "gpt2" or cfg["tied"]):  # a tied head saved too
+            embedding = (GPT2_GLOBAL if cfg["arch"] == "gpt2" else LLAMA_GLOBAL)["wte"]
+            wte = tensors[embedding]
             same = t.shape == wte.shape and t.dtype == wte.dtype and all(
                 np.array_equal(t.rows(b, e), wte.rows(b, e)) for b, e in row_blocks(t))
             if not same:
-                raise ImportRefused(f"{t.path}: lm_head.weight differs from {GPT2_GLOBAL['wte']}: GPT-2's head is "
-                                    "tied to the token embedding in the trainers")
+                raise ImportRefused(f"{t.path}: lm_head.weight differs from {embedding}, to which config.json ties "
+                                    "it (tie_word_embeddings)")
             continue
         raise ImportRefused(f"{t.path}: tensor {name} is not one config.json's {cfg['arch']} model has (a bias, "
                             "an extra layer?): the trainers would not compute it")

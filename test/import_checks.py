@@ -169,6 +169,32 @@ def build(tmp, text_path):
     model = transformers.AutoModelForCausalLM.from_pretrained(f"{tmp}/hf_llama2", dtype=torch.float32)
     model.save_pretrained(f"{tmp}/hf_llama2_f32")
     model.to(torch.float16).save_pretrained(f"{tmp}/hf_llama2_f16", max_shard_size="100KB")
+    # Llama 2's configuration with tied embeddings (no lm_head.weight saved), its logits on Llama 2's tokens
+    config = json.load(open(f"{tmp}/hf_llama2/config.json"))
+    config = transformers.LlamaConfig(**{**config, "tie_word_embeddings": True})
+    tied = randomized(transformers.LlamaForCausalLM(config)).to(torch.bfloat16)
+    tied.save_pretrained(f"{tmp}/hf_llama2_tied", max_shard_size="100KB")
+    tokens = np.fromfile(f"{tmp}/tokens_llama2.bin", dtype="<u2", offset=1024).astype(np.int64)
+    model32 = transformers.AutoModelForCausalLM.from_pretrained(f"{tmp}/hf_llama2_tied", dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model32(torch.tensor(tokens[:-1].reshape(B, T))).logits.float()
+    np.savez(f"{tmp}/hf_llama2_tied.npz", logits=logits.numpy())
+    hub_gpt2(tmp)
+
+
+def hub_gpt2(tmp):
+    """TMP/hf_gpt2_hub: the GPT-2 checkpoint as the hub's openai-community/gpt2 names it (no "transformer."
+    prefix), in one model.safetensors with the tied head saved too (lm_head.weight, equal to wte)."""
+    import export_hf
+    directory = f"{tmp}/hf_gpt2_hub"
+    os.makedirs(directory)
+    shutil.copy(f"{tmp}/hf_gpt2/config.json", directory)
+    tensors = shard_tensors(f"{tmp}/hf_gpt2")
+    values = [(name.removeprefix("transformer."), "BF16", ref.bf16_decode(raw))
+              for name, (_, _, raw) in tensors.items()]
+    values.append(("lm_head.weight", "BF16", ref.bf16_decode(tensors["transformer.wte.weight"][2])))
+    with open(f"{directory}/model.safetensors", "wb") as f:
+        export_hf.write_safetensors(f, values, {"format": "pt"})
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -223,6 +249,7 @@ def refusals(tmp):
         ("layer_idx_scaling", "gpt2", {"scale_attn_by_inverse_layer_idx": True},
          "config.json: scale_attn_by_inverse_layer_idx"),
         ("shape", "llama2", {"intermediate_size": 192}, "has shape"),
+        ("tied_head_differs", "llama2", {"tie_word_embeddings": True}, "lm_head.weight differs"),
     ]
     for name, base, patch, pattern in cases:
         print(f"{name}\t{variant(tmp, base, name, patch)}\t{pattern}")
@@ -373,6 +400,12 @@ def check(tmp):
         xc.check(f"(1) {name}: train_cpu's float32 loss is transformers'",
                  lambda: (abs(loss - hf_loss) <= bound,
                           f"{loss:.7f} vs {hf_loss:.7f}, |diff| {abs(loss - hf_loss):.1e} <= {bound:.1e}"))
+
+    # (1) a tied Llama's head, written as a copy of its embedding, computes what transformers' tied head does
+    _, ours = xc.debug_state("dbg_llama2_tied.bin")
+    e = xc.rel(ours, np.load(f"{tmp}/hf_llama2_tied.npz")["logits"])
+    xc.check("(1) llama2 with tie_word_embeddings (no lm_head.weight): train_cpu's float32 logits are transformers'",
+             lambda: (e < TOL32, f"{e:.2e} < {TOL32}"))
 
     # (2) the negative controls: a mapping bug planted in the imported file moves the logits far past TOL32
     for planted, base, what in [("llama31_no_qk_order", "llama31", "q/k rows in transformers' rotate_half order"),

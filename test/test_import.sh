@@ -5,13 +5,15 @@
 # rope_theta 500000), random weights of a trained model's scale, saved with save_pretrained in BF16 and sharded
 # with an index; a byte-level BPE, Llama 3's kind of it, and a sentencepiece BPE converted by transformers).
 #   1. train_cpu's float32 logits and loss of each imported model on tokens its tokenizer gave equal transformers'
-#      float32 ones (import_checks.py argues the bounds);
+#      float32 ones (import_checks.py argues the bounds), and of a Llama with tied embeddings;
 #   2. planted mapping bugs (q/k rows left in rotate_half order, Llama 3.1's rope scaling dropped, GPT-2's attention
 #      projection not transposed) move the logits more than 10 x that bound;
 #   3. --dtype: a BF16 checkpoint gives a version 5 file of its bits, or version 3 of the same values; F32 and F16
 #      checkpoints are read exactly; Llama 3.1's config in the hub's form (rope_theta, rope_scaling) gives the file
-#      of transformers' newer form (rope_parameters); Llama-2-70b-hf's published config.json gives LLaMA-2 70B's
-#      shape: both trainers' dry runs of that file (read as a header only) plan what --model_size 70B plans;
+#      of transformers' newer form (rope_parameters); GPT-2 as the hub names it (no "transformer.", lm_head.weight
+#      saved equal to wte) gives the file of save_pretrained's; Llama-2-70b-hf's published config.json gives
+#      LLaMA-2 70B's shape: both trainers' dry runs of that file (read as a header only) plan what --model_size 70B
+#      plans;
 #   4. import then export (scripts/export_hf.py) gives back every tensor of the checkpoint, bit for bit;
 #   5. --tokenizer_out: the model's vocabulary, the document token (the BOS), the bytes of every token (an
 #      encoding's tokens concatenate to the text), from tokenizer.json and from a tokenizer.model alike;
@@ -22,7 +24,8 @@
 #      the key, exit status 1, nothing written; an existing output is not replaced; a write that fails midway
 #      (files limited to 64 blocks) leaves nothing behind.
 # Needs numpy, torch, transformers, tokenizers, sentencepiece and protobuf (make clients_deps; without them one
-# SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 45 s of CPU time (2 min on 2 busy cores).
+# SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 45 s of CPU time (2 min on 2 busy
+# cores).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -56,6 +59,10 @@ imported "--dtype float32" "$tmp/hf_llama2" "$tmp/llama2_as_fp32.bin" --dtype fl
 imported "an F32 checkpoint" "$tmp/hf_llama2_f32" "$tmp/llama2_f32.bin"
 imported "an F32 checkpoint, --dtype bfloat16" "$tmp/hf_llama2_f32" "$tmp/llama2_f32_as_bf16.bin" --dtype bfloat16
 imported "an F16 checkpoint" "$tmp/hf_llama2_f16" "$tmp/llama2_f16.bin"
+imported "a Llama with tied embeddings" "$tmp/hf_llama2_tied" "$tmp/llama2_tied.bin"
+imported "GPT-2 named as on the hub, its tied head saved too" "$tmp/hf_gpt2_hub" "$tmp/gpt2_hub.bin"
+rc=0; cmp -s "$tmp/gpt2_hub.bin" "$tmp/gpt2.bin" || rc=$?
+result $rc "(3) GPT-2: the hub's names (no transformer.) and a saved tied head give the same file"
 # Llama 2's tokenizer.model alone (sentencepiece) gives the tokenizer file its tokenizer.json gives
 mkdir "$tmp/sp_only"
 cp "$tmp/hf_llama2"/{config.json,tokenizer.model,tokenizer_config.json,*.safetensors*} "$tmp/sp_only/"
@@ -76,6 +83,8 @@ for m in "${models[@]}"; do
     run "train_cpu float32 on $m" ./train_cpu --init_from "$tmp/$m.bin" --dtype float32 \
         --train_data "$tmp/tokens_$m.bin" "${batch[@]}" --debug_state "$tmp/dbg_$m.bin"
 done
+run "train_cpu float32 on llama2_tied" ./train_cpu --init_from "$tmp/llama2_tied.bin" --dtype float32 \
+    --train_data "$tmp/tokens_llama2.bin" "${batch[@]}" --debug_state "$tmp/dbg_llama2_tied.bin"
 for planted in llama31_no_qk_order llama31_unscaled gpt2_no_transpose; do
     run "train_cpu float32 on $planted" ./train_cpu --init_from "$tmp/${planted}_planted.bin" --dtype float32 \
         --train_data "$tmp/tokens_${planted%%_*}.bin" "${batch[@]}" --debug_state "$tmp/dbg_${planted}_planted.bin"
@@ -123,7 +132,8 @@ rc=0
 status=0
 [ "$rc" = 1 ] && [ "$(wc -l <"$tmp/bad.err")" = 1 ] && grep -q "^error: .*sp_only: no tokenizer.json" "$tmp/bad.err" &&
     [ ! -e "$tmp/export_refused" ] || status=1
-result $status "(6) export --tokenizer of a directory without tokenizer.json: one line, nothing written ($(cat "$tmp/bad.err"))"
+result $status "(6) export --tokenizer of a directory without tokenizer.json: one line, nothing written ($(
+    cat "$tmp/bad.err"))"
 
 checks_rc=0
 "$PY" test/import_checks.py check "$tmp" >"$tmp/checks.txt" 2>&1 || checks_rc=$?
