@@ -11,7 +11,7 @@
 #   make test_import    Hugging Face checkpoints of GPT-2, Llama 2 and Llama 3.1 that transformers writes, imported:
 #                       train_cpu's float32 logits and loss equal transformers', the emulated CUDA trainer matches
 #                       train_cpu, import then export is bit-exact, the tokenizer files give the text back, and
-#                       the refusals (about 45 s of CPU time; needs make clients_deps, else one SKIPPED line)
+#                       the refusals (about 65 s of CPU time; needs make clients_deps, else one SKIPPED line)
 # This fragment leaves the including Makefile's default goal as it was.
 _export_test_saved_goal := $(.DEFAULT_GOAL)
 

@@ -24,7 +24,7 @@
 #      the key, exit status 1, nothing written; an existing output is not replaced; a write that fails midway
 #      (files limited to 64 blocks) leaves nothing behind.
 # Needs numpy, torch, transformers, tokenizers, sentencepiece and protobuf (make clients_deps; without them one
-# SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 45 s of CPU time (2 min on 2 busy
+# SKIPPED line), train_cpu, train_emu and test/build/compare_debug_state. About 65 s of CPU time (3.5 min on 2 busy
 # cores).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
