@@ -1560,7 +1560,9 @@ static int read_settings(Run *r, int argc, char **argv) {
     validate_options(&r->opts);
     r->dist.timeout_s = r->opts.nccl_timeout_s;
     r->init_params = NULL;
-    if (*r->opts.init_from)
+    if (*r->opts.init_from && r->opts.dry_run) // the plan needs the model's shape only, not its 70B values
+        r->cfg = model_file_config(r->opts.init_from);
+    else if (*r->opts.init_from)
         r->init_params = load_model_file(r->opts.init_from, &r->cfg);
     else
         r->cfg = config_from_options(&r->opts);
@@ -1638,16 +1640,12 @@ static void print_run_line(const Run *r) {
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    char arch[96] = "";
-    if (model_is_llama(cfg))
-        snprintf(arch, sizeof(arch), "llama KVH=%d F=%d theta=%g%s ", cfg->num_kv_heads, cfg->ffn_dim,
-                 cfg->rope_theta, cfg->scaled_rope ? " scaled" : "");
-    printf(
-        "train_cpu | model %sL=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d threads, GEMM %s | %d processes, ZeRO-%d%s\n",
-        arch, cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len,
-        r->model.num_params, dtype_name(r->opts.dtype), r->B, r->T, r->accum_steps, threads, gemm_name(),
-        r->dist.world_size, r->opts.zero_stage, shard_groups_label(&r->dist));
+    char model[160];
+    model_description(cfg, model, sizeof(model));
+    printf("train_cpu | model %s | %zu parameters | dtype %s | B=%d T=%d accum=%d | %d threads, GEMM %s | %d "
+           "processes, ZeRO-%d%s\n",
+           model, r->model.num_params, dtype_name(r->opts.dtype), r->B, r->T, r->accum_steps, threads,
+           gemm_name(), r->dist.world_size, r->opts.zero_stage, shard_groups_label(&r->dist));
 }
 
 // Set-up 4: the run's line and log, the validation a resumed run owes, --eval_only's losses, the debug

@@ -2307,13 +2307,14 @@ static int build_model(Run *r) {
 static void print_run_line(const Run *r) {
     const GPTConfig *cfg = &r->cfg;
     const TrainOptions *opts = &r->opts;
-    printf(
-        "train | %s | model L=%d C=%d NH=%d V=%d maxT=%d | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
-        "%d process(es), zero_stage %d%s%s, recompute %d | %.2f GiB planned per GPU | attention %s\n",
-        r->props.name, cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len,
-        r->model.num_params, dtype_name(opts->dtype), r->B, r->T, r->accum_steps, r->dist.world_size,
-        opts->zero_stage, shard_groups_label(&r->dist), opts->keep_gathered ? ", layers kept gathered" : "",
-        opts->recompute, r->model.plan.total / 1073741824.0, r->model.attention.description);
+    char model[160];
+    model_description(cfg, model, sizeof(model));
+    printf("train | %s | model %s | %zu parameters | dtype %s | B=%d T=%d accum=%d | "
+           "%d process(es), zero_stage %d%s%s, recompute %d | %.2f GiB planned per GPU | attention %s\n",
+           r->props.name, model, r->model.num_params, dtype_name(opts->dtype), r->B, r->T, r->accum_steps,
+           r->dist.world_size, opts->zero_stage, shard_groups_label(&r->dist),
+           opts->keep_gathered ? ", layers kept gathered" : "", opts->recompute,
+           r->model.plan.total / 1073741824.0, r->model.attention.description);
 }
 
 // Set-up 5: the run's line and log, the validation a resumed run owes, --eval_only's losses, the debug

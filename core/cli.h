@@ -109,7 +109,8 @@ static const OptionSpec OPTION_SPECS[] = {
     {"debug_state", OPT_STRING, OPT_AT(debug_state), "", 0, 0, NULL,
      "write inputs, logits, loss and gradients of step 1 to this file (GPU test oracle)"},
     {"arch", OPT_CHOICE, OPT_AT(arch), "auto", 0, 0, "auto|gpt2|llama",
-     "architecture (auto: the preset's; d2, d4 and d6 are GPT-2 unless llama is given)"},
+     "architecture (auto: the preset's; d2, d4 and d6 are GPT-2 unless llama is given; 7B, 13B and 70B are "
+     "LLaMA-2's unless gpt2 is given)"},
     {"layers", OPT_INT, OPT_AT(layers), "0", 0, MODEL_MAX_LAYERS, NULL,
      "override the preset's layers (0: preset)"},
     {"channels", OPT_INT, OPT_AT(channels), "0", 0, MODEL_MAX_CHANNELS, NULL,
@@ -385,7 +386,7 @@ static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
 // The model configuration the flags describe (when not loading a model file): the preset, then the
 // explicit overrides. Checks the combinations a single flag's range cannot express.
 static inline GPTConfig config_from_options(const TrainOptions *opts) {
-    const ModelPreset *preset = find_model_preset(opts->model_size);
+    const ModelPreset *preset = find_model_preset(opts->model_size, opts->arch == ARCH_CHOICE_GPT2);
     if (!preset) fail("--model_size: unknown preset '%s' (%s)", opts->model_size, MODEL_PRESET_NAMES);
     int arch = opts->arch == ARCH_CHOICE_AUTO ? (preset->arch == ARCH_LLAMA ? ARCH_LLAMA : ARCH_GPT2)
                                               : (opts->arch == ARCH_CHOICE_LLAMA ? ARCH_LLAMA : ARCH_GPT2);

@@ -501,14 +501,13 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     memory_plan_compute(&plan, cfg, &s);
     double gpu_bytes = dry_run_gpu_bytes(opts);
     size_t needed = plan.total + RUNTIME_RESERVE_BYTES;
-    char llama[64] = "";
-    if (model_is_llama(cfg))
-        snprintf(llama, sizeof(llama), " llama KVH=%d F=%d theta=%g%s", model_kv_heads(cfg),
-                 model_ffn_dim(cfg), cfg->rope_theta, cfg->scaled_rope ? " scaled" : "");
-    printf("dry run | model L=%d C=%d NH=%d V=%d maxT=%d%s | %zu parameters | dtype %s | B=%d T=%d | "
-           "world size %d | ZeRO-%d | recompute %d | amax history %d\n",
-           cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len, llama,
-           param_count(cfg), dtype_name(s.dtype), B, T, world_size, s.zero_stage, s.recompute, s.history_len);
+    char model[160];
+    model_description(cfg, model, sizeof(model));
+    printf(
+        "dry run | model %s | %zu parameters | dtype %s | B=%d T=%d | world size %d | ZeRO-%d | recompute %d "
+        "| amax history %d\n",
+        model, param_count(cfg), dtype_name(s.dtype), B, T, world_size, s.zero_stage, s.recompute,
+        s.history_len);
     dry_run_print_groups(cfg, &plan);
     dry_run_print_recompute(cfg, &plan);
     dry_run_print_communication(cfg, &s);

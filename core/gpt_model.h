@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common.h"
@@ -50,6 +51,17 @@ GPT_HD static inline int model_ffn_dim(const GPTConfig *cfg) {
     return model_is_llama(cfg) ? cfg->ffn_dim : 4 * cfg->channels;
 }
 
+// The model as every header line names it, its architecture first: "gpt2 L=12 C=768 NH=12 V=50257 maxT=1024",
+// "llama L=80 C=8192 NH=64 V=32000 maxT=4096 KVH=8 F=28672 theta=10000" (" scaled": Llama 3.1's rotary
+// wavelengths).
+static inline void model_description(const GPTConfig *cfg, char *out, size_t size) {
+    int n = snprintf(out, size, "%s L=%d C=%d NH=%d V=%d maxT=%d", model_is_llama(cfg) ? "llama" : "gpt2",
+                     cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len);
+    if (model_is_llama(cfg) && n >= 0 && (size_t)n < size)
+        snprintf(out + n, size - n, " KVH=%d F=%d theta=%g%s", cfg->num_kv_heads, cfg->ffn_dim,
+                 cfg->rope_theta, cfg->scaled_rope ? " scaled" : "");
+}
+
 // Features of one qkv row: NH query heads, then KVH key heads, then KVH value heads, hs = C/NH each.
 GPT_HD static inline int model_qkv_features(const GPTConfig *cfg) {
     return (cfg->num_heads + 2 * model_kv_heads(cfg)) * (cfg->channels / cfg->num_heads);
@@ -88,8 +100,8 @@ typedef struct {
 #define LLAMA3_VOCAB_SIZE 128256
 
 // Tiny sizes for tests and CPU studies, in either architecture; GPT-2 sizes; GPT-architecture models at the
-// widths of the usual large sizes (7B, 13B, 70B); Llama 2, 3 and 3.1 at their published shapes (3.1: 3's,
-// with the scaled rotary wavelengths of its 128K-token context).
+// widths of the usual large sizes (gpt-7B, gpt-13B, gpt-70B); Llama 2, 3 and 3.1 at their published shapes
+// (3.1: 3's, with the scaled rotary wavelengths of its 128K-token context).
 static const ModelPreset MODEL_PRESETS[] = {
     {"d2", ARCH_EITHER, 2, 64, 2, 256, GPT2_VOCAB_SIZE, 1, 192, 10000.0f, 0},
     {"d4", ARCH_EITHER, 4, 128, 4, 256, GPT2_VOCAB_SIZE, 2, 384, 10000.0f, 0},
@@ -98,9 +110,9 @@ static const ModelPreset MODEL_PRESETS[] = {
     {"350M", ARCH_GPT2, 24, 1024, 16, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
     {"774M", ARCH_GPT2, 36, 1280, 20, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
     {"1.5B", ARCH_GPT2, 48, 1600, 25, 1024, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
-    {"7B", ARCH_GPT2, 32, 4096, 32, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
-    {"13B", ARCH_GPT2, 40, 5120, 40, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
-    {"70B", ARCH_GPT2, 80, 8192, 64, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"gpt-7B", ARCH_GPT2, 32, 4096, 32, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"gpt-13B", ARCH_GPT2, 40, 5120, 40, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
+    {"gpt-70B", ARCH_GPT2, 80, 8192, 64, 2048, GPT2_VOCAB_SIZE, 0, 0, 0.0f, 0},
     {"llama2-7B", ARCH_LLAMA, 32, 4096, 32, 4096, LLAMA2_VOCAB_SIZE, 32, 11008, 10000.0f, 0},
     {"llama2-13B", ARCH_LLAMA, 40, 5120, 40, 4096, LLAMA2_VOCAB_SIZE, 40, 13824, 10000.0f, 0},
     {"llama2-70B", ARCH_LLAMA, 80, 8192, 64, 4096, LLAMA2_VOCAB_SIZE, 8, 28672, 10000.0f, 0},
@@ -111,11 +123,18 @@ static const ModelPreset MODEL_PRESETS[] = {
 };
 #define NUM_MODEL_PRESETS ((int)(sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0])))
 #define MODEL_PRESET_NAMES                                                                                   \
-    "d2 d4 d6 124M 350M 774M 1.5B 7B 13B 70B llama2-7B llama2-13B llama2-70B llama3-8B llama3-70B "          \
-    "llama3.1-8B "                                                                                           \
-    "llama3.1-70B"
+    "d2 d4 d6 124M 350M 774M 1.5B gpt-7B gpt-13B gpt-70B llama2-7B llama2-13B llama2-70B llama3-8B "         \
+    "llama3-70B llama3.1-8B llama3.1-70B; 7B 13B 70B: LLaMA-2's, or with --arch gpt2 gpt-7B gpt-13B gpt-70B"
 
-static inline const ModelPreset *find_model_preset(const char *name) {
+// The sizes users name without an architecture are LLaMA-2's models (the 70B users pretrain and compare FP8
+// with BF16 on), unless the GPT architecture is asked for: then the GPT-architecture models of those widths.
+static const char *const MODEL_SIZE_ALIASES[][3] = {
+    {"7B", "llama2-7B", "gpt-7B"}, {"13B", "llama2-13B", "gpt-13B"}, {"70B", "llama2-70B", "gpt-70B"}};
+
+// The preset called `name`, an alias resolved for the GPT architecture when gpt2 is set; NULL if none.
+static inline const ModelPreset *find_model_preset(const char *name, int gpt2) {
+    for (size_t i = 0; i < sizeof(MODEL_SIZE_ALIASES) / sizeof(MODEL_SIZE_ALIASES[0]); i++)
+        if (strcmp(MODEL_SIZE_ALIASES[i][0], name) == 0) name = MODEL_SIZE_ALIASES[i][gpt2 ? 2 : 1];
     for (int i = 0; i < NUM_MODEL_PRESETS; i++)
         if (strcmp(MODEL_PRESETS[i].name, name) == 0) return &MODEL_PRESETS[i];
     return NULL;

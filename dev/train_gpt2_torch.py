@@ -336,8 +336,8 @@ def main(argv=None):
     params = [p for p in model.parameters()]
     step_model = torch.compile(model) if (args.compile if args.compile is not None else device == "cuda") else model
     log = open(args.log_file, "w") if args.log_file else None
-    print(f"train_gpt2_torch | model L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']} maxT={cfg['maxT']} | "
-          f"{sum(p.numel() for p in params)} parameters | dtype {args.dtype} | B={B} T={T} accum={accum} | "
+    print(f"train_gpt2_torch | model gpt2 L={cfg['L']} C={cfg['C']} NH={cfg['NH']} V={cfg['V']} maxT={cfg['maxT']}"
+          f" | {sum(p.numel() for p in params)} parameters | dtype {args.dtype} | B={B} T={T} accum={accum} | "
           f"{device}{' ' + torch.cuda.get_device_name() if device == 'cuda' else ''} | torch {torch.__version__}"
           f" | attention sdpa{f' | torchao float8 linears {fp8_linears}' if fp8_linears else ''}")
     clip = torch.tensor(args.grad_clip, device=device)

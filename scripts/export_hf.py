@@ -2,7 +2,10 @@
 """Exports an llm.c model file (what train_cpu / train write) as a Hugging Face directory: a GPT-2 file
 as GPT2LMHeadModel, a Llama file as LlamaForCausalLM.
 
-    python3 scripts/export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M]
+    python3 scripts/export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M] [--tokenizer HF_DIR|tokenizer.json]
+
+The mapping below is scripts/hf_layout.py's, which scripts/import_hf.py (Hugging Face to llm.c) shares: an import
+then an export gives back a checkpoint's tensors bit for bit.
 
 Input: an llm.c model file, version 3 (fp32) or 5 (bf16), of either architecture; the magic says which.
 A bad header or a size that does not match it ends the script with one line "error: MODEL.bin: ..." on
@@ -94,10 +97,18 @@ length, a JSON header (dtype, shape, data_offsets per tensor; __metadata__ {"for
 with spaces to a multiple of 8 bytes, then the tensors' little-endian bytes back to back (no gaps, as the
 format requires), largest element size first so every tensor is aligned to its element size.
 
-Files are written to temporary names, fsync'ed and renamed: a new OUT_DIR appears only when complete;
-into an existing OUT_DIR model.safetensors is renamed into place first, then config.json.
+--tokenizer: the run's tokenizer, which the model file does not record: the Hugging Face directory it came from
+(what import_hf.py read; its tokenizer.json, and its tokenizer_config.json and special_tokens_map.json where it
+has them) or a tokenizer.json (a tokenizer_config.json is then written: PreTrainedTokenizerFast, and BOS and EOS
+<|endoftext|> where the vocabulary has it, GPT-2's convention). They are written beside the weights, with a
+special_tokens_map.json, and config.json's bos_token_id and eos_token_id are the tokenizer's where it names them,
+so that transformers' AutoTokenizer loads the directory at once. A tokenizer with more tokens
+than the model's vocabulary is refused.
 
-Needs Python 3 and numpy.
+Files are written to temporary names, fsync'ed and renamed: a new OUT_DIR appears only when complete;
+into an existing OUT_DIR model.safetensors is renamed into place first, then the tokenizer files and config.json.
+
+Needs Python 3 and numpy; tokenizers for --tokenizer.
 """
 import argparse
 import json
@@ -114,9 +125,11 @@ except ImportError:
           "PYTHONPATH=build/python)", file=sys.stderr)
     sys.exit(1)
 
-MODEL_MAGIC = 20240326
-LLAMA_MAGIC = 20240803
-HEADER_INTS = 256
+from hf_layout import (GPT2_BLOCK, GPT2_GLOBAL, HEADER_INTS, LLAMA31_ROPE_SCALING, LLAMA3_ZERO_SLOTS, LLAMA_BLOCK,
+                       LLAMA_GLOBAL, LLAMA_MAGIC, MODEL_MAGIC, bf16_from_f32, bf16_to_f32, gpt2_block_name,
+                       gpt2_file_slots, llama3_file_slots, llama_block_name, llama_ffn_dim, rotate_half_rows)
+from hf_tokenizer import TokenizerRefused, hf_tokenizer_files
+
 E4M3_MAX = 448.0
 CHUNK = 1 << 22  # elements converted at a time
 
@@ -132,7 +145,8 @@ def die(msg):
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message):
-        die(f"export_hf.py: {message} (usage: export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M])")
+        die(f"export_hf.py: {message} (usage: export_hf.py MODEL.bin OUT_DIR [--fp8] [--fp8_margin M] "
+            "[--tokenizer HF_DIR|tokenizer.json])")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -141,19 +155,6 @@ class OneLineParser(argparse.ArgumentParser):
 
 def f32_bits(x):
     return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-
-
-def bf16_from_f32(x):
-    """uint16 BF16 codes of float32 x: round to nearest even; any NaN -> 0x7FFF (bf16_from_float)."""
-    u = f32_bits(x)
-    # uint32 as in C: only NaN patterns (replaced below) can carry past 2^32
-    out = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
-    out[(u & 0x7FFFFFFF) > 0x7F800000] = 0x7FFF
-    return out
-
-
-def bf16_to_f32(h):
-    return (np.asarray(h, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def e4m3_from_f32(x):
@@ -287,17 +288,7 @@ def gpt2_header(path, h):
     if maxT <= 0 or V <= 1 or L <= 0 or NH <= 0 or C <= 0 or C % NH != 0 or Vp < V:
         raise ExportError(
             f"{path}: header describes an invalid model (maxT {maxT} V {V} L {L} NH {NH} C {C} Vp {Vp})")
-    shapes = [("wte", (Vp, C)), ("wpe", (maxT, C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
-              ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)), ("attprojb", (L, C)),
-              ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)),
-              ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)), ("lnfw", (C,)), ("lnfb", (C,))]
-    return {"arch": "gpt2", "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "Vp": Vp}, shapes
-
-
-def llama_ffn_dim(C, multiple_of, multiplier):
-    """llm.c's F: the product in float32 (as the C reader computes it), truncated, rounded up to multiple_of."""
-    hidden = int(np.float32(multiplier) * np.float32(8 * C // 3))
-    return multiple_of * -(-hidden // multiple_of)
+    return {"arch": "gpt2", "maxT": maxT, "V": V, "L": L, "NH": NH, "C": C, "Vp": Vp}, gpt2_file_slots(maxT, L, C, Vp)
 
 
 def llama_layout(path, h):
@@ -309,10 +300,6 @@ def llama_layout(path, h):
         return "llama3_master"
     raise ExportError(f"{path}: a Llama header of neither layout llm.c writes (ints [10..15] = "
                       f"{' '.join(str(int(v)) for v in h[10:16])})")
-
-
-# the llama3 branch's slots that hold GPT-2's biases, as zeros
-LLAMA3_ZERO_SLOTS = ["ln1b", "qkvb", "attprojb", "ln2b", "fcb", "fcprojb", "lnfb"]
 
 
 def llama_dims(path, h, F, eps, theta, scaled_rope):
@@ -335,13 +322,8 @@ def llama3_header(path, h, floats):
     multiplier, eps, theta = (np.float32(v) for v in floats[:3])
     F = llama_ffn_dim(C, multiple_of, multiplier) if C > 0 and multiple_of > 0 and 0 < multiplier <= 16 else 0
     cfg = llama_dims(path, h, F, eps, theta, int(h[9]))
-    L, QKV = cfg["L"], (cfg["NH"] + 2 * cfg["KVH"]) * (C // cfg["NH"])
-    V = cfg["V"]
-    shapes = [("wte", (V, C)), ("lmhead", (V, C)), ("ln1w", (L, C)), ("ln1b", (L, C)), ("qkvw", (L, QKV, C)),
-              ("qkvb", (L, QKV)), ("attprojw", (L, C, C)), ("attprojb", (L, C)), ("ln2w", (L, C)), ("ln2b", (L, C)),
-              ("fc", (L, 2 * F, C)), ("fcb", (L, 2 * F)), ("fcprojw", (L, C, F)), ("fcprojb", (L, C)),
-              ("lnfw", (C,)), ("lnfb", (C,))]
-    return cfg, shapes
+    QKV = (cfg["NH"] + 2 * cfg["KVH"]) * (C // cfg["NH"])
+    return cfg, llama3_file_slots(cfg["V"], cfg["L"], C, QKV, F)
 
 
 def llama3_master_shapes(V, L, QKV, C, F):
@@ -370,18 +352,6 @@ def llama3_master_header(path, h, values):
 # ---------------------------------------------------------------------------------------------------------
 # Hugging Face layout
 
-# (HF name inside a block, llm.c tensor, is a matmul weight stored transposed as Conv1D)
-BLOCK_TENSORS = [
-    ("ln_1.weight", "ln1w", False), ("ln_1.bias", "ln1b", False),
-    ("attn.c_attn.weight", "qkvw", True), ("attn.c_attn.bias", "qkvb", False),
-    ("attn.c_proj.weight", "attprojw", True), ("attn.c_proj.bias", "attprojb", False),
-    ("ln_2.weight", "ln2w", False), ("ln_2.bias", "ln2b", False),
-    ("mlp.c_fc.weight", "fcw", True), ("mlp.c_fc.bias", "fcb", False),
-    ("mlp.c_proj.weight", "fcprojw", True), ("mlp.c_proj.bias", "fcprojb", False),
-]
-FP8_MODULES = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
-
-
 def scale_inv_array(s):
     return np.array(np.float32(1.0) / s, dtype=np.float32)
 
@@ -389,11 +359,11 @@ def scale_inv_array(s):
 def gpt2_tensors(cfg, params, fp8, margin):
     """Yields (name, safetensors dtype, array to write: float32 for BF16/F32, uint8 codes for F8_E4M3)."""
     V = cfg["V"]
-    yield "transformer.wte.weight", "BF16", params["wte"][:V]
-    yield "transformer.wpe.weight", "BF16", params["wpe"]
+    yield GPT2_GLOBAL["wte"], "BF16", params["wte"][:V]
+    yield GPT2_GLOBAL["wpe"], "BF16", params["wpe"]
     for layer in range(cfg["L"]):
-        for hf_name, ours, is_matmul in BLOCK_TENSORS:
-            name = f"transformer.h.{layer}.{hf_name}"
+        for hf_name, ours, is_matmul in GPT2_BLOCK:
+            name = gpt2_block_name(layer, hf_name)
             w = params[ours][layer]
             if is_matmul:
                 w = w.T  # ours (out, in) -> Conv1D (in, out)
@@ -403,18 +373,8 @@ def gpt2_tensors(cfg, params, fp8, margin):
                     yield name + "_scale_inv", "F32", scale_inv_array(s)
                     continue
             yield name, "BF16", w
-    yield "transformer.ln_f.weight", "BF16", params["lnfw"]
-    yield "transformer.ln_f.bias", "BF16", params["lnfb"]
-
-
-LLAMA_FP8_MODULES = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
-
-
-def rotate_half_rows(w, heads, hs):
-    """The rows of `heads` rotated heads of hs rows each, reordered from interleaved pairs (2i, 2i+1) to
-    rotate_half's (i, i + hs/2): per head the even rows, then the odd rows."""
-    return w.reshape(heads, hs // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hs, -1)
+    yield GPT2_GLOBAL["lnfw"], "BF16", params["lnfw"]
+    yield GPT2_GLOBAL["lnfb"], "BF16", params["lnfb"]
 
 
 def llama_gemms(cfg, params, layer):
@@ -423,34 +383,35 @@ def llama_gemms(cfg, params, layer):
     NH, KVH = cfg["NH"], cfg["KVH"]
     hs = cfg["C"] // NH
     qkv = params["qkvw"][layer]
-    return [[("self_attn.q_proj", rotate_half_rows(qkv[:NH * hs], NH, hs)),
-             ("self_attn.k_proj", rotate_half_rows(qkv[NH * hs:(NH + KVH) * hs], KVH, hs)),
-             ("self_attn.v_proj", qkv[(NH + KVH) * hs:])],
-            [("self_attn.o_proj", params["attprojw"][layer])],
+    q, k, v = LLAMA_BLOCK["qkvw"]
+    up, gate = LLAMA_BLOCK["fc"]
+    return [[(q, rotate_half_rows(qkv[:NH * hs], NH, hs)),
+             (k, rotate_half_rows(qkv[NH * hs:(NH + KVH) * hs], KVH, hs)),
+             (v, qkv[(NH + KVH) * hs:])],
+            [(LLAMA_BLOCK["attprojw"][0], params["attprojw"][layer])],
             # the trainer's fc GEMM reads fcw and fcgatew, adjacent in its memory, as one (2F, C) weight
-            [("mlp.up_proj", params["fcw"][layer]), ("mlp.gate_proj", params["fcgatew"][layer])],
-            [("mlp.down_proj", params["fcprojw"][layer])]]
+            [(up, params["fcw"][layer]), (gate, params["fcgatew"][layer])],
+            [(LLAMA_BLOCK["fcprojw"][0], params["fcprojw"][layer])]]
 
 
 def llama_tensors(cfg, params, fp8, margin):
     """As gpt2_tensors, for a Llama model."""
-    yield "model.embed_tokens.weight", "BF16", params["wte"]
+    yield LLAMA_GLOBAL["wte"], "BF16", params["wte"]
     for layer in range(cfg["L"]):
-        prefix = f"model.layers.{layer}."
-        yield prefix + "input_layernorm.weight", "BF16", params["ln1w"][layer]
-        yield prefix + "post_attention_layernorm.weight", "BF16", params["ln2w"][layer]
+        yield llama_block_name(layer, LLAMA_BLOCK["ln1w"][0]), "BF16", params["ln1w"][layer]
+        yield llama_block_name(layer, LLAMA_BLOCK["ln2w"][0]), "BF16", params["ln2w"][layer]
         for gemm in llama_gemms(cfg, params, layer):
             if fp8:
                 s = fp8_weight_scale(max(fp8_amax(w) for _, w in gemm), margin)  # shared by the GEMM's parts
             for module, w in gemm:
-                name = prefix + module + ".weight"
+                name = llama_block_name(layer, module)
                 if fp8:
                     yield name, "F8_E4M3", fp8_codes(w, s)
                     yield name + "_scale_inv", "F32", scale_inv_array(s)
                 else:
                     yield name, "BF16", w
-    yield "model.norm.weight", "BF16", params["lnfw"]
-    yield "lm_head.weight", "BF16", params["lmhead"]
+    yield LLAMA_GLOBAL["lnfw"], "BF16", params["lnfw"]
+    yield LLAMA_GLOBAL["lmhead"], "BF16", params["lmhead"]
 
 
 SAFETENSORS_ITEMSIZE = {"F32": 4, "BF16": 2, "F8_E4M3": 1}
@@ -538,11 +499,6 @@ def gpt2_config(cfg, fp8):
     return config
 
 
-# llm.c's use_scaled_rope in transformers' terms, as Llama 3.1's own config.json writes it: pairs of wavelength
-# below 8192/4 positions keep their frequency, above 8192/1 it is divided by 8, and between the two it is blended
-LLAMA31_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                        "original_max_position_embeddings": 8192}
-
 # the special tokens of the Llama tokenizers the presets name, by vocabulary size: (bos, eos)
 LLAMA_SPECIAL_TOKENS = {32000: (1, 2), 128256: (128000, 128001)}
 
@@ -608,7 +564,7 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def export(model_path, out_dir, fp8=False, margin=0):
+def export(model_path, out_dir, fp8=False, margin=0, tokenizer=None):
     cfg, params = read_model(model_path)
     llama = cfg["arch"] == "llama"
     tensors = list((llama_tensors if llama else gpt2_tensors)(cfg, params, fp8, margin))
@@ -618,7 +574,16 @@ def export(model_path, out_dir, fp8=False, margin=0):
         metadata["fp8_margin"] = str(int(margin))
         metadata["fp8_scales"] = FP8_SCALE_RULE
     config = (llama_config if llama else gpt2_config)(cfg, fp8)
-    config_text = (json.dumps(config, indent=2) + "\n").encode("utf-8")
+    files = {}  # besides model.safetensors, in the order they are renamed into an existing OUT_DIR
+    if tokenizer:
+        try:
+            files, bos, eos = hf_tokenizer_files(tokenizer, cfg["maxT"], cfg["V"])
+        except TokenizerRefused as e:
+            raise ExportError(str(e))
+        for key, token in (("bos_token_id", bos), ("eos_token_id", eos)):
+            if token is not None:  # the tokenizer's own, else the default above
+                config[key] = token
+    files["config.json"] = (json.dumps(config, indent=2) + "\n").encode("utf-8")
 
     out_dir = os.path.normpath(out_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -633,15 +598,16 @@ def export(model_path, out_dir, fp8=False, margin=0):
         raise ExportError(f"{out_dir}: cannot write: {e.strerror}")
     try:
         write_durable(os.path.join(work, "model.safetensors"), lambda f: write_safetensors(f, tensors, metadata))
-        write_durable(os.path.join(work, "config.json"), lambda f: f.write(config_text))
+        for name, data in files.items():
+            write_durable(os.path.join(work, name), lambda f: f.write(data))
         if fresh:
             os.chmod(work, 0o755)
             fsync_dir(work)
             os.rename(work, out_dir)
             fsync_dir(parent)
         else:
-            os.replace(os.path.join(work, "model.safetensors"), os.path.join(out_dir, "model.safetensors"))
-            os.replace(os.path.join(work, "config.json"), os.path.join(out_dir, "config.json"))
+            for name in ["model.safetensors", *files]:
+                os.replace(os.path.join(work, name), os.path.join(out_dir, name))
             fsync_dir(out_dir)
             os.rmdir(work)
     except OSError as e:
@@ -659,18 +625,20 @@ def main(argv=None):
     p.add_argument("out_dir", help="output directory (created; config.json and model.safetensors)")
     p.add_argument("--fp8", action="store_true", help="block matmul weights as per-tensor-scaled F8_E4M3")
     p.add_argument("--fp8_margin", type=int, default=0, help="FP8 scale headroom: s = 448/amax/2^M (default 0)")
+    p.add_argument("--tokenizer", help="the run's tokenizer, a directory with tokenizer.json (the imported "
+                   "checkpoint's) or a tokenizer.json: its files are written beside the weights")
     args = p.parse_args(argv)
     if not -126 <= args.fp8_margin <= 126:
         die(f"--fp8_margin {args.fp8_margin}: out of range [-126, 126]")
     try:
-        cfg, tensors = export(args.model, args.out_dir, args.fp8, args.fp8_margin)
+        cfg, tensors = export(args.model, args.out_dir, args.fp8, args.fp8_margin, args.tokenizer)
     except ExportError as e:
         die(str(e))
     kind = f"fp8 e4m3 block weights (margin {args.fp8_margin}) + bf16" if args.fp8 else "bf16"
     shape = f"llama L={cfg['L']} C={cfg['C']} NH={cfg['NH']} KVH={cfg['KVH']} F={cfg['F']}" \
         if cfg["arch"] == "llama" else f"gpt2 L={cfg['L']} C={cfg['C']} NH={cfg['NH']}"
-    print(f"exported {args.model} ({shape} V={cfg['V']} maxT={cfg['maxT']}, {len(tensors)} tensors, {kind}) "
-          f"to {args.out_dir}")
+    print(f"exported {args.model} ({shape} V={cfg['V']} maxT={cfg['maxT']}, {len(tensors)} tensors, {kind}"
+          f"{', the tokenizer of ' + args.tokenizer if args.tokenizer else ''}) to {args.out_dir}")
 
 
 if __name__ == "__main__":

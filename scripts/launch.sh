@@ -17,7 +17,7 @@
 # Examples:
 #   scripts/launch.sh --nproc_per_node 8 -- ./train --dtype float8 --model_size 1.5B --zero_stage 1
 #   scripts/launch.sh --nnodes 4 --nproc_per_node 8 --hostfile hosts -- ./train --dtype float8 \
-#       --model_size 70B --zero_stage 3
+#       --model_size 70B --zero_stage 3 --train_data 'data/llama2_train_*.bin'     (LLaMA-2 70B)
 set -euo pipefail
 
 die() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Per-GPU memory of the CUDA trainer for 124M, 1.5B, 7B and 70B in bfloat16 and float8, at world sizes
-1, 8 and 32 with ZeRO-1 and ZeRO-3, as a markdown table.
+"""Per-GPU memory of the CUDA trainer for GPT-2 124M and 1.5B and LLaMA-2 7B and 70B (what --model_size 7B and
+70B name) in bfloat16 and float8, at world sizes 1, 8 and 32 with ZeRO-1 and ZeRO-3, as a markdown table.
 
 Every cell is one run of `train_cpu --dry_run 1` (dry_run.h: the plan the CUDA trainer allocates, plus the
 runtime reserve), read from its machine-readable line
@@ -27,8 +27,8 @@ DTYPES = ["bfloat16", "float8"]
 WORLDS = [1, 8, 32]
 STAGES = [1, 3]
 # Micro-batch per GPU, unless --batch_size / --seq_len say otherwise: the GPT-2 sizes at their maxT 1024
-# with 4 sequences, the large ones at their maxT 2048 with one sequence (what a 70B run on 32 GPUs uses).
-DEFAULT_SHAPE = {"124M": (4, 1024), "1.5B": (4, 1024), "7B": (1, 2048), "70B": (1, 2048)}
+# with 4 sequences, LLaMA-2's at their maxT 4096 with one sequence.
+DEFAULT_SHAPE = {"124M": (4, 1024), "1.5B": (4, 1024), "7B": (1, 4096), "70B": (1, 4096)}
 BEGIN, END = "<!-- memory-table:begin -->", "<!-- memory-table:end -->"
 GIB = 2**30
 

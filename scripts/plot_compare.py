@@ -312,7 +312,7 @@ def draw(runs, target, path, title):
 
 
 def model_description(text):
-    m = re.search(r"model (L=\d+ C=\d+ NH=\d+ V=\d+)\S* maxT=\d+ \| (\d+) parameters.*?\| (B=\d+ T=\d+)", text)
+    m = re.search(r"model (\w+ L=\d+ C=\d+ NH=\d+ V=\d+) maxT=\d+[^|]*\| (\d+) parameters.*?\| (B=\d+ T=\d+)", text)
     return f"{m.group(1)}, {m.group(2)} parameters, {m.group(3)}" if m else ""
 
 

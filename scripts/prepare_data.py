@@ -52,7 +52,7 @@ Tokenizers, and the document token that begins each document (--doc_token names 
             each document.
     hf      --tokenizer_file is a tokenizer.json (the tokenizers library's format) or a checkpoint
             directory holding one; the document token is the bos_token of its tokenizer_config.json, else
-            the token its post-processor puts before a text, else <|endoftext|> (scripts/hf_tokenizer.py).
+            <|endoftext|> (scripts/hf_tokenizer.py).
 Text is tokenized as ordinary text: a special token's text inside a document ("<|endoftext|>") is
 tokenized as characters, never as that token, so only this script places document tokens. The tokenizer
 file's eot field holds the document token, which sampling starts from. Its format holds tokens of 1 to
@@ -560,7 +560,7 @@ def load_llama2(path):
 def hf_or_die(function, *args):
     try:
         return function(*args)
-    except hf_tokenizer.TokenizerError as e:
+    except hf_tokenizer.TokenizerRefused as e:
         die(str(e))
 
 
@@ -575,9 +575,13 @@ def load_hf(path):
     hf = hf_or_die(hf_tokenizer.load, path)
     import tokenizers
 
-    config = file_sha256(hf.config_path) if hf.config is not None else None
-    return Tokenizer(hf_encode(hf.tokenizer), lambda: hf_or_die(hf_tokenizer.token_bytes, hf),
-                     lambda: hf_or_die(hf_tokenizer.document_token, hf), hf.tokenizer.token_to_id,
+    config = file_sha256(hf.config_path) if hf.config else None
+    def doc_token():
+        i, text, why = hf_or_die(hf_tokenizer.document_token, hf)
+        return i, f"{text} ({why})"
+
+    return Tokenizer(hf_encode(hf.tokenizer), lambda: hf_or_die(hf_tokenizer.token_bytes, hf), doc_token,
+                     hf.tokenizer.token_to_id,
                      f"tokenizers {library_version(tokenizers)} {file_sha256(hf.path)} {config}")
 
 
@@ -1087,7 +1091,7 @@ def choose_doc_token(args, tok):
         return tok.doc_token()
     i = tok.lookup(args.doc_token)
     if i is None:
-        die(f"--doc_token {args.doc_token!r} is not a token of the {args.tokenizer} tokenizer")
+        die(f"--doc_token {args.doc_token!r}: not a token of the {args.tokenizer} tokenizer")
     return i, f"{args.doc_token} (--doc_token)"
 
 
@@ -1112,7 +1116,7 @@ def tokenizer_file(args):
     source = args.tokenizer_file or f"--tokenizer {args.tokenizer}"
     try:
         return hf_tokenizer.llmc_tokenizer_bytes(vocab, doc[0] if doc else 0, source), len(vocab), doc, tok.identity
-    except hf_tokenizer.TokenizerError as e:
+    except hf_tokenizer.TokenizerRefused as e:
         die(str(e))
 
 

@@ -6,9 +6,9 @@
 #   - with `clients`: those and the real clients the tests check against, torch, transformers and accelerate
 #     (test_export's transformers checks), torchao (the PyTorch peer's float8 run; test_torch_peer), and the
 #     readers and tokenizers of users' checkpoints and corpora: safetensors, tokenizers, sentencepiece,
-#     tiktoken, pyarrow, and protobuf (transformers' conversion of a sentencepiece tokenizer.model to
-#     tokenizer.json, test_prepare_corpus). torch's PyPI wheel brings its CUDA libraries and runs on the CPU:
-#     about 2 minutes and 5.7 GB.
+#     tiktoken and pyarrow, and protobuf, with which transformers converts a sentencepiece tokenizer.model to
+#     tokenizer.json (test_import's and test_prepare_corpus's Llama 2 tokenizers). torch's PyPI wheel brings its
+#     CUDA libraries and runs on the CPU: about 2 minutes and 5.7 GB.
 # The interpreter has them already: nothing is installed. Else pip installs them into DIR, for this project only:
 # no system or user site-packages is touched (pip's --target also leaves Debian's externally managed python3
 # alone). Without pip or a network the first set says what to install and exits 0 (the tests that need a module
@@ -21,18 +21,17 @@ modules=(numpy matplotlib)
 marker=.ready
 missing_status=0
 if [ "${2:-}" = clients ]; then
-    modules+=(torch transformers accelerate torchao safetensors tokenizers sentencepiece tiktoken pyarrow google.protobuf)
+    modules+=(torch transformers accelerate torchao safetensors tokenizers sentencepiece tiktoken pyarrow protobuf)
     marker=.clients_ready
     missing_status=1
 fi
 mkdir -p "$dir"
-importable() { # MODULE...: all of them import with DIR on PYTHONPATH
-    PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" "$py" -c "import $(IFS=,; echo "$*")" 2>/dev/null
+importable() { # PACKAGE...: all of them import with DIR on PYTHONPATH (protobuf's module is google.protobuf)
+    local names=("${@/#protobuf/google.protobuf}")
+    PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}" "$py" -c "import $(IFS=,; echo "${names[*]}")" 2>/dev/null
 }
-# what pip installs for a module: its own name but where the package is named otherwise
-package() { if [ "$1" = google.protobuf ]; then echo protobuf; else echo "$1"; fi; }
 missing=()
-for module in "${modules[@]}"; do importable "$module" || missing+=("$(package "$module")"); done
+for module in "${modules[@]}"; do importable "$module" || missing+=("$module"); done
 if [ ${#missing[@]} = 0 ]; then
     touch "$dir/$marker"
     exit 0

@@ -119,7 +119,8 @@ def transformers_tokenizers(tokenizer_json, text_path, out):
 
 
 def doc_tokens(tokenizer_json):
-    """The document token's sources in order, each where the ones before it are absent."""
+    """The document token's sources in order, each where the ones before it are absent; a post-processor's BOS
+    is not one (tokenizer_config.json's bos_token is the rule's)."""
     import tempfile
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
@@ -136,15 +137,15 @@ def doc_tokens(tokenizer_json):
         tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
                                                            special_tokens=[("<|begin_of_text|>", bot)])
         tok.save(f"{d}/tokenizer.json")
-        assert hf_tokenizer.document_token(hf_tokenizer.load(d))[0] == bot, "the post-processor's bos"
+        assert hf_tokenizer.document_token(hf_tokenizer.load(d))[0] == eot, "a post-processor's bos is not the rule's"
         with open(f"{d}/tokenizer_config.json", "w") as f:
-            json.dump({"bos_token": {"content": "<|endoftext|>", "__type": "AddedToken"}}, f)
-        assert hf_tokenizer.document_token(hf_tokenizer.load(d))[0] == eot, "tokenizer_config.json's bos_token"
+            json.dump({"bos_token": {"content": "<|begin_of_text|>", "__type": "AddedToken"}}, f)
+        assert hf_tokenizer.document_token(hf_tokenizer.load(d))[0] == bot, "tokenizer_config.json's bos_token"
         try:
             hf_tokenizer.document_token(hf_tokenizer.load(d), "<|nothing|>")
             raise AssertionError("--doc_token <|nothing|> accepted")
-        except hf_tokenizer.TokenizerError as e:
-            assert "not one of its tokens" in str(e), str(e)
+        except hf_tokenizer.TokenizerRefused as e:
+            assert "--doc_token '<|nothing|>': not a token of" in str(e), str(e)
         # a WordPiece tokenizer's tokens ("##b") do not say their bytes: refused
         wordpiece = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
         wordpiece.decoder = decoders.WordPiece()
@@ -152,10 +153,9 @@ def doc_tokens(tokenizer_json):
         try:
             hf_tokenizer.token_bytes(hf_tokenizer.load(f"{d}/wordpiece.json"))
             raise AssertionError("a WordPiece tokenizer's bytes accepted")
-        except hf_tokenizer.TokenizerError as e:
-            assert "decoder WordPiece is neither byte-level BPE nor sentencepiece style" in str(e), str(e)
-    print("document token: --doc_token, tokenizer_config.json, post-processor, <|endoftext|>: as documented; "
-          "WordPiece refused")
+        except hf_tokenizer.TokenizerRefused as e:
+            assert "decoder WordPiece is neither a byte-level BPE" in str(e), str(e)
+    print("document token: --doc_token, tokenizer_config.json, <|endoftext|>: as documented; WordPiece refused")
 
 
 def corpus_files(path):

@@ -460,9 +460,10 @@ static void test_config(void) {
     struct {
         const char *name;
         int L, C, NH, maxT;
-    } expected[] = {{"124M", 12, 768, 12, 1024},  {"350M", 24, 1024, 16, 1024}, {"774M", 36, 1280, 20, 1024},
-                    {"1.5B", 48, 1600, 25, 1024}, {"7B", 32, 4096, 32, 2048},   {"13B", 40, 5120, 40, 2048},
-                    {"70B", 80, 8192, 64, 2048}};
+    } expected[] = {{"124M", 12, 768, 12, 1024},    {"350M", 24, 1024, 16, 1024},
+                    {"774M", 36, 1280, 20, 1024},   {"1.5B", 48, 1600, 25, 1024},
+                    {"gpt-7B", 32, 4096, 32, 2048}, {"gpt-13B", 40, 5120, 40, 2048},
+                    {"gpt-70B", 80, 8192, 64, 2048}};
     for (size_t i = 0; i < sizeof(expected) / sizeof(expected[0]); i++) {
         TrainOptions o;
         parse(&o, 2, "--model_size", expected[i].name);
@@ -516,6 +517,25 @@ static void test_config(void) {
                c.max_seq_len, c.rope_theta, c.scaled_rope, param_count(&c));
     }
     TrainOptions o;
+    // 7B, 13B and 70B name LLaMA-2's models (as the same flags with llama2-), the GPT widths with --arch gpt2
+    const char *sizes[] = {"7B", "13B", "70B"};
+    for (int i = 0; i < 3; i++) {
+        char llama_name[16], gpt_name[16];
+        snprintf(llama_name, sizeof(llama_name), "llama2-%s", sizes[i]);
+        snprintf(gpt_name, sizeof(gpt_name), "gpt-%s", sizes[i]);
+        TrainOptions plain, as_llama, as_gpt, gpt;
+        parse(&plain, 2, "--model_size", sizes[i]);
+        parse(&as_llama, 2, "--model_size", llama_name);
+        parse(&as_gpt, 4, "--model_size", sizes[i], "--arch", "gpt2");
+        parse(&gpt, 2, "--model_size", gpt_name);
+        GPTConfig a = config_from_options(&plain), b = config_from_options(&as_llama);
+        GPTConfig g = config_from_options(&as_gpt), h = config_from_options(&gpt);
+        expect(model_is_llama(&a) && memcmp(&a, &b, sizeof(a)) == 0 && !model_is_llama(&g) &&
+                   memcmp(&g, &h, sizeof(g)) == 0,
+               "--model_size %s is %s; with --arch gpt2, %s", sizes[i], llama_name, gpt_name);
+    }
+    parse(&o, 4, "--model_size", "gpt-70B", "--arch", "llama");
+    expect_error(config_fn, &o, "--arch", "a GPT-architecture preset with --arch llama");
     // the tiny presets in Llama's shape: --arch llama; --heads alone gives full heads, --channels the 8C/3
     // rule
     parse(&o, 6, "--model_size", "d4", "--arch", "llama", "--vocab", "256");

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # test_dry_run.sh: `train_cpu --dry_run 1`, the per-process memory plan (dry_run.h), end to end:
 #   - 124M bfloat16 on one process fits a 141 GB GPU (exit 0, "fits: ...");
+#   - --model_size 70B is LLaMA-2 70B (the header names llama and its shapes), --arch gpt2 --model_size 70B the
+#     GPT architecture's gpt-70B;
 #   - 70B float8 on 32 processes with ZeRO-3, B=1, T=2048 fits 141 GB;
 #   - 70B float8 on one process does not (exit 1) and every suggestion it prints, run again with its
 #     flags, fits;
 #   - the printed groups add up to the printed plan total, the total is plan + reserve, and the plan
 #     total equals the one test/build/test_memory_plan computes for the same configuration;
 #   - the dry run allocates nothing large: 70B still plans under `ulimit -v 2000000` (2 GB of address
-#     space, against the 1.4 TB the plan describes);
+#     space, against the 1.3 TiB the plan describes);
 #   - the time plan: the step is compute + exposed communication; 70B with recompute, 16 micro-steps of B=1
 #     or one of B=16, is told that B=2 x 8 without recompute is the fastest that fits; a faster GEMM rate
 #     shortens the step; --keep_gathered moves fewer all-gather bytes, plans a shorter step at B=1 x 16 and
@@ -52,6 +54,13 @@ verdict() { # OUTPUT STATUS WANT-STATUS PATTERN WHAT: the exit status and a line
 out124=$(dry --model_size 124M --dtype bfloat16)
 verdict "$out124" $? 0 '^fits: .* GiB of 141 GB' "124M bfloat16, one process: exit 0 and 'fits ... of 141 GB'"
 verdict "$out124" 0 0 '| world size 1 | ZeRO-0 | recompute 0' "--world_size 0 (default) plans for this run's one process"
+# --model_size 70B: LLaMA-2 70B, the 70B users pretrain; the GPT architecture's at that width with --arch gpt2
+header='^dry run | model llama L=80 C=8192 NH=64 V=32000 maxT=4096 KVH=8 F=28672 theta=10000 | 68976648192 parameters'
+grep -q "$header" <<<"$(dry --model_size 70B)" && [ "$(dry --model_size 70B)" = "$(dry --model_size llama2-70B)" ]
+result $? "--model_size 70B plans llama2-70B, its header naming the architecture"
+grep -q '^dry run | model gpt2 L=80 C=8192 NH=64 V=50257 maxT=2048 | 64861913088 parameters' \
+    <<<"$(dry --arch gpt2 --model_size 70B)" && [ "$(dry --arch gpt2 --model_size 70B)" = "$(dry --model_size gpt-70B)" ]
+result $? "--arch gpt2 --model_size 70B plans gpt-70B, the GPT architecture at 70B's width"
 out70=$(dry --model_size 70B --dtype float8 --world_size 32 --zero_stage 3 --batch_size 1 --seq_len 2048 \
     --gpu_memory_gb 141)
 verdict "$out70" $? 0 '^fits: ' "70B float8, 32 processes, ZeRO-3, B=1 T=2048: fits 141 GB"
@@ -94,9 +103,9 @@ expect_total() { # OUTPUT REFERENCE-PREFIX WHAT
     result $? "$3: plan total equals test_memory_plan's ($want bytes)"
 }
 expect_total "$out124" "124M bfloat16 B=4 T=1024 W=1 ZeRO-0 recompute 0" "124M bfloat16"
-expect_total "$out70" "70B float8 B=1 T=2048 W=32 ZeRO-3 recompute 0" "70B float8 W=32 ZeRO-3"
+expect_total "$out70" "llama2-70B float8 B=1 T=2048 W=32 ZeRO-3 recompute 0" "70B float8 W=32 ZeRO-3"
 
-# --- nothing large is allocated: 2 GB of address space for a plan of 1.4 TB
+# --- nothing large is allocated: 2 GB of address space for a plan of 1.3 TiB
 (
     ulimit -v 2000000
     dry --model_size 70B --dtype float8 --batch_size 1 --seq_len 2048 >"$tmp/limited.txt" 2>&1
@@ -165,7 +174,7 @@ declare -A llama_step
 for dtype in bfloat16 float8; do
     out=$(dry "${llama[@]}" --dtype $dtype)
     verdict "$out" $? 0 '^fits: ' "llama2-70B $dtype, 32 processes, ZeRO-3, B=8 T=4096 recompute: fits 141 GB"
-    grep -q '^dry run | model L=80 C=8192 NH=64 V=32000 maxT=4096 llama KVH=8 F=28672 theta=10000 | 68976648192 parameters' <<<"$out" &&
+    grep -q "$header" <<<"$out" &&
         grep -q 'wte, lmhead, lnf' <<<"$out" && grep -q 'RMSNorm 1/rms per token' <<<"$out"
     result $? "llama2-70B $dtype: the header names Llama's shapes and 68976648192 parameters"
     printf '%s\n' "$out" | grep -E '^(total per process:|  step )'

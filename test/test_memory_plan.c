@@ -198,7 +198,8 @@ static void test_unsharded_buffers(const GPTConfig *cfg, const char *name) {
     }
 }
 
-// (d) 70B in float8 on 32 H200s, B=1, T=2048. P = 80 layers x (12 C^2 + 13 C) + wte (50304 x 8192)
+// (d) The GPT architecture's 70B (gpt-70B) in float8 on 32 H200s, B=1, T=2048. P = 80 layers x (12 C^2 + 13
+// C) + wte (50304 x 8192)
 // + wpe (2048 x 8192) + 2C = 64.86e9 parameters (C = 8192).
 // ZeRO-1 keeps the FP32 gradients of all P parameters on every rank: 4 x 64.86e9 = 259 GB alone,
 // more than a 141 GB card. ZeRO-3, per rank:
@@ -218,22 +219,23 @@ static double estimate_70b_fp8_zero3(const GPTConfig *cfg, double W, double N) {
 }
 
 static void test_70b_fits_32_gpus(void) {
-    GPTConfig cfg = preset_config("70B", GPT2_VOCAB_SIZE);
+    GPTConfig cfg = preset_config("gpt-70B", GPT2_VOCAB_SIZE);
     double gpu = 141e9, P = (double)param_count(&cfg);
-    expect(P > 64.8e9 && P < 64.9e9, "70B preset: %.4g parameters (80 x (12 C^2 + 13 C) + embeddings)", P);
+    expect(P > 64.8e9 && P < 64.9e9, "gpt-70B preset: %.4g parameters (80 x (12 C^2 + 13 C) + embeddings)",
+           P);
     MemoryPlan z3 = plan_of(&cfg, DTYPE_FLOAT8, 1, 2048, 32, 3, 0);
     MemoryPlan z1 = plan_of(&cfg, DTYPE_FLOAT8, 1, 2048, 32, 1, 0);
     expect((double)z3.total < gpu - (double)RUNTIME_RESERVE_BYTES,
-           "70B float8 W=32 ZeRO-3: %.1f GB + reserve fits 141 GB", z3.total / 1e9);
-    expect((double)z1.total > gpu, "70B float8 W=32 ZeRO-1: %.1f GB does not fit 141 GB", z1.total / 1e9);
+           "gpt-70B float8 W=32 ZeRO-3: %.1f GB + reserve fits 141 GB", z3.total / 1e9);
+    expect((double)z1.total > gpu, "gpt-70B float8 W=32 ZeRO-1: %.1f GB does not fit 141 GB", z1.total / 1e9);
     expect((double)z1.bytes[BUF_GRADS] >= 4 * P, "ZeRO-1 keeps all FP32 gradients on each rank");
     double estimate = estimate_70b_fp8_zero3(&cfg, 32, 2048);
     expect(z3.total > 0.9 * estimate && z3.total < 1.1 * estimate,
-           "70B float8 W=32 ZeRO-3: plan %.2f GB within 10%% of the estimate %.2f GB", z3.total / 1e9,
+           "gpt-70B float8 W=32 ZeRO-3: plan %.2f GB within 10%% of the estimate %.2f GB", z3.total / 1e9,
            estimate / 1e9);
     // Every rank needs its 1/W of the 16 bytes a parameter, so no ZeRO-3 plan is below 16P/W.
     MemoryPlan z3_64 = plan_of(&cfg, DTYPE_FLOAT8, 1, 2048, 64, 3, 1);
-    expect((double)z3_64.total > 16 * P / 64, "70B W=64 ZeRO-3 recompute: above 16P/W");
+    expect((double)z3_64.total > 16 * P / 64, "gpt-70B W=64 ZeRO-3 recompute: above 16P/W");
 }
 
 // (e) What the backward of one block needs, per token, in bytes (bf16 = 2, float = 4, E4M3 = 1):
@@ -579,7 +581,7 @@ static TrainOptions default_options(const char *model, int dtype, int zero, int 
 
 // The total the report prints for this configuration, also printed here as a reference line.
 static size_t reference_total(const char *model, int dtype, int B, int T, int world, int zero) {
-    GPTConfig cfg = preset_config(model, GPT2_VOCAB_SIZE);
+    GPTConfig cfg = preset_config(model, 0);
     MemoryPlan plan = plan_of(&cfg, dtype, B, T, world, zero, 0);
     printf("reference %s %s B=%d T=%d W=%d ZeRO-%d recompute 0: plan_total_bytes %zu\n", model,
            dtype_name(dtype), B, T, world, zero, plan.total);
@@ -601,14 +603,15 @@ static int suggestions_that_fit(const char *out, double gpu_bytes) {
 static void test_report_verdicts(void) {
     static char out[1 << 16];
     char line[128];
-    GPTConfig g70 = preset_config("70B", GPT2_VOCAB_SIZE), g124 = preset_config("124M", GPT2_VOCAB_SIZE);
-    TrainOptions f8 = default_options("70B", DTYPE_FLOAT8, 3, 0);
+    // the 70B users mean (--model_size 70B): LLaMA-2's
+    GPTConfig g70 = preset_config("llama2-70B", 0), g124 = preset_config("124M", GPT2_VOCAB_SIZE);
+    TrainOptions f8 = default_options("llama2-70B", DTYPE_FLOAT8, 3, 0);
     int status = run_report(&f8, &g70, 1, 2048, 32, out, sizeof(out));
     snprintf(line, sizeof(line), "plan_total_bytes %zu ",
-             reference_total("70B", DTYPE_FLOAT8, 1, 2048, 32, 3));
+             reference_total("llama2-70B", DTYPE_FLOAT8, 1, 2048, 32, 3));
     expect(status == 0 && strstr(out, "\nfits: ") && strstr(out, line),
-           "dry run 70B float8 W=32 ZeRO-3 B=1 T=2048: exit 0, 'fits', the plan's total");
-    expect(strstr(out, "dry run | model L=80 C=8192 NH=64") && strstr(out, "ZeRO-3") &&
+           "dry run llama2-70B float8 W=32 ZeRO-3 B=1 T=2048: exit 0, 'fits', the plan's total");
+    expect(strstr(out, "dry run | model llama L=80 C=8192 NH=64 V=32000") && strstr(out, "ZeRO-3") &&
                strstr(out, "with --recompute 1") && strstr(out, "reduce-scattered") && strstr(out, "reserve"),
            "dry run prints the header, the recompute comparison, the collectives and the reserve");
     TrainOptions bf = default_options("124M", DTYPE_BFLOAT16, 0, 0);
@@ -619,9 +622,9 @@ static void test_report_verdicts(void) {
     f8.zero_stage = 0;
     status = run_report(&f8, &g70, 1, 2048, 1, out, sizeof(out));
     expect(status == 1 && strstr(out, "does not fit: needs") && strstr(out, "--world_size"),
-           "dry run 70B float8 W=1: exit 1, a larger world size suggested");
+           "dry run llama2-70B float8 W=1: exit 1, a larger world size suggested");
     int n = suggestions_that_fit(out, 141e9);
-    expect(n >= 1, "dry run 70B float8 W=1: %d suggestions, each needing at most 141 GB", n);
+    expect(n >= 1, "dry run llama2-70B float8 W=1: %d suggestions, each needing at most 141 GB", n);
 }
 
 // cuDNN's attention workspace (memory_plan.h's attention_workspace_bytes: cudnn-frontend's dP workspace of
@@ -684,7 +687,7 @@ static void test_attention_workspace(void) {
 // The searches behind the suggestions: the largest batch fits and one more does not; the smallest world
 // size fits and half of it does not.
 static void test_suggestion_searches(void) {
-    GPTConfig g7 = preset_config("7B", GPT2_VOCAB_SIZE), g70 = preset_config("70B", GPT2_VOCAB_SIZE);
+    GPTConfig g7 = preset_config("gpt-7B", GPT2_VOCAB_SIZE), g70 = preset_config("gpt-70B", GPT2_VOCAB_SIZE);
     double gpu = 141e9;
     PlanSettings s = {DTYPE_BFLOAT16, 8, 2048, 16, 1, 0, 0, 0, 0, 0, 0, 0};
     int b = dry_run_largest_batch(&g7, s, gpu);
@@ -692,7 +695,7 @@ static void test_suggestion_searches(void) {
     fit.B = b;
     over.B = b + 1;
     expect(b >= 1 && b < 8 && dry_run_fits(&g7, &fit, gpu) && !dry_run_fits(&g7, &over, gpu),
-           "7B bfloat16 B=8: largest batch that fits is %d", b);
+           "gpt-7B bfloat16 B=8: largest batch that fits is %d", b);
     PlanSettings t = {DTYPE_FLOAT8, 1, 2048, 16, 1, 3, 0, 0, 0, 0, 0, 0};
     int w = dry_run_smallest_world(&g70, t, 1, gpu);
     PlanSettings at = t, half = t;
@@ -700,7 +703,7 @@ static void test_suggestion_searches(void) {
     half.world_size = w / 2;
     expect(w > 1 && w <= 32 && (w & (w - 1)) == 0 && dry_run_fits(&g70, &at, gpu) &&
                !dry_run_fits(&g70, &half, gpu),
-           "70B float8 B=1 T=2048 ZeRO-3: smallest power-of-two world size that fits is %d", w);
+           "gpt-70B float8 B=1 T=2048 ZeRO-3: smallest power-of-two world size that fits is %d", w);
     expect(dry_run_needed_bytes(&g70, &at) ==
                plan_of(&g70, DTYPE_FLOAT8, 1, 2048, w, 3, 0).total + RUNTIME_RESERVE_BYTES,
            "needed bytes = plan + runtime reserve");
@@ -774,26 +777,26 @@ int main(void) {
     check(fp8_shapes_status(&odd, B, T) == 1, "C = 72 is refused");
     check(fp8_shapes_status(&small, 3, 5) == 1, "B*T = 15 is refused");
     // ZeRO, recompute and the dry run
-    GPTConfig gpt70 = preset_config("70B", GPT2_VOCAB_SIZE), llama7 = preset_config("llama2-7B", 0);
+    GPTConfig gpt70 = preset_config("gpt-70B", GPT2_VOCAB_SIZE), llama7 = preset_config("llama2-7B", 0);
     GPTConfig llama70 = preset_config("llama2-70B", 0);
     test_zero0_is_single_process(&small, "d2");
     test_zero0_is_single_process(&gpt124, "124M");
     test_zero0_is_single_process(&llama7, "llama2-7B");
     test_shards_cover_parameters(&small, "d2");
     test_shards_cover_parameters(&gpt124, "124M");
-    test_shards_cover_parameters(&gpt70, "70B");
+    test_shards_cover_parameters(&gpt70, "gpt-70B");
     test_shards_cover_parameters(&llama70, "llama2-70B");
     test_sharded_optimizer_state(&small, "d2");
     test_sharded_optimizer_state(&gpt124, "124M");
-    test_sharded_optimizer_state(&gpt70, "70B");
+    test_sharded_optimizer_state(&gpt70, "gpt-70B");
     test_sharded_optimizer_state(&llama70, "llama2-70B");
     test_unsharded_buffers(&small, "d2");
     test_unsharded_buffers(&gpt124, "124M");
-    test_unsharded_buffers(&gpt70, "70B");
+    test_unsharded_buffers(&gpt70, "gpt-70B");
     test_70b_fits_32_gpus();
     test_recompute_saves(&small, "d2", 4, 64);
     test_recompute_saves(&gpt124, "124M", 4, 1024);
-    test_recompute_saves(&gpt70, "70B", 1, 2048);
+    test_recompute_saves(&gpt70, "gpt-70B", 1, 2048);
     test_float8_smaller();
     test_llama2_70b_memory();
     test_llama2_70b_time();

@@ -590,8 +590,8 @@ static int check_block_layouts(void) {
     return layouts;
 }
 
-// A 70B preset (GPT-2's "70B", Llama 2's "llama2-70B" with its 8 key/value heads and F = 28672) in float8
-// on 32 GPUs with ZeRO-3, B=1, T=2048: every rank.
+// A 70B preset (the GPT architecture's "gpt-70B", Llama 2's "llama2-70B" with its 8 key/value heads and F =
+// 28672) in float8 on 32 GPUs with ZeRO-3, B=1, T=2048: every rank.
 static int check_70b(const char *preset) {
     TrainOptions opts = layout_options(DTYPE_FLOAT8, 3, 1, 1, 2048);
     snprintf(opts.model_size, sizeof(opts.model_size), "%s", preset);
@@ -723,7 +723,7 @@ int main(void) {
     check_attention_fit();
     self_test();
     long padded_units = 0;
-    int small = check_small_models(&padded_units), big = check_70b("70B") + check_70b("llama2-70B"),
+    int small = check_small_models(&padded_units), big = check_70b("gpt-70B") + check_70b("llama2-70B"),
         block = check_block_layouts();
     check(padded_units > 0,
           "some units' sizes are not multiples of the world size (their chunks carry padding)");

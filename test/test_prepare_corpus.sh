@@ -9,7 +9,7 @@
 #     of an uninterrupted run; a corrupted shard is written again, changed inputs start over, a complete run
 #     is left as it is;
 #   - the document token comes from --doc_token, tokenizer_config.json (a transformers checkpoint
-#     directory), the post-processor or <|endoftext|>; a Llama 2-style tokenizer.json (transformers'
+#     directory) or <|endoftext|>; a Llama 2-style tokenizer.json (transformers'
 #     conversion of a sentencepiece model) gives the files --tokenizer llama2 gives from the model itself;
 #   - bad inputs end with one line naming the file (and line or row) and leave no output directory.
 # Needs tokenizers, pyarrow, transformers, sentencepiece and protobuf (make clients_deps; CI installs them),
@@ -173,8 +173,8 @@ expect_error "parquet without the column" "$b/no_column.parquet: no column 'text
 expect_error "parquet null" "$b/null.parquet: row 1: 'text' (--text_field) is null" --input "$b/null.parquet" "${t[@]}"
 expect_error "--name with several inputs" "--name is needed with several inputs" --input "$corpus/a.jsonl" "$corpus/d.txt" "${t[@]}"
 expect_error "an input twice" "$corpus/a.jsonl: named twice" --input "$corpus" "$corpus/a.jsonl" --name x "${t[@]}"
-expect_error "unknown --doc_token" "--doc_token '<s>' is not a token of the hf tokenizer" --input "$corpus" --doc_token "<s>" "${t[@]}"
-expect_error "no tokenizer.json" "$corpus: no tokenizer.json here" --input "$corpus" --tokenizer hf --tokenizer_file "$corpus"
+expect_error "unknown --doc_token" "--doc_token '<s>': not a token of the hf tokenizer" --input "$corpus" --doc_token "<s>" "${t[@]}"
+expect_error "no tokenizer.json" "$corpus: no tokenizer.json" --input "$corpus" --tokenizer hf --tokenizer_file "$corpus"
 expect_error "--doc_token with byte" "--doc_token is not for --tokenizer byte" --input "$corpus" --doc_token "<s>"
 expect_error "--val_tokens and --val_fraction" "give one of them" --input "$corpus" --val_tokens 5 --val_fraction 0.1
 
