@@ -21,7 +21,8 @@ The two ways, each run --repeats times, alternating, each a fresh process (the f
                   shard buffers (the first shard is val) and writes them.
 Both token streams are checked to be the same (sha256 of the concatenated shards). Each way is given in
 tokens/s (wall time) and in tokens per CPU second of all its processes, which a machine shared with other
-work changes far less.
+work changes far less; and per CPU second past its start (loading the tokenizer in each process, starting the
+pool), measured on a corpus of one document and subtracted, which is what a corpus of hundreds of GB sees.
 
 Where the time goes, in CPU seconds of one process, per stage of prepare_data.py's pipeline (read,
 parse JSON, encode, pack, the pickling of tasks and results that the pipes cost, write) and of the pool's
@@ -275,6 +276,7 @@ def main():
         else:
             tokenizer_file = train_tokenizer(args.text, tmp)
         size = make_corpus(f"{tmp}/corpus", args.text, args.mb)
+        os.makedirs(f"{tmp}/one")
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
@@ -306,12 +308,22 @@ def main():
                     sys.exit(f"{way}: its tokens are not prepare_data.py's")
                 subprocess.run(["rm", "-rf", out])
         best, cpu = {way: min(t) for way, t in times.items()}, {way: min(c) for way, c in cpus.items()}
+        with open(f"{tmp}/one/doc.jsonl", "w") as f:
+            f.write(json.dumps({"text": "One short document."}) + "\n")
+        start = {"prepare_data": prepare(f"{tmp}/one_out", args.workers, f"{tmp}/one")[1],
+                 "pool": timed_run([sys.executable, __file__, "--pool_worker", f"{tmp}/one", tokenizer_file,
+                                    f"{tmp}/one_pool", str(args.workers), str(doc), "1" if wide else "0"])[1]}
         for way in best:
             print(f"{way:13s} {tokens / best[way] / 1e6:7.3f}M tokens/s, {tokens / cpu[way] / 1e6:.3f}M tokens per "
                   f"CPU second  (runs {', '.join(f'{x:.1f}' for x in times[way])} s, CPU "
                   f"{', '.join(f'{x:.1f}' for x in cpus[way])} s, for {tokens} tokens)")
         print(f"prepare_data / pool: {best['pool'] / best['prepare_data']:.2f}x the tokens/s (best runs), "
               f"{cpu['pool'] / cpu['prepare_data']:.2f}x the tokens per CPU second")
+        marginal = {way: cpu[way] - start[way] for way in cpu}
+        print(f"start (a corpus of one document): prepare_data {start['prepare_data']:.1f} CPU s, pool "
+              f"{start['pool']:.1f} CPU s; past it: prepare_data {tokens / marginal['prepare_data'] / 1e6:.3f}M, pool "
+              f"{tokens / marginal['pool'] / 1e6:.3f}M tokens per CPU second, "
+              f"{marginal['pool'] / marginal['prepare_data']:.2f}x")
 
         show("prepare_data.py's stages", profile_prepare_data(f"{tmp}/corpus", tokenizer_file, doc, wide)[1], tokens)
         show("the pool's stages", profile_pool(f"{tmp}/corpus", tokenizer_file, doc, wide), tokens)
