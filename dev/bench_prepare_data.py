@@ -310,7 +310,7 @@ def main():
         best, cpu = {way: min(t) for way, t in times.items()}, {way: min(c) for way, c in cpus.items()}
         with open(f"{tmp}/one/doc.jsonl", "w") as f:
             f.write(json.dumps({"text": "One short document."}) + "\n")
-        start = {"prepare_data": prepare(f"{tmp}/one_out", args.workers, f"{tmp}/one")[1],
+        start = {"prepare_data": prepare(f"{tmp}/one_out", args.workers, f"{tmp}/one", ("--val_tokens", "1"))[1],
                  "pool": timed_run([sys.executable, __file__, "--pool_worker", f"{tmp}/one", tokenizer_file,
                                     f"{tmp}/one_pool", str(args.workers), str(doc), "1" if wide else "0"])[1]}
         for way in best:
