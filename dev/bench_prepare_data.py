@@ -12,8 +12,10 @@ The tokenizer: --tokenizer_file, a tokenizer.json or a directory holding one, or
 which transformers' TikTokenConverter turns into a tokenizer.json here (prepare_data.py --tokenizer hf and
 --tokenizer llama3 give the same files with the two); else a 16384-token byte-level BPE trained on --text.
 
-The two ways, each run --repeats times, alternating, each a fresh process (the figure is the best run):
-    prepare_data  scripts/prepare_data.py --input CORPUS --tokenizer hf --workers N
+The ways, each run --repeats times, alternating, each a fresh process (the figure is the best run):
+    prepare_data  scripts/prepare_data.py --input CORPUS --tokenizer hf (its default workers, each running the
+                  tokenizers library's threads on its share of the cores), and with --workers N (a process per
+                  core, one thread each)
     pool          what fineweb.py does (written here, not copied): the main process reads the documents as
                   dicts (as a datasets.Dataset yields them: json.loads of each line), a multiprocessing.Pool(N)
                   imap(tokenize, documents, chunksize=16), where tokenize is the document token and the
@@ -27,8 +29,7 @@ pool), measured on a corpus of one document and subtracted, which is what a corp
 Where the time goes, in CPU seconds of one process, per stage of prepare_data.py's pipeline (read,
 parse JSON, encode, pack, the pickling of tasks and results that the pipes cost, write) and of the pool's
 (read and json.loads in the main process, pickling 16 documents a task and an array a document, encode one
-document at a time, fill the buffer). Then --workers 1 (the tokenizers library's own threads on all cores)
-against --workers N (one thread each), and the largest process's peak memory at --mb and 4x --mb.
+document at a time, fill the buffer). Then the largest process's peak memory at --mb and 4x --mb.
 """
 
 import argparse
@@ -185,7 +186,7 @@ def profile_prepare_data(corpus, tokenizer_file, doc, wide):
 
     inputs = sorted(glob.glob(f"{corpus}/*.jsonl"))
     t_read, tasks = clock(lambda: list(pd.batches(inputs, [0, 0, 0], "text")))
-    pd.start_worker("hf", tokenizer_file, inputs, doc, "I" if wide else "H", "text", pooled=True)
+    pd.start_worker("hf", tokenizer_file, inputs, doc, "I" if wide else "H", "text", pooled=False, threads=1)
     w = pd.worker
     t_parse, docs = clock(lambda: [pd.documents(inputs[t[0]], t[2], t[3], t[4], t[1], "text", True) for t in tasks])
     t_encode, ids = clock(lambda: [w.encode([x for x in d if x is not None]) for d in docs])
@@ -284,24 +285,29 @@ def main():
               f"{open('/proc/loadavg').read().split()[:3]}; corpus {size / 1e6:.1f} MB of JSON lines, "
               f"tokenizer {tokenizer_file}, {args.workers} workers")
 
-        def prepare(out, workers, mb_corpus=f"{tmp}/corpus", extra=(), env=None):
+        def prepare(out, workers, mb_corpus=f"{tmp}/corpus", extra=()):
+            """prepare_data.py with --workers (None: its default)."""
             return timed_run([sys.executable, f"{ROOT}/scripts/prepare_data.py", "--input", mb_corpus, "--output_dir",
                               out, "--name", "bench", "--tokenizer", "hf", "--tokenizer_file", tokenizer_file,
-                              "--workers", str(workers), *extra], dict(os.environ, **(env or {})))
+                              *(("--workers", str(workers)) if workers else ()), *extra])
+
+        def pool(out, corpus=f"{tmp}/corpus"):
+            return timed_run([sys.executable, __file__, "--pool_worker", corpus, tokenizer_file, out,
+                              str(args.workers), str(doc), "1" if wide else "0"])
 
         # the document token and width prepare_data.py chose, for the pool
-        prepare(f"{tmp}/first", args.workers)
+        prepare(f"{tmp}/first", None)
         manifest = json.load(open(f"{tmp}/first/bench_manifest.json"))
         doc, wide, tokens = manifest["settings"]["doc_token"], manifest["settings"]["shard_format"] == "uint32", manifest["tokens"]
-        times, cpus = {"prepare_data": [], "pool": []}, {"prepare_data": [], "pool": []}
+        ways = {"prepare_data": lambda out, corpus=f"{tmp}/corpus", extra=(): prepare(out, None, corpus, extra),
+                f"prepare_data --workers {args.workers}":
+                    lambda out, corpus=f"{tmp}/corpus", extra=(): prepare(out, args.workers, corpus, extra),
+                "pool": lambda out, corpus=f"{tmp}/corpus", extra=(): pool(out, corpus)}
+        times, cpus = {way: [] for way in ways}, {way: [] for way in ways}
         for k in range(args.repeats):
-            for way in times:
-                out = f"{tmp}/{way}{k}"
-                if way == "prepare_data":
-                    t, cpu, _ = prepare(out, args.workers)
-                else:
-                    t, cpu, _ = timed_run([sys.executable, __file__, "--pool_worker", f"{tmp}/corpus",
-                                           tokenizer_file, out, str(args.workers), str(doc), "1" if wide else "0"])
+            for n, way in enumerate(ways):
+                out = f"{tmp}/run{k}_{n}"
+                t, cpu, _ = ways[way](out)
                 times[way].append(t)
                 cpus[way].append(cpu)
                 if stream_sha256(out) != stream_sha256(f"{tmp}/first"):
@@ -310,34 +316,22 @@ def main():
         best, cpu = {way: min(t) for way, t in times.items()}, {way: min(c) for way, c in cpus.items()}
         with open(f"{tmp}/one/doc.jsonl", "w") as f:
             f.write(json.dumps({"text": "One short document."}) + "\n")
-        start = {"prepare_data": prepare(f"{tmp}/one_out", args.workers, f"{tmp}/one", ("--val_tokens", "1"))[1],
-                 "pool": timed_run([sys.executable, __file__, "--pool_worker", f"{tmp}/one", tokenizer_file,
-                                    f"{tmp}/one_pool", str(args.workers), str(doc), "1" if wide else "0"])[1]}
-        for way in best:
-            print(f"{way:13s} {tokens / best[way] / 1e6:7.3f}M tokens/s, {tokens / cpu[way] / 1e6:.3f}M tokens per "
-                  f"CPU second  (runs {', '.join(f'{x:.1f}' for x in times[way])} s, CPU "
-                  f"{', '.join(f'{x:.1f}' for x in cpus[way])} s, for {tokens} tokens)")
-        print(f"prepare_data / pool: {best['pool'] / best['prepare_data']:.2f}x the tokens/s (best runs), "
-              f"{cpu['pool'] / cpu['prepare_data']:.2f}x the tokens per CPU second")
-        marginal = {way: cpu[way] - start[way] for way in cpu}
-        print(f"start (a corpus of one document): prepare_data {start['prepare_data']:.1f} CPU s, pool "
-              f"{start['pool']:.1f} CPU s; past it: prepare_data {tokens / marginal['prepare_data'] / 1e6:.3f}M, pool "
-              f"{tokens / marginal['pool'] / 1e6:.3f}M tokens per CPU second, "
-              f"{marginal['pool'] / marginal['prepare_data']:.2f}x")
+        start = {way: run(f"{tmp}/one_{n}", f"{tmp}/one", ("--val_tokens", "1"))[1] for n, (way, run) in enumerate(ways.items())}
+        for way in ways:
+            print(f"{way:27s} {tokens / best[way] / 1e6:6.3f}M tokens/s, {tokens / cpu[way] / 1e6:.3f}M tokens per CPU "
+                  f"second, {tokens / (cpu[way] - start[way]) / 1e6:.3f}M past its start ({start[way]:.1f} CPU s)  "
+                  f"(runs {', '.join(f'{x:.1f}' for x in times[way])} s, CPU {', '.join(f'{x:.1f}' for x in cpus[way])} s)")
+        for way in list(ways)[:2]:
+            print(f"{way} / pool: {best['pool'] / best[way]:.2f}x the tokens/s (best runs), "
+                  f"{(cpu['pool'] - start['pool']) / (cpu[way] - start[way]):.2f}x the tokens per CPU second past the start")
 
         show("prepare_data.py's stages", profile_prepare_data(f"{tmp}/corpus", tokenizer_file, doc, wide)[1], tokens)
         show("the pool's stages", profile_pool(f"{tmp}/corpus", tokenizer_file, doc, wide), tokens)
 
-        t1, cpu1, _ = prepare(f"{tmp}/threads", 1, env={"TOKENIZERS_PARALLELISM": "true"})
-        print(f"--workers 1 (the tokenizers library's threads on {os.cpu_count()} cores): {tokens / t1 / 1e6:.3f}M "
-              f"tokens/s, {tokens / cpu1 / 1e6:.3f}M per CPU second; --workers {args.workers} (a thread each): "
-              f"{tokens / best['prepare_data'] / 1e6:.3f}M tokens/s, {tokens / cpu['prepare_data'] / 1e6:.3f}M per "
-              "CPU second")
-
         size4 = make_corpus(f"{tmp}/corpus4", args.text, 4 * args.mb)
         for corpus, mb in ((f"{tmp}/corpus", size), (f"{tmp}/corpus4", size4)):
             subprocess.run(["rm", "-rf", f"{tmp}/mem"])
-            _, _, rss = prepare(f"{tmp}/mem", args.workers, corpus, ("--shard_tokens", "1000000"))
+            _, _, rss = prepare(f"{tmp}/mem", None, corpus, ("--shard_tokens", "1000000"))
             print(f"peak memory, {mb / 1e6:.0f} MB corpus, 1M-token shards: {rss:.0f} MB (the largest process)")
     finally:
         subprocess.run(["rm", "-rf", tmp])

@@ -58,9 +58,13 @@ tokenized as characters, never as that token, so only this script places documen
 file's eot field holds the document token, which sampling starts from. Its format holds tokens of 1 to
 255 bytes; a vocabulary with a longer one is refused before anything is written.
 
-Workers: --workers N processes (default: the cores this process may run on) tokenize batches of
-documents (about 1 MB of text, or 256 parquet rows) that this process reads and hands out in order; it
-writes the shards from the results in that order, so the output is the same for every N. Memory stays
+Workers: --workers N processes tokenize batches of documents (about 1 MB of text, or 256 parquet rows)
+that this process reads and hands out in order; it writes the shards from the results in that order, so
+the output is the same for every N. For the tiktoken and sentencepiece tokenizers a worker is one core, and N
+is by default the cores this process may run on. An hf worker runs the tokenizers library's own threads on
+its share of the cores (one shared copy of the tokenizer's tables tokenized 1.2x to 1.5x more tokens per
+CPU second than a process per core: docs/data-preparation.md), one worker for each 8 cores by default, so
+that each also reads its batches' JSON in parallel with the others. Memory stays
 flat in the corpus size: files are read a block at a time (a document or JSON line is the largest piece
 held whole), at most 2N+2 batches are in flight, and the shard being filled is held in memory (the
 current shard's tokens, --shard_tokens of 2 or 4 bytes). A line every 10 seconds gives tokens/s and the
@@ -113,6 +117,8 @@ READ_BYTES = 1 << 20  # a batch of .txt or .jsonl text: the block read at a time
 PARQUET_ROWS = 256  # a batch of parquet rows (FineWeb's documents are 3 to 5 kB)
 COPY_BYTES = 16 << 20  # block of a shard copied or hashed at a time
 PROGRESS_SECONDS = 10
+# An hf worker's share of the cores, which the tokenizers library's threads use (see the docstring's Workers)
+HF_CORES_PER_WORKER = 8
 # The version of the rules that turn inputs into the token stream (documents, the split, the shards): a
 # manifest written under other rules is not resumed.
 STREAM_RULES = 1
@@ -614,16 +620,14 @@ def end_with_parent(parent):
     os._exit(1)
 
 
-def start_worker(kind, path, inputs, doc_token, typecode, field, pooled):
-    """Makes this process a worker. A worker uses one core: the tokenizers library's own threads are off,
-    where N workers would run N of them each; with one worker in this process TOKENIZERS_PARALLELISM=true
-    turns them on."""
+def start_worker(kind, path, inputs, doc_token, typecode, field, pooled, threads):
+    """Makes this process a worker (the main process itself where not pooled), with threads of the tokenizers
+    library (an hf tokenizer's; set before its first use, which starts them)."""
     global worker
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if threads > 1 else "false"
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
     if pooled:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         threading.Thread(target=end_with_parent, args=(os.getppid(),), daemon=True).start()
-    else:
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     worker = Worker(kind, path, inputs, doc_token, typecode, field)
 
 
@@ -1029,7 +1033,8 @@ def parse_args():
                    "tokenizer's bos token, else <|endoftext|>)")
     p.add_argument("--text_field", default="text", help="the documents' field of .jsonl and .parquet inputs "
                    "(default: text)")
-    p.add_argument("--workers", type=int, help="tokenizing processes (default: the cores this process may use)")
+    p.add_argument("--workers", type=int, help="tokenizing processes (default: the cores this process may use; "
+                   "hf: one for each 8 of them, each running the tokenizers library's threads on its share)")
     p.add_argument("--shard_format", choices=["auto", *SHARD_FORMATS], default="auto",
                    help="token width of the shards (default auto: uint32 when the vocabulary exceeds 65536)")
     p.add_argument("--val_fraction", type=float, help="share of the tokens, counting at most the first "
@@ -1048,8 +1053,9 @@ def parse_args():
         die(f"--val_tokens {args.val_tokens} must be at least 1")
     if not 1 <= args.shard_tokens <= MAX_SHARD_TOKENS:
         die(f"--shard_tokens {args.shard_tokens} must be in [1, {MAX_SHARD_TOKENS}]")
+    args.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if args.workers is None:
-        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        args.workers = -(-args.cores // HF_CORES_PER_WORKER) if args.tokenizer == "hf" else args.cores
     if args.workers < 1:
         die(f"--workers {args.workers} must be at least 1")
     if args.name is not None and (not args.name or "/" in args.name or args.name in (".", "..")):
@@ -1137,13 +1143,16 @@ def main():
                 "shard_tokens": args.shard_tokens, "shard_format": fmt, "val_tokens": args.val_tokens,
                 "val_fraction": args.val_fraction}
     manifest = Manifest(os.path.join(args.output_dir, f"{name}_manifest.json"), settings, input_identity(inputs))
+    threads = max(1, args.cores // args.workers) if args.tokenizer == "hf" else 1
     describe = inputs[0] if len(inputs) == 1 else f"--input {' '.join(args.input)} ({len(inputs)} files)"
     print(f"{describe}: {args.tokenizer} tokenizer, V={vocab_size}, {fmt} shards of {args.shard_tokens} tokens, "
-          f"{args.workers} worker{'s' if args.workers > 1 else ''}" + (f", documents begin with {doc[1]} = {doc[0]}" if doc else ""))
+          f"{args.workers} worker{'s' if args.workers > 1 else ''}" +
+          (f" of {threads} threads" if threads > 1 else "") +
+          (f", documents begin with {doc[1]} = {doc[0]}" if doc else ""))
 
     pooled = args.workers > 1
     worker_args = (args.tokenizer, args.tokenizer_file, inputs, doc[0] if doc else None, SHARD_FORMATS[fmt][2],
-                   args.text_field, pooled)
+                   args.text_field, pooled, threads)
     # a process pool that notices a worker killed (by the kernel's out-of-memory killer, say), where
     # multiprocessing.Pool would wait for its result for ever
     pool = ProcessPoolExecutor(args.workers, initializer=start_worker, initargs=worker_args) if pooled else None
