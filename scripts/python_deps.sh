@@ -7,8 +7,8 @@
 #     (test_export's transformers checks), torchao (the PyTorch peer's float8 run; test_torch_peer), and the
 #     readers and tokenizers of users' checkpoints and corpora: safetensors, tokenizers, sentencepiece,
 #     tiktoken and pyarrow, and protobuf, with which transformers converts a sentencepiece tokenizer.model to
-#     tokenizer.json (test_import's Llama 2 tokenizer). torch's PyPI wheel brings its CUDA libraries and runs on
-#     the CPU: about 2 minutes and 5.7 GB.
+#     tokenizer.json (test_import's and test_prepare_corpus's Llama 2 tokenizers). torch's PyPI wheel brings its
+#     CUDA libraries and runs on the CPU: about 2 minutes and 5.7 GB.
 # The interpreter has them already: nothing is installed. Else pip installs them into DIR, for this project only:
 # no system or user site-packages is touched (pip's --target also leaves Debian's externally managed python3
 # alone). Without pip or a network the first set says what to install and exits 0 (the tests that need a module

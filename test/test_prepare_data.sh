@@ -34,43 +34,16 @@ test_text input "$tmp/generated.txt" utf8_text
 name=$(basename "$input")
 name=${name%.*} # the prefix prepare_data.py gives the files by default: the input file's stem
 
-# The readers of the checks below, written once: pycheck runs a check (python on stdin) that imports them.
-mkdir -p "$tmp/lib"
-cat >"$tmp/lib/files.py" <<'EOF'
-import struct
-FORMATS = {"uint16": (20240520, 1, 2, "H"), "uint32": (20240801, 7, 4, "I")}  # magic, version, width
+# The checks below are Python on stdin that imports the readers of test/shard_files.py.
+pycheck() { PYTHONPATH="$root/test${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$@"; }
 
-def read_shard(path, fmt="uint16"):
-    """The tokens of a shard, checked to be of the format expected."""
-    magic, version, width, code = FORMATS[fmt]
-    raw = open(path, "rb").read()
-    assert len(raw) >= 1024, f"{path}: short header"
-    header = struct.unpack("<3i", raw[:12])
-    assert header[:2] == (magic, version), f"{path}: header {header[:2]}, expected {fmt}'s ({magic}, {version})"
-    n = header[2]
-    assert len(raw) == 1024 + width * n, f"{path}: size {len(raw)} != 1024 + {width}*{n}"
-    return list(struct.unpack(f"<{n}{code}", raw[1024:]))
-
-def read_tokenizer(path):
-    """(eot, the bytes of each token) of a tokenizer file."""
-    raw = open(path, "rb").read()
-    magic, version, V, eot = struct.unpack("<4I", raw[:16])
-    assert (magic, version) == (20240328, 2), f"{path}: tokenizer header {magic} {version}"
-    body, i, vocab = raw[1024:], 0, []
-    while i < len(body):
-        vocab.append(body[i + 1:i + 1 + body[i]])
-        i += 1 + body[i]
-    assert len(vocab) == V, f"{path}: {len(vocab)} tokens, the header says {V}"
-    return eot, vocab
-EOF
-pycheck() { PYTHONPATH="$tmp/lib${PYTHONPATH:+:$PYTHONPATH}" "$PY" - "$@"; }
-
-# Verifies the files in DIR for NAME: header, size, tokens == the input's bytes, shard sizes.
+# Verifies the files in DIR for NAME: header, size, tokens == the input's bytes, shard sizes (the rule of
+# scripts/prepare_data.py's docstring, restated in shard_files.expected_sizes).
 # verify DIR NAME INPUT SHARD_TOKENS VAL_FRACTION [FORMAT, default uint16]
 verify() {
     pycheck "$@" <<'EOF'
 import glob, os, sys
-from files import read_shard, read_tokenizer
+from shard_files import expected_sizes, read_shard, read_tokenizer
 d, name, src, shard_tokens, val_fraction = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 fmt = sys.argv[6] if len(sys.argv) > 6 else "uint16"
 data = open(src, "rb").read()
@@ -84,35 +57,31 @@ for split in ("val", "train"):
     names = [os.path.basename(p) for p in paths]
     assert names == [f"{name}_{split}_{k:06d}.bin" for k in range(len(paths))], f"{split} shard names {names}"
     shards = [read_shard(p, fmt) for p in paths]
-    assert max(len(s) for s in shards) <= shard_tokens, f"{split}: a shard over --shard_tokens {shard_tokens}"
     counts[split] = [len(s) for s in shards]
     for s in shards:
         tokens += s
 assert bytes(tokens) == data, "val + train tokens are not the bytes of the input"
-n_val = sum(counts["val"])
-assert n_val == int(len(data) * val_fraction), f"val has {n_val} tokens, expected {int(len(data) * val_fraction)}"
-for split, c in counts.items():
-    total = sum(c)
-    assert len(c) == -(-total // shard_tokens), f"{split}: {len(c)} shards for {total} tokens of at most {shard_tokens}"
-    assert max(c) - min(c) <= 1, f"{split}: uneven shards {c}"
+expected = expected_sizes(len(data), shard_tokens, val_fraction=val_fraction)
+assert counts == expected, f"shard sizes {counts}, expected {expected}"
 print(counts)
 EOF
 }
 
 # 1. one shard per split
 out=$tmp/one
-check "byte tokenizer run" "$PY" $SCRIPT --input "$input" --output_dir "$out" --tokenizer byte
+"$PY" $SCRIPT --input "$input" --output_dir "$out" --tokenizer byte >"$tmp/run.out" 2>&1
+check "byte tokenizer run" test $? = 0
 check "byte tokenizer output" verify "$out" "$name" "$input" 100000000 0.1
-"$PY" $SCRIPT --input "$input" --output_dir "$out" >"$tmp/run.out" 2>&1
 check "prints the files written with token counts" grep -q "wrote $out/${name}_train_000000.bin: [0-9]* tokens" "$tmp/run.out"
 check "no temp files left" test -z "$(ls "$out" | grep '\.tmp$')"
 
-# 2. small shards, another name and val fraction
+# 2. small shards, another name and val fraction: val is 0.25 of the first shard's tokens, train shards full
+# but for the last two, which share the rest
 size=$(wc -c <"$input")
 st=$((size / 7))
 check "sharded run" "$PY" $SCRIPT --input "$input" --output_dir "$out" --name small --val_fraction 0.25 --shard_tokens $st
 check "sharded output" verify "$out" small "$input" $st 0.25
-check "several train shards" test -f "$out/small_train_000004.bin"
+check "several train shards" test -f "$out/small_train_000006.bin"
 
 # 3. a rerun with bigger shards removes the shards it no longer writes
 check "rerun" "$PY" $SCRIPT --input "$input" --output_dir "$out" --name small --val_fraction 0.25
@@ -261,7 +230,7 @@ EOF
 l3_expected() { # l3_expected DIR INPUT [EXACT]: the llama3 files for INPUT; EXACT: the stand-in's tokens
     pycheck "$@" <<'EOF'
 import glob, sys
-from files import read_shard, read_tokenizer
+from shard_files import read_shard, read_tokenizer
 d, src, exact = sys.argv[1], sys.argv[2], len(sys.argv) > 3
 text = open(src, "rb").read().decode()
 tokens = [t for p in sorted(glob.glob(f"{d}/*_val_*.bin")) + sorted(glob.glob(f"{d}/*_train_*.bin"))
@@ -305,7 +274,7 @@ l3_error "llama3 ranks without every byte" "short.tiktoken: no token for the sin
 l3_error "llama3 without --tokenizer_file" "--tokenizer llama3 needs --tokenizer_file" --tokenizer llama3
 l3_error "llama3 --tokenizer_file missing" "$tmp/none.model: --tokenizer_file not found" \
     --tokenizer llama3 --tokenizer_file "$tmp/none.model"
-l3_error "--tokenizer_file with byte" "--tokenizer_file is for --tokenizer llama3 or llama2, not byte" \
+l3_error "--tokenizer_file with byte" "--tokenizer_file is for --tokenizer llama3, llama2 or hf, not byte" \
     --tokenizer_file "$tmp/ranks.tiktoken"
 check "no output dir for refused tokenizers" test ! -e "$tmp/l3e"
 
@@ -324,24 +293,25 @@ fi
 # 11. llama2 with a sentencepiece model trained here, where sentencepiece is installed; its one-line error
 # where it is not
 if "$PY" -c "import sentencepiece" >/dev/null 2>&1; then
-    head -c 200000 "$input" >"$tmp/sp_text.txt"
+    # up to 400 pieces: the generated text's few words hold fewer (hard_vocab_limit)
     check "train a small sentencepiece model" "$PY" -c "
 import sentencepiece as spm
+open('$tmp/sp_text.txt', 'w', encoding='utf-8').write(open('$input', encoding='utf-8').read()[:200000])
 spm.SentencePieceTrainer.train(input='$tmp/sp_text.txt', model_prefix='$tmp/sp', vocab_size=400,
-                               model_type='bpe', byte_fallback=True, minloglevel=2)"
+                               model_type='bpe', byte_fallback=True, minloglevel=2, hard_vocab_limit=False)"
     check "llama2 run" "$PY" $SCRIPT --input "$tmp/sp_text.txt" --output_dir "$tmp/l2" --tokenizer llama2 \
         --tokenizer_file "$tmp/sp.model"
     check "llama2 output: uint16 shards, <s> before each document, tokens decode as sentencepiece does" \
         pycheck "$tmp/l2" "$tmp/sp_text.txt" "$tmp/sp.model" <<'EOF'
 import glob, sys
 import sentencepiece as spm
-from files import read_shard, read_tokenizer
+from shard_files import read_shard, read_tokenizer
 d, src, model = sys.argv[1:]
 sp = spm.SentencePieceProcessor(model_file=model)
 tokens = [t for p in sorted(glob.glob(f"{d}/*_val_*.bin")) + sorted(glob.glob(f"{d}/*_train_*.bin"))
           for t in read_shard(p, "uint16")]
 eot, vocab = read_tokenizer(f"{d}/sp_text_tokenizer.bin")
-assert len(vocab) == 400 and eot == sp.bos_id(), f"V {len(vocab)}, eot {eot}"
+assert len(vocab) == sp.get_piece_size() and eot == sp.bos_id(), f"V {len(vocab)}, eot {eot}"
 text = open(src).read()
 docs = text.split("\n\n")
 docs = [doc + "\n\n" for doc in docs[:-1]] + docs[-1:]
