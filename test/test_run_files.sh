@@ -25,6 +25,9 @@
 #     with a line and the log holds whole records; a symbolic link is followed, not replaced; /dev/stdout or
 #     a FIFO is refused in one line (no hang); a log another run writes is refused in one line, and that
 #     run's log keeps its whole records.
+#  9. Ranks and inputs (train_cpu): OMP_NUM_THREADS=100000 is bounded by the cores with a line; --time_limit_s
+#     reserves a checkpoint's time before one is timed; two ranks (mpirun -wdir) whose shard has the same
+#     name and size but other content are refused before any step, naming the rank and the file.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -220,5 +223,43 @@ wait $pid || first=$?
 [ $status = 1 ] && one_line "$TMP/shared.err" "--log_file: $TMP/shared.jsonl is in use by another run" && [ $first = 0 ] &&
     whole_records "$TMP/shared.jsonl" 200 && verdict=0 || verdict=1
 result $verdict "train_cpu: a log another run writes is refused in one line, and that run's log stays whole: $(head -c 200 "$TMP/shared.err")"
+
+# 9. ranks and inputs
+status=0
+OMP_NUM_THREADS=100000 "${CPU[@]}" --steps 2 --output_dir "" >"$TMP/threads.out" 2>&1 || status=$?
+[ $status = 0 ] && grep -q "^threads | OMP_NUM_THREADS asks for 100000 threads, more than the [0-9]* cores" "$TMP/threads.out" &&
+    verdict=0 || verdict=1
+result $verdict "train_cpu: OMP_NUM_THREADS=100000 is bounded by the cores with a line, and the run ends (exit $status)"
+mapfile -d '' args < <(merge_flags "${BASE[@]}" --dtype float32 -- --steps 50 --channels 384 --layers 6 --heads 4 \
+    --batch_size 1 --output_dir "$TMP/limit" --time_limit_s 1)
+status=0
+./train_cpu "${args[@]}" >"$TMP/limit.out" 2>&1 || status=$?
+# 10.6M parameters: 127 MB written and read back at 200 MB/s reserve 1.3 s, more than the limit, so the run
+# stops after its first step (without the reserve it would take steps until two of them no longer fit)
+[ $status = 75 ] && [ "$(cat "$TMP/limit/latest_checkpoint")" = 1 ] &&
+    grep -q "^time limit | 1 s; a checkpoint's 1.3 s reserved until one is timed" "$TMP/limit.out" && verdict=0 || verdict=1
+result $verdict "train_cpu: --time_limit_s reserves a checkpoint's time before one is timed (exit $status, stopped at step $(cat "$TMP/limit/latest_checkpoint" 2>/dev/null))"
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_cpu)"; then
+    MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+    if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+    mkdir -p "$TMP/copy0" "$TMP/copy1"
+    cp "$TMP/data/text_train_000000.bin" "$TMP/copy0/train.bin"
+    "$PY" -c "
+import sys
+data = bytearray(open(sys.argv[1], 'rb').read())
+data[len(data) // 2 & ~1] ^= 1  # one token's low bit: the same name and size, other content
+open(sys.argv[2], 'wb').write(data)" "$TMP/copy0/train.bin" "$TMP/copy1/train.bin"
+    mapfile -d '' args < <(merge_flags "${BASE[@]}" --dtype float32 -- --train_data train.bin --steps 2 --output_dir "")
+    run=("$root/train_cpu" "${args[@]}")
+    status=0
+    "${MPIRUN[@]}" -np 1 -wdir "$TMP/copy0" "${run[@]}" : -np 1 -wdir "$TMP/copy1" "${run[@]}" >"$TMP/copies.out" \
+        2>"$TMP/copies.err" || status=$?
+    [ $status != 0 ] && grep -q "^error: --train_data: rank 1: train.bin has other content than rank 0's file of that name" "$TMP/copies.err" &&
+        grep -q "^error: --train_data: 1 rank(s) read other content than rank 0's shards" "$TMP/copies.err" &&
+        ! grep -q "^step " "$TMP/copies.out" && verdict=0 || verdict=1
+    result $verdict "train_cpu: ranks whose shards have the same names and sizes but other content are refused, naming the rank and file: $(grep -m1 'rank 1' "$TMP/copies.err")"
+else
+    echo "SKIPPED the ranks' data check: mpirun or an MPI build of train_cpu missing"
+fi
 
 finish
