@@ -255,7 +255,7 @@ result $verdict "srun tasks without MPI ranks: refused with one error line (no l
 status=0
 run keep_np2 2 --batch_size 1 --ckpt_every 2 --keep_checkpoints 1 || status=$?
 listed=$(cd "$TMP/keep_np2" && ls | tr '\n' ' ')
-[ $status = 0 ] && [ "$listed" = "latest_checkpoint model_00000006.bin state_00000006_00000.bin state_00000006_00001.bin " ]
+[ $status = 0 ] && [ "$listed" = "latest_checkpoint manifest_00000006.txt model_00000006.bin state_00000006_00000.bin state_00000006_00001.bin " ]
 result $? "--keep_checkpoints 1, 2 processes: $listed"
 
 # a rank that stops answering: the others end on --nccl_timeout_s instead of waiting for it forever
