@@ -9,13 +9,15 @@
 #  3. the model file of step 5 copied over step 10's, and no older checkpoint: refused in one line;
 #  4. latest_checkpoint removed by hand: a fresh run refuses the directory in one line, --overwrite 1 takes it;
 #  5. two processes: rank 1's state file of step 10 damaged: every rank falls back to step 5, and the run
-#     ends as a 2-process run resumed at step 5 by hand.
+#     ends as a 2-process run resumed at step 5 by hand; then the same with ./train_emu (the CUDA trainer on
+#     the emulation: its digests summed over NCCL), ZeRO-1, bfloat16.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
 test_tmpdir TMP test_verify_resume
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 CUDA_EMU_THREADS=1
 [ -x ./train_cpu ] || make train_cpu >/dev/null
+[ -x ./train_emu ] || make train_emu >/dev/null
 test_data_dir "$TMP/data" text
 BASE=(--model_size d2 --vocab 256 --seq_len 32 --val_every 5 --val_batches 1 --ckpt_every 5
       --keep_checkpoints 2 --train_data "$TMP/data/text_train_000000.bin" --val_data "$TMP/data/text_val_000000.bin")
@@ -87,21 +89,25 @@ rc=0
     bad "pointerless directory: expected a refusal, then --overwrite 1 to take it (old manifests gone); got exit $rc: $(head -c 300 "$TMP/4.err")"
 
 # 5. two processes, rank 1's state damaged
-if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_cpu)"; then
-    MPIRUN=(mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_cpu)" && grep -q libmpi <<<"$(ldd ./train_emu)"; then
+    MPIRUN=(mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS -x CUDA_EMU_THREADS)
     if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
-    "${MPIRUN[@]}" ./train_cpu "${BASE[@]}" --batch_size 2 --steps 10 --output_dir "$TMP/two" --log_file "$TMP/two/log.jsonl" >/dev/null
-    cp -r "$TMP/two" "$TMP/two_by_hand" && by_hand "$TMP/two_by_hand" 5
-    "${MPIRUN[@]}" ./train_cpu "${BASE[@]}" --batch_size 2 --steps 15 --output_dir "$TMP/two_by_hand" --log_file "$TMP/two_by_hand/log.jsonl" --resume 1 >/dev/null
-    poke "$TMP/two/state_00000010_00001.bin" 2048 0.25
-    if "${MPIRUN[@]}" ./train_cpu "${BASE[@]}" --batch_size 2 --steps 15 --output_dir "$TMP/two" --log_file "$TMP/two/log.jsonl" --resume 1 \
-        >"$TMP/5.out" 2>"$TMP/5.err"; then
-        falls_back "2 processes" "$TMP/5.out" "$TMP/5.err" "state_00000010_00001.bin: .* (damaged, or a state file of another step)"
-        same_run "2 processes" "$TMP/two" "$TMP/two_by_hand"
-    else
-        bad "2 processes: the resume failed: $(tail -n 2 "$TMP/5.err")"
-    fi
+    for bin in cpu emu; do
+        run=("${MPIRUN[@]}" ./train_$bin "${BASE[@]}" --batch_size 2)
+        [ $bin = emu ] && run+=(--dtype bfloat16 --zero_stage 1)
+        "${run[@]}" --steps 10 --output_dir "$TMP/two_$bin" --log_file "$TMP/two_$bin/log.jsonl" >/dev/null
+        cp -r "$TMP/two_$bin" "$TMP/two_${bin}_by_hand" && by_hand "$TMP/two_${bin}_by_hand" 5
+        "${run[@]}" --steps 15 --output_dir "$TMP/two_${bin}_by_hand" --log_file "$TMP/two_${bin}_by_hand/log.jsonl" --resume 1 >/dev/null
+        poke "$TMP/two_$bin/state_00000010_00001.bin" 2048 0.25
+        if "${run[@]}" --steps 15 --output_dir "$TMP/two_$bin" --log_file "$TMP/two_$bin/log.jsonl" --resume 1 \
+            >"$TMP/5$bin.out" 2>"$TMP/5$bin.err"; then
+            falls_back "train_$bin, 2 processes" "$TMP/5$bin.out" "$TMP/5$bin.err" "state_00000010_00001.bin: .* (damaged, or a state file of another step)"
+            same_run "train_$bin, 2 processes" "$TMP/two_$bin" "$TMP/two_${bin}_by_hand"
+        else
+            bad "train_$bin, 2 processes: the resume failed: $(tail -n 2 "$TMP/5$bin.err")"
+        fi
+    done
 else
-    echo "SKIPPED test_verify_resume's 2-process case: no mpirun or ./train_cpu without MPI"
+    echo "SKIPPED test_verify_resume's 2-process cases: no mpirun, or ./train_cpu or ./train_emu without MPI"
 fi
 finish

@@ -9,7 +9,8 @@
 #                          and Llama)
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
 #   make test_verify_resume a damaged latest checkpoint falls back to the newest intact one (1 and 2
-#                          processes); a model of another step, a directory without its pointer refused
+#                          processes, train_cpu and train_emu); a model of another step, a directory without
+#                          its pointer refused
 #   make test_recompute    --recompute 1 is bit-identical to --recompute 0 in every dtype
 #   make test_bad_inputs   every bad input of test/bad_inputs.tsv gives one clean error line (also under ASan)
 #   make test_run_files    an output directory belongs to one run: two runs at once, node-local directories
@@ -52,7 +53,7 @@ test_train: train_cpu test/test_train.sh
 test_resume: train_cpu test/test_resume.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_resume.sh
 
-test_verify_resume: train_cpu test/test_verify_resume.sh
+test_verify_resume: train_cpu train_emu test/test_verify_resume.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_verify_resume.sh
 
 test_recompute: train_cpu test/test_recompute.sh
