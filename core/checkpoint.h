@@ -1402,6 +1402,8 @@ typedef struct {
 static inline void manifest_free(Manifest *m) {
     free(m->state_sizes);
     free(m->state_digests);
+    m->state_sizes = NULL;
+    m->state_digests = NULL;
 }
 
 // The manifest of checkpoint `step`; returns 0, or -1 with why in why.
@@ -1543,7 +1545,7 @@ static inline int checkpoint_share_intact(const char *dir, long step, int rank, 
             ok = 0, snprintf(why, len, "%s: written at step %ld with another model file than this step's",
                              path, (long)h[SH_STEP]);
     }
-    if (m.state_digests) manifest_free(&m);
+    manifest_free(&m);
     return ok;
 }
 

@@ -193,6 +193,10 @@ def model_value(p):  # a finite value in the model's weights: a disk's or a copy
 ckpt("ckpt_damaged_model", model_value, damaged=True)
 ckpt("ckpt_damaged_state", moment_value(0, 3, 0.5), damaged=True)
 ckpt("ckpt_no_manifest", lambda p: os.remove(os.path.join(p, "manifest_00000002.txt")), damaged=True)
+def cut_manifest(p):  # its first line whole, rank 0's state line cut short
+    path = os.path.join(p, "manifest_00000002.txt")
+    open(path, "w").write(open(path).read().split("\n")[0] + "\nstate 0 12")
+ckpt("ckpt_manifest_cut", cut_manifest, damaged=True)
 ckpt("ckpt_zero_model", lambda p: open(os.path.join(p, "model_00000002.bin"), "wb").write(
     model[:1024] + bytes(len(model) - 1024)))
 h = list(struct.unpack("<256i", model[:1024]))
