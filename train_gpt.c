@@ -1558,6 +1558,7 @@ static int read_settings(Run *r, int argc, char **argv) {
 #endif
     parse_options(&r->opts, argc, argv);
     validate_options(&r->opts);
+    stop_signals_install(stop_signal_number(&r->opts));
     r->dist.timeout_s = r->opts.nccl_timeout_s;
     r->init_params = NULL;
     if (*r->opts.init_from && r->opts.dry_run) // the plan needs the model's shape only, not its 70B values
@@ -1679,11 +1680,32 @@ static void open_records(Run *r) {
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
+// A stop asked for during set-up: the run ends before its first step (stopped_in_set_up), what set-up
+// allocated freed; model_built: after build_model.
+static int end_in_set_up(Run *r, int model_built) {
+    if (model_built) {
+        step_guard_free(&r->guard);
+        if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
+        gpt_free(&r->model);
+    } else {
+        free(r->init_params);
+    }
+    if (r->have_val) dataloader_free(&r->val_loader);
+    dataloader_free(&r->train_loader);
+    dist_finalize(&r->dist);
+    return EXIT_STOPPED;
+}
+
 static int set_up_run(Run *r, int argc, char **argv) {
     int status = read_settings(r, argc, argv);
     if (status == RUN_GOES_ON) status = open_inputs(r);
     if (status != RUN_GOES_ON) return status;
+    // a stop asked for while the data was indexed, then while a checkpoint loaded
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist))
+        return end_in_set_up(r, 0);
     build_model(r);
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist))
+        return end_in_set_up(r, 1);
     open_records(r);
     return RUN_GOES_ON;
 }
@@ -1824,6 +1846,7 @@ static int end_run(Run *r) {
 }
 
 int main(int argc, char **argv) {
+    stop_signals_install(SIGUSR1); // first: a stop signal during set-up stops the run (run_control.h)
     Run run;
     int status = set_up_run(&run, argc, argv);
     if (status != RUN_GOES_ON) return status;

@@ -2181,6 +2181,7 @@ static int read_settings(Run *r, int argc, char **argv) {
     line_buffer_stdout();
     parse_options(&r->opts, argc, argv);
     validate_options(&r->opts);
+    stop_signals_install(stop_signal_number(&r->opts));
     r->dist.timeout_s = r->opts.nccl_timeout_s;
     if (r->opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
@@ -2353,13 +2354,39 @@ static void open_records(Run *r) {
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
+// A stop asked for during set-up: the run ends before its first step (stopped_in_set_up), what set-up
+// allocated freed; model_built: after build_model (the communicators are then the model's).
+static int end_in_set_up(Run *r, int model_built) {
+    if (model_built) {
+        step_guard_free(&r->guard);
+        fp8_stats_free(&r->stats);
+        energy_meter_stop(&r->energy);
+        gpt_free(&r->model);
+        comm_destroy_all(&r->model);
+    } else {
+        if (r->dist.replicas > 1) comm_destroy(&r->replicas), comm_destroy(&r->group);
+        comm_destroy(&r->comm);
+    }
+    if (r->have_val) dataloader_free(&r->val_loader);
+    dataloader_free(&r->train_loader);
+    if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
+    free(r->sample_tokens);
+    dist_finalize(&r->dist);
+    return EXIT_STOPPED;
+}
+
 static int set_up_run(Run *r, int argc, char **argv) {
     int status = read_settings(r, argc, argv);
     if (status != RUN_GOES_ON) return status;
     open_inputs(r);
     join_ranks(r);
+    // a stop asked for while the data was indexed and NCCL joined the ranks, then while a checkpoint loaded
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->comm))
+        return end_in_set_up(r, 0);
     status = build_model(r);
     if (status != RUN_GOES_ON) return status;
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->model.comm))
+        return end_in_set_up(r, 1);
     open_records(r);
     return RUN_GOES_ON;
 }
@@ -2490,6 +2517,7 @@ static int end_run(Run *r) {
 }
 
 int main(int argc, char **argv) {
+    stop_signals_install(SIGUSR1); // first: a stop signal during set-up stops the run (run_control.h)
     Run run;
     int status = set_up_run(&run, argc, argv);
     if (status != RUN_GOES_ON) return status;

@@ -26,7 +26,8 @@ typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accum
 typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
-// --stop_signal: the signal that, besides SIGTERM and SIGINT, stops a run with a checkpoint (run_control.h).
+// --stop_signal: the signal that, besides SIGTERM, SIGINT and SIGHUP, stops a run with a checkpoint
+// (run_control.h).
 typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 } StopSignalChoice;
 
 #define OPTION_STRING_LEN 512
@@ -204,8 +205,8 @@ static const OptionSpec OPTION_SPECS[] = {
      "stop with a checkpoint (exit 75) before this many seconds since the start have passed, leaving room "
      "for two steps and a checkpoint as long as the longest so far (0: no limit)"},
     {"stop_signal", OPT_CHOICE, OPT_AT(stop_signal), "usr1", 0, 0, "usr1|usr2|none",
-     "the signal that, as SIGTERM and SIGINT do, stops the run after its step with a checkpoint (exit 75): "
-     "Slurm's early warning (#SBATCH --signal=USR1@180)"},
+     "the signal that, as SIGTERM, SIGINT and SIGHUP do, stops the run after its step with a checkpoint "
+     "(exit 75): Slurm's early warning (#SBATCH --signal=USR1@180)"},
     {"max_consecutive_skips", OPT_INT, OPT_AT(max_consecutive_skips), "8", 1, 1 << 30, NULL,
      "end the run (exit 76, after a checkpoint) when the guards skip this many steps in a row"},
     {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
