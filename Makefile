@@ -137,7 +137,7 @@ test_study_report: train_cpu python_deps
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_study_report.sh
 
 
-test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
+test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_memory_plan test_dry_run test_launch test_slurm test_compare_debug_state test_fp8_stats \
           test_cpu_kernels test_health test_study_report test_export test_import test_compare test_torch_peer
 
 test: test_cpu
