@@ -42,6 +42,7 @@
 #include "core/debug_state.h"
 #include "core/dist.h"
 #include "core/dry_run.h"
+#include "core/eval_data.h"
 #include "core/fp8_scaling.h"
 #include "core/gpt_model.h"
 #include "gpu/attention.cuh"
@@ -1676,6 +1677,25 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     return (float)(sum / model->comm.world_size / num_batches);
 }
 
+// The examples of --eval_data that the model answers correctly (eval_data.h), summed over the ranks: the
+// forward and the per-token losses on the device, each row's mean and the choice on the host (as llm.c).
+static int score_eval_set(GPT *model, EvalSet *set) {
+    size_t N = (size_t)model->B * model->T;
+    float *losses = (float *)malloc_check(N * sizeof(float), "--eval_data losses");
+    for (int batch = 0; batch < set->num_batches; batch++) {
+        eval_set_batch(set, batch);
+        upload_batch(model, set->inputs, set->targets);
+        forward_only(model);
+        gpt_loss(model, 0, &model->step_results->val_loss_sum);
+        copy_to_host(model, losses, model->losses, N * sizeof(float));
+        eval_set_take_losses(set, batch, losses);
+    }
+    free(losses);
+    double correct = eval_set_correct(set);
+    sum_over_ranks(model, &correct, 1);
+    return (int)correct;
+}
+
 // sampling.h's view of the model: a forward over tokens, then one position's logits on the host. Every
 // rank runs it (ZeRO-3's forward gathers); the ranks hold the same weights and draw the same tokens.
 static const float *gpu_position_logits(void *model_ptr, const int *tokens, int position) {
@@ -2151,8 +2171,9 @@ typedef struct {
     TrainOptions opts;
     GPTConfig cfg;
     cudaDeviceProp props;
-    int B, T, accum_steps, have_val, have_debug;
+    int B, T, accum_steps, have_val, have_eval, have_debug;
     DataLoader train_loader, val_loader;
+    EvalSet eval;
     Tokenizer tokenizer;
     Comm comm, group, replicas; // all ranks; this rank's shard group and its replicas (hybrid sharding)
     GPT model;
@@ -2217,6 +2238,9 @@ static void open_inputs(Run *r) {
     if (r->have_val)
         dataloader_init(&r->val_loader, opts->val_data, r->B, r->T, dist->rank, dist->world_size, 0, 0,
                         r->cfg.vocab_size);
+    r->have_eval = *opts->eval_data != '\0';
+    if (r->have_eval)
+        eval_set_init(&r->eval, opts->eval_data, r->B, r->T, r->cfg.vocab_size, dist->rank, dist->world_size);
     load_tokenizer_for(&r->tokenizer, opts, &r->cfg);
     check_run_inputs(opts, dist->rank, &r->train_loader, r->have_val ? &r->val_loader : NULL);
     r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
@@ -2266,7 +2290,8 @@ static int build_model(Run *r) {
     TrainOptions *opts = &r->opts;
     Dist *dist = &r->dist;
     GPT *model = &r->model;
-    if (opts->eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+    if (opts->eval_only &&
+        r->have_val) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts->dtype = DTYPE_FLOAT8;
         opts->fp8_recipe = FP8_RECIPE_CURRENT;
     }
@@ -2328,14 +2353,18 @@ static void open_records(Run *r) {
     // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
     if (resume_validation(opts, (long)r->state.step, r->have_val))
         log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
-    if (opts->eval_only) {
+    if (resume_scoring(opts, (long)r->state.step))
+        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
+    if (opts->eval_only && r->have_val) {
         begin_bf16_pass(model);
         float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
         model->dtype = DTYPE_FLOAT8;
         log_eval_only(&r->log, opts->init_from, bf16_loss,
                       evaluate(model, &r->val_loader, opts->val_batches));
-        opts->steps = 0; // nothing to train
     }
+    if (opts->eval_only && r->have_eval)
+        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
+    if (opts->eval_only) opts->steps = 0; // nothing to train
     r->debug = {};
     r->have_debug = *opts->debug_state != '\0';
     if (r->have_debug)
@@ -2460,12 +2489,13 @@ static int end_of_step(Run *r, int step) {
     // a stop the ranks agreed on in a step read so far (every rank reads the same steps at the same points):
     // this step, already under way, is the last
     StepEnd end = step_end(&r->opts, &r->control, step, r->have_val);
-    if (!(end.last || end.ends_early || end.validate || end.sample || end.checkpoint ||
+    if (!(end.last || end.ends_early || end.validate || end.score || end.sample || end.checkpoint ||
           host_waits_for_step(&r->model, &r->opts, step, r->have_debug)))
         return 1;
     finish_pending(r);
     if (end.checkpoint) checkpoint_now(r);
     if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
+    if (end.score) log_eval(&r->log, step + 1, score_eval_set(&r->model, &r->eval), r->eval.num_examples);
     if (end.sample)
         sample_text(&r->model, gpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
                     r->cfg.vocab_size, r->opts.sample_len, step);
@@ -2505,6 +2535,7 @@ static int end_run(Run *r) {
     step_guard_free(&r->guard);
     fp8_stats_free(&r->stats);
     if (r->have_debug) debug_state_free(&r->debug);
+    if (r->have_eval) eval_set_free(&r->eval);
     if (r->have_val) dataloader_free(&r->val_loader);
     dataloader_free(&r->train_loader);
     if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);

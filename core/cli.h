@@ -39,6 +39,7 @@ typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 
 typedef struct {
     char train_data[OPTION_STRING_LEN];
     char val_data[OPTION_STRING_LEN];
+    char eval_data[OPTION_STRING_LEN];
     char tokenizer[OPTION_STRING_LEN];
     char output_dir[OPTION_STRING_LEN];
     char log_file[OPTION_STRING_LEN];
@@ -60,6 +61,7 @@ typedef struct {
     int warmup_steps;
     float final_lr_frac;
     float beta1, beta2, eps, weight_decay, grad_clip;
+    int eval_every;
     int val_every, val_batches, sample_every, sample_len, ckpt_every, keep_checkpoints, resume, overwrite;
     int seed, shuffle;
     int cuda_graph;
@@ -161,6 +163,11 @@ static const OptionSpec OPTION_SPECS[] = {
     {"val_every", OPT_INT, OPT_AT(val_every), "100", 0, 1 << 30, NULL,
      "steps between val losses (0: end only)"},
     {"val_batches", OPT_INT, OPT_AT(val_batches), "20", 1, 1 << 20, NULL, "batches per validation"},
+    {"eval_data", OPT_STRING, OPT_AT(eval_data), "", 0, 0, NULL,
+     "multiple-choice eval file in llm.c's format (HellaSwag: scripts/prepare_eval.py), scored every "
+     "--eval_every steps and at the end (empty: none)"},
+    {"eval_every", OPT_INT, OPT_AT(eval_every), "0", 0, 1 << 30, NULL,
+     "steps between eval accuracies of --eval_data (0: end only)"},
     {"sample_every", OPT_INT, OPT_AT(sample_every), "0", 0, 1 << 30, NULL,
      "steps between samples (0: never)"},
     {"sample_len", OPT_INT, OPT_AT(sample_len), "64", 1, 1 << 20, NULL, "tokens per sample"},
@@ -212,7 +219,8 @@ static const OptionSpec OPTION_SPECS[] = {
     {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
     {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
-     "1: report the validation loss of --init_from with BF16 weights and with FP8 weights, then exit"},
+     "1: report the validation loss of --init_from with BF16 weights and with FP8 weights (with --val_data), "
+     "its --eval_data accuracy (in --dtype; float8 with --val_data), then exit"},
     {"zero_stage", OPT_INT, OPT_AT(zero_stage), "0", 0, 3, NULL,
      "ZeRO sharding over the processes: 0 none, 1 optimizer state, 3 also parameters and gradients"},
     {"shard_group_size", OPT_INT, OPT_AT(shard_group_size), "0", 0, 1 << 20, NULL,
@@ -434,8 +442,9 @@ static inline void validate_options(const TrainOptions *opts) {
     if (opts->zero_stage == 2) fail("--zero_stage: 2 is not supported (0, 1 or 3)");
     if (opts->world_size && !opts->dry_run)
         fail("--world_size: only for --dry_run (a run's world size is the number of processes started)");
-    if (opts->eval_only && (!*opts->init_from || !*opts->val_data))
-        fail("--eval_only: needs --init_from (the model to evaluate) and --val_data");
+    if (opts->eval_only && (!*opts->init_from || (!*opts->val_data && !*opts->eval_data)))
+        fail("--eval_only: needs --init_from (the model to evaluate) and --val_data or --eval_data");
+    if (opts->eval_every && !*opts->eval_data) fail("--eval_every: no --eval_data to score");
     if (opts->bf16_check_every > 0 && opts->dtype == DTYPE_FLOAT32)
         fail("--bf16_check_every: compares a reduced-precision run with bfloat16; this run is float32");
     if (opts->resume && !*opts->output_dir)

@@ -180,7 +180,7 @@ static inline int run_control_ends_early(const RunControl *rc) {
 // is the run's last, whether the ranks agreed to end early (a signal, the time limit, the guards), and what
 // is due. A run that ends early writes its checkpoint and nothing else.
 typedef struct {
-    int last, ends_early, checkpoint, validate, sample;
+    int last, ends_early, checkpoint, validate, score, sample; // score: --eval_data's accuracy
 } StepEnd;
 
 static inline StepEnd step_end(const TrainOptions *opts, const RunControl *rc, int step, int have_val) {
@@ -189,6 +189,7 @@ static inline StepEnd step_end(const TrainOptions *opts, const RunControl *rc, i
     end.ends_early = !end.last && run_control_ends_early(rc);
     end.checkpoint = *opts->output_dir && (is_due(step + 1, opts->ckpt_every, end.last) || end.ends_early);
     end.validate = !end.ends_early && have_val && is_due(step + 1, opts->val_every, end.last);
+    end.score = !end.ends_early && *opts->eval_data && is_due(step + 1, opts->eval_every, end.last);
     end.sample = !end.ends_early && opts->sample_every > 0 && (step + 1) % opts->sample_every == 0;
     return end;
 }
