@@ -232,15 +232,9 @@ PY
         zrun "mpi2_z$zero" mpirun -np 2 --bind-to none -- --batch_size 8 --zero_stage $zero &&
             compare2 "mpi2_z$zero" "zero_stage $zero, mpirun -np 2"
     done
-    port=$((20000 + RANDOM % 20000))
-    for rank in 1 0; do # rank 1 first: it must wait for rank 0's file
-        RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=localhost MASTER_PORT=$port timeout "$(limit 90 || echo 1)" ./train \
-            "${small[@]}" --batch_size 8 --zero_stage 3 --output_dir "$zdir/file2_z3" \
-            --log_file "$zdir/file2_z3_rank$rank.jsonl" >"$zdir/file2_z3_rank$rank.txt" 2>&1 &
-    done
-    wait
-    cp "$zdir/file2_z3_rank0.jsonl" "$zdir/file2_z3.jsonl" 2>/dev/null
-    compare2 file2_z3 "zero_stage 3, 2 processes torchrun-style (id through a file)"
+    # torchrun's environment (scripts/torchrun_local.sh: ranks, run id), one set of flags for both ranks
+    zrun file2_z3 scripts/torchrun_local.sh --nproc_per_node 2 -- --batch_size 8 --zero_stage 3 &&
+        compare2 file2_z3 "zero_stage 3, 2 processes torchrun-style (id through a file)"
     ls "$zdir/file2_z3"/nccl_id* >/dev/null 2>&1 && echo "| NCCL id file | left behind | FAIL |" >>"$zero_table"
 else
     echo "| two processes | skipped: $gpus GPU(s) | |" >>"$zero_table"
