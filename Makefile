@@ -138,7 +138,7 @@ test_study_report: train_cpu python_deps
 
 
 test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_memory_plan test_dry_run test_launch test_slurm test_compare_debug_state test_fp8_stats \
-          test_cpu_kernels test_health test_study_report test_export test_import test_compare test_torch_peer
+          test_cpu_kernels test_health test_study_report test_export test_import test_compare test_follow_log test_torch_peer
 
 test: test_cpu
 	@echo "all CPU tests passed"

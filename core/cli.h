@@ -73,7 +73,7 @@ typedef struct {
     int guard_window;
     int inject_nan_step, inject_stall_rank, inject_signal_step, inject_signal_rank;
     int time_limit_s, stop_signal, max_consecutive_skips; // stop_signal: StopSignalChoice
-    float price_kwh, pue;
+    float price_kwh, pue, price_gpu_hour;
     int eval_only;
     int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
     int grad_reduce_dtype; // GradReduceDtype
@@ -216,8 +216,12 @@ static const OptionSpec OPTION_SPECS[] = {
      "(exit 75): Slurm's early warning (#SBATCH --signal=USR1@180)"},
     {"max_consecutive_skips", OPT_INT, OPT_AT(max_consecutive_skips), "8", 1, 1 << 30, NULL,
      "end the run (exit 76, after a checkpoint) when the guards skip this many steps in a row"},
-    {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
-    {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
+    {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL,
+     "electricity price per kWh for the cost (the end-of-run energy line, --dry_run's cost plan)"},
+    {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL,
+     "power usage effectiveness of the data centre (facility energy / GPU energy)"},
+    {"price_gpu_hour", OPT_FLOAT, OPT_AT(price_gpu_hour), "0", 0, 1e6, NULL,
+     "--dry_run: rental price of one GPU for an hour, for the cost plan"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
      "1: report the validation loss of --init_from with BF16 weights and with FP8 weights (with --val_data), "
      "its --eval_data accuracy (in --dtype; float8 with --val_data), then exit"},

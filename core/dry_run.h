@@ -492,6 +492,34 @@ static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSetting
 
 // ----------------------------------------------------------------------------
 
+// What the planned run costs before it is rented: each GPU draws its board power while it computes and is
+// counted idle (no power) while it waits on exposed communication, so the planned utilisation is the compute
+// share of the step; the facility's energy is the GPUs' x --pue, its price --price_kwh; the rental is
+// --price_gpu_hour for every GPU for the whole time. Host CPUs, memory and the network are not counted
+// beyond what --pue covers. Prices are in the user's currency.
+static inline void dry_run_print_cost(const TrainOptions *opts, const TimePlan *t, const PlanRates *r,
+                                      int world_size) {
+    double utilisation = t->compute_ms / t->step_ms, watts = r->gpu->board_watts;
+    double step_h = t->step_ms / 3.6e6, kwh_per_gpu_hour = watts * utilisation / 1e3 * opts->pue;
+    const char *names[3] = {"per step", "per 100B tokens", "for --steps"};
+    double hours[3] = {step_h, t->days_per_100b * 24, step_h * opts->steps};
+    printf("cost plan (an estimate: %d x %s at %.0f W board power x %.0f%% planned utilisation, the compute "
+           "share of the step; PUE %.2f; %.4g per kWh, %.4g per GPU-hour):\n",
+           world_size, r->gpu->name, watts, 100 * utilisation, opts->pue, opts->price_kwh,
+           opts->price_gpu_hour);
+    for (int i = 0; i < 3; i++) {
+        double kwh = world_size * hours[i] * kwh_per_gpu_hour,
+               rental = world_size * hours[i] * opts->price_gpu_hour;
+        printf("  %-16s %11.4g h wall  %11.4g kWh  electricity %11.4g  rental %11.4g  total %11.4g\n", names[i],
+               hours[i], kwh, kwh * opts->price_kwh, rental, kwh * opts->price_kwh + rental);
+    }
+    if (opts->price_kwh == 0 && opts->price_gpu_hour == 0)
+        printf("  (give --price_kwh and --price_gpu_hour for the costs)\n");
+    printf("plan_board_watts %.0f plan_utilisation %.6f plan_kwh_per_step %.9g plan_cost_per_step %.9g\n",
+           watts, utilisation, world_size * step_h * kwh_per_gpu_hour,
+           world_size * step_h * (kwh_per_gpu_hour * opts->price_kwh + opts->price_gpu_hour));
+}
+
 // Prints the plan; returns the process exit status: 0 when it fits, 1 when it does not.
 static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg, int B, int T,
                                  int world_size) {
@@ -518,6 +546,8 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     int accum = resolve_grad_accum_steps(opts, T, world_size);
     PlanRates rates = plan_rates_from_options(opts, world_size);
     time_plan_print(cfg, &s, accum, &rates);
+    TimePlan t = time_plan(cfg, &s, accum, &rates);
+    dry_run_print_cost(opts, &t, &rates, world_size);
     dry_run_print_fastest(cfg, &s, accum, &rates, gpu_bytes);
     if ((double)needed <= gpu_bytes) {
         printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), gpu_bytes / 1e9,

@@ -35,22 +35,25 @@
 // GPUs, from NVIDIA's data sheets: dense (not 2:4 sparse) tensor-core peaks, HBM bandwidth and capacity, SMs
 // (the wave size of a GEMM), and the bus bandwidth NCCL reaches inside a node: 80% of the per-direction
 // link (NVLink 4: 450 GB/s, so 360, what nccl-tests report for an 8-GPU ring; NVLink 5: 900; NVLink 3: 300;
-// PCIe Gen5 x16: 64). In cli.h's GPU_CHOICE_NAMES order.
+// PCIe Gen5 x16: 64), and the board power (the maximum TDP the data sheet gives: what large GEMMs, held at
+// the power limit, draw). In cli.h's GPU_CHOICE_NAMES order.
 typedef struct {
     const char *name;
     double bf16_tflops, fp8_tflops; // 0: no FP8 tensor cores
     double hbm_gbps, memory_gb;
     int sms;
     double nvlink_gbps;
+    double board_watts;
 } GpuSpec;
 
 enum { GPU_H200, GPU_H100_SXM, GPU_H100_PCIE, GPU_B200, GPU_A100 };
 static const GpuSpec GPU_SPECS[] = {
-    {"h200", 989.4, 1978.9, 4800, 141, 132, 360},    // H200 SXM: 141 GB HBM3e, NVLink 4
-    {"h100-sxm", 989.4, 1978.9, 3350, 80, 132, 360}, // H100 SXM5: 80 GB HBM3, NVLink 4
-    {"h100-pcie", 756.0, 1513.0, 2000, 80, 114, 51}, // H100 PCIe: 80 GB HBM2e, PCIe Gen5 between GPUs
-    {"b200", 2250.0, 4500.0, 8000, 180, 148, 720},   // HGX/DGX B200: 180 GB HBM3e, NVLink 5
-    {"a100", 312.0, 0.0, 2039, 80, 108, 240},        // A100 SXM4 80 GB: HBM2e, NVLink 3, no FP8
+    {"h200", 989.4, 1978.9, 4800, 141, 132, 360, 700},    // H200 SXM: 141 GB HBM3e, NVLink 4, 700 W
+    {"h100-sxm", 989.4, 1978.9, 3350, 80, 132, 360, 700}, // H100 SXM5: 80 GB HBM3, NVLink 4, 700 W
+    {"h100-pcie", 756.0, 1513.0, 2000, 80, 114, 51,
+     350}, // H100 PCIe: 80 GB HBM2e, PCIe Gen5 between GPUs, 350 W
+    {"b200", 2250.0, 4500.0, 8000, 180, 148, 720, 1000}, // HGX/DGX B200: 180 GB HBM3e, NVLink 5, 1000 W
+    {"a100", 312.0, 0.0, 2039, 80, 108, 240, 400},       // A100 SXM4 80 GB: HBM2e, NVLink 3, no FP8, 400 W
 };
 
 // The calibration: three numbers for every GPU and model, fitted to three published runs on 8 to 512 H100s

@@ -2,7 +2,7 @@
 # test_eval.sh: --eval_data, llm.c's multiple-choice eval files (core/eval_data.h) and scripts/prepare_eval.py, on
 # the fixtures llm.c's own Python wrote (test/llmc_hellaswag: a tiny GPT-2 by train_gpt2.py's write_model, 24
 # HellaSwag-schema examples by data_common.py's write_evalfile, and PyTorch's count under llm.c's rule; its
-# README.md says how). About 35 s on 2 cores (20 s of it the emulated trainer); needs train_cpu and python3 (no modules); train_emu, mpirun when
+# README.md says how). About 50 s on 2 cores (35 s of it the emulated trainer); needs train_cpu and python3 (no modules); train_emu, mpirun when
 # present.
 #   1. train_cpu --eval_only 1 --dtype float32 gives PyTorch's count exactly, at B = 4, 3 (an example's rows
 #      straddle two batches) and 1; and with every label set to k (k = 0..3) it counts the examples whose
@@ -13,7 +13,8 @@
 #   2. scripts/prepare_eval.py hellaswag --input the jsonl --tokenizer byte writes llm.c's file byte for byte;
 #   3. --eval_every 2 over 4 steps logs eval records at steps 2 and 4 (line and JSON);
 #   4. 2 and 5 processes (mpirun) split the examples and sum to the same count (5: 5, 5, 5, 5 and 4 examples);
-#   5. the emulated CUDA trainer's bfloat16 count and choices equal train_cpu's bfloat16 ones;
+#   5. the emulated CUDA trainer's bfloat16 count and choices equal train_cpu's bfloat16 ones, and so does its
+#      count on 2 processes with ZeRO-1 and ZeRO-3 (mpirun);
 #   6. bad eval files (magic, version, byte count, label, token, length, truncation, trailing bytes,
 #      delimiter) and --eval_every without --eval_data end with one error line naming the file and reason.
 set -uo pipefail
@@ -106,6 +107,18 @@ if [ -x ./train_emu ]; then
     emu=$(choices_of ./train_emu --dtype bfloat16 --batch_size 4 --attention exact)
     [ -n "$cpu" ] && [ "$cpu" = "$emu" ]
     result $? "bfloat16 examples choosing 0..3: train_emu $emu, train_cpu $cpu"
+    if command -v mpirun >/dev/null; then # ZeRO ranks split the examples (B=5: the last batch part padding)
+        want=$(count ./train_cpu "$FIX/hellaswag_val.bin" --eval_only 1 --dtype bfloat16 --batch_size 5) || want=failed
+        for zero in 1 3; do
+            LAUNCH=(mpirun --oversubscribe -x OMP_NUM_THREADS=1 -np 2)
+            if [ "$(id -u)" = 0 ]; then LAUNCH+=(--allow-run-as-root); fi
+            got=$(count ./train_emu "$FIX/hellaswag_val.bin" --eval_only 1 --dtype bfloat16 --batch_size 5 \
+                --attention exact --zero_stage "$zero") || got="failed: $got"
+            LAUNCH=()
+            [ "$got" = "$want" ]
+            result $? "train_emu, 2 processes, ZeRO-$zero: $got, train_cpu's bfloat16 $want"
+        done
+    fi
 else
     echo "SKIPPED train_emu's count: no ./train_emu (make train_emu)"
 fi
