@@ -25,6 +25,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <sched.h>
+#include <unistd.h>
 #ifdef USE_BLAS
 #include <cblas.h>
 #endif
@@ -1473,10 +1475,17 @@ static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *st
     char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
+    void *dist = (void *)model->dist;
+    run_dir_check_owned(opts, state->rank, (long)state->step, dist_rank_sum, dist);
     save_model(model, model_path);
+    int64_t model_size;
+    state->model_digest =
+        checkpoint_model_digest(model_path, &model_size, state->rank, state->world_size, dist_rank_sum, dist);
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, guard, blocks);
     save_state_file(state_path, state, &model->config, blocks);
+    checkpoint_manifest(opts->output_dir, (long)state->step, model_size, state->model_digest, state->rank,
+                        state->world_size, dist_rank_sum, dist);
     dist_barrier(model->dist); // every rank's files are complete before the pointer moves on
     if (state->rank == 0) {
         write_latest_checkpoint(opts->output_dir, (long)state->step);
@@ -1561,12 +1570,29 @@ typedef struct {
 
 enum { RUN_GOES_ON = -1 }; // a set-up phase's answer where the run goes on (else: its exit status)
 
+// OpenMP's threads bounded by the cores this process may run on: OMP_NUM_THREADS far above them (100000)
+// would start that many threads in every parallel region, and crash once their stacks exhaust memory.
+static void bound_threads_by_cores(void) {
+#ifdef _OPENMP
+    cpu_set_t set;
+    int cores =
+        sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    if (omp_get_max_threads() <= cores) return;
+    printf("threads | OMP_NUM_THREADS asks for %d threads, more than the %d cores this process may run on: "
+           "using %d\n",
+           omp_get_max_threads(), cores, cores);
+    omp_set_num_threads(cores);
+#endif
+}
+
 // Set-up 1: the processes, the flags and the model's shape; a dry run ends with its plan.
 static int read_settings(Run *r, int argc, char **argv) {
     dist_init(&r->dist, &argc, &argv);
     dist_require_mpi(&r->dist, "train_cpu");
     dist_quiet_other_ranks(&r->dist);
     line_buffer_stdout();
+    bound_threads_by_cores();
 #ifdef USE_BLAS
     openblas_set_num_threads(1); // OpenMP's threads call it (gemm)
 #endif
@@ -1581,6 +1607,7 @@ static int read_settings(Run *r, int argc, char **argv) {
         r->init_params = load_model_file(r->opts.init_from, &r->cfg);
     else
         r->cfg = config_from_options(&r->opts);
+    if (*r->opts.init_from) check_init_from_shape(&r->opts, &r->cfg);
     r->B = r->opts.batch_size, r->T = resolve_seq_len(&r->opts, &r->cfg);
     check_fp8_recipe_shape(&r->opts, &r->cfg, r->B, r->T);
     if (!r->opts.dry_run) return RUN_GOES_ON;
@@ -1615,7 +1642,9 @@ static int open_inputs(Run *r) {
     if (!opts->resume) return RUN_GOES_ON;
     double proposal = resume_step_proposal(dist->rank, opts->output_dir);
     dist_sum_doubles(dist, &proposal, 1);
-    r->resume_step = resume_step_agreed(proposal, dist->rank, opts->output_dir);
+    r->resume_step =
+        resume_verified_step(opts->output_dir, resume_step_agreed(proposal, dist->rank, opts->output_dir),
+                             dist->rank, world, dist_rank_sum, dist);
     if (resume_has_work(opts, r->resume_step)) return RUN_GOES_ON;
     free(r->init_params);
     if (r->have_eval) eval_set_free(&r->eval);
@@ -1646,6 +1675,7 @@ static void build_model(Run *r) {
     take_shard(model);
     r->state = train_state_init(opts, &r->train_loader, r->B, r->T, r->accum_steps, r->dist.rank,
                                 r->dist.world_size);
+    check_ranks_same_data(&r->train_loader, r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist);
     step_guard_init(&r->guard, opts->guard_window);
     if (opts->resume) {
         load_checkpoint(model, opts, r->resume_step, &r->state, &r->guard);
@@ -1700,6 +1730,8 @@ static void open_records(Run *r) {
     r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
     fp8_stats_reset_counts(&model->fp8.stats); // the start-up weight casts belong to no step
     run_control_start(&r->control, opts);
+    run_control_reserve_checkpoint(&r->control, 4.0 * (double)model->num_params / r->dist.world_size +
+                                                    8.0 * (double)model->shard_count);
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 

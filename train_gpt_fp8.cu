@@ -1708,6 +1708,23 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
     return model->sample_row;
 }
 
+// A sum over the ranks with a buffer of its own, for any n: before the model's buffers exist (run_control.h's
+// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path.
+static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
+    Comm *comm = (Comm *)comm_ptr;
+    if (!comm->comm) return;
+    double *device;
+    cudaStream_t stream;
+    cuda_check(cudaMalloc((void **)&device, n * sizeof(double)));
+    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cuda_check(cudaMemcpy(device, values, n * sizeof(double), cudaMemcpyHostToDevice));
+    comm_all_reduce(comm, device, (size_t)n, ncclFloat64, ncclSum, stream);
+    comm_wait_stream(comm, stream, "the ranks' settings");
+    cuda_check(cudaMemcpy(values, device, n * sizeof(double), cudaMemcpyDeviceToHost));
+    cuda_check(cudaStreamDestroy(stream));
+    cuda_check(cudaFree(device));
+}
+
 // ----------------------------------------------------------------------------
 // Checkpoints: the same files as train_cpu. The model file holds the FP32 master, every rank writing its
 // own part of it in place; every rank writes its own state file (its moments); rank 0 moves
@@ -1806,7 +1823,11 @@ static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *op
     checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
                      sizeof(model_path));
     comm_wait_stream(&model->comm, model->stream, "the step before a checkpoint");
+    run_dir_check_owned(opts, state->rank, (long)state->step, sum_over_ranks_at_start, &model->comm);
     save_model(model, dist, model_path);
+    int64_t model_size;
+    state->model_digest = checkpoint_model_digest(model_path, &model_size, state->rank, state->world_size,
+                                                  sum_over_ranks_at_start, &model->comm);
     float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
     StateBlock blocks[NUM_STATE_BLOCKS];
     state_blocks(model, host, guard, blocks);
@@ -1816,6 +1837,8 @@ static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *op
     copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history, H * sizeof(float));
     save_state_file(state_path, state, &model->config, blocks);
     free(host);
+    checkpoint_manifest(opts->output_dir, (long)state->step, model_size, state->model_digest, state->rank,
+                        state->world_size, sum_over_ranks_at_start, &model->comm);
     barrier_all_ranks(model, dist);
     if (model->comm.rank == 0) {
         write_latest_checkpoint(opts->output_dir, (long)state->step);
@@ -2137,23 +2160,6 @@ static void check_gpu_recipe(const TrainOptions *opts) {
              opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", opts->zero_stage);
 }
 
-// A sum over the ranks before the model's buffers exist (run_control.h's agreement of the settings): a
-// buffer of its own for the moment.
-static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
-    Comm *comm = (Comm *)comm_ptr;
-    if (!comm->comm) return;
-    double *device;
-    cudaStream_t stream;
-    cuda_check(cudaMalloc((void **)&device, n * sizeof(double)));
-    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cuda_check(cudaMemcpy(device, values, n * sizeof(double), cudaMemcpyHostToDevice));
-    comm_all_reduce(comm, device, (size_t)n, ncclFloat64, ncclSum, stream);
-    comm_wait_stream(comm, stream, "the ranks' settings");
-    cuda_check(cudaMemcpy(values, device, n * sizeof(double), cudaMemcpyDeviceToHost));
-    cuda_check(cudaStreamDestroy(stream));
-    cuda_check(cudaFree(device));
-}
-
 // CUDA Graphs capture one micro-step (one process only). With --keep_gathered, ZeRO-3 gathers the layers in
 // an optimizer step's first pass and later passes wait on those gathers' events: a captured pass would wait
 // on work recorded outside its capture, which CUDA refuses (cudaErrorStreamCaptureIsolation, the capture
@@ -2207,6 +2213,7 @@ static int read_settings(Run *r, int argc, char **argv) {
     if (r->opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
     r->cfg = *r->opts.init_from ? model_file_config(r->opts.init_from) : config_from_options(&r->opts);
+    if (*r->opts.init_from) check_init_from_shape(&r->opts, &r->cfg);
     r->B = r->opts.batch_size, r->T = resolve_seq_len(&r->opts, &r->cfg);
     check_fp8_recipe_shape(&r->opts, &r->cfg, r->B, r->T);
     check_gpu_recipe(&r->opts);
@@ -2301,11 +2308,14 @@ static int build_model(Run *r) {
     model->replica = dist->replica;
     r->state =
         train_state_init(opts, &r->train_loader, r->B, r->T, r->accum_steps, dist->rank, dist->world_size);
+    check_ranks_same_data(&r->train_loader, dist->rank, dist->world_size, sum_over_ranks_at_start, &r->comm);
     step_guard_init(&r->guard, opts->guard_window);
     if (opts->resume) {
         double proposal = resume_step_proposal(dist->rank, opts->output_dir);
         sum_over_ranks(model, &proposal, 1);
-        long resume_step = resume_step_agreed(proposal, dist->rank, opts->output_dir);
+        long resume_step =
+            resume_verified_step(opts->output_dir, resume_step_agreed(proposal, dist->rank, opts->output_dir),
+                                 dist->rank, dist->world_size, sum_over_ranks_at_start, &r->comm);
         if (!resume_has_work(opts, resume_step)) {
             step_guard_free(&r->guard);
             gpt_free(model);
@@ -2380,6 +2390,8 @@ static void open_records(Run *r) {
     r->pending = -1;
     r->pending_start = 0.0;
     run_control_start(&r->control, opts);
+    run_control_reserve_checkpoint(&r->control, 4.0 * (double)r->model.num_params / world +
+                                                    8.0 * (double)r->model.shard_floats);
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 

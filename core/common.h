@@ -119,4 +119,18 @@ static inline uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+// The same, 8 bytes a multiply (then the odd tail byte by byte): for bulk data (the training shards'
+// fingerprint, checkpoint digests), where the read, not the hash, sets the pace.
+static inline uint64_t fnv1a_words(uint64_t h, const void *data, size_t n) {
+    const uint8_t *bytes = (const uint8_t *)data;
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w;
+        memcpy(&w, bytes + k, 8);
+        h = (h ^ w) * FNV1A_PRIME;
+        h ^= h >> 32;
+    }
+    return fnv1a(h, bytes + k, n - k);
+}
+
 #endif // COMMON_H

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common.h"
 
@@ -63,6 +64,8 @@ typedef struct {
     char **shard_paths;                  // sorted by name
     int64_t *shard_tokens;               // ntokens of each shard
     int64_t *shard_batches;              // global batches of each shard: (ntokens-1) / (world_size*B*T)
+    struct stat *shard_stats;            // each shard as init found it: a shard changed since is refused
+    uint64_t *shard_digests;             // each shard's content, once dataloader_fingerprint has read it
     int64_t batches_per_epoch;
     DataLoaderPosition pos; // the batch the next dataloader_next_batch call loads
     int *inputs;            // (B,T) token ids of the current batch
@@ -166,8 +169,10 @@ static inline int dataloader_compare_paths(const void *a, const void *b) {
 // Fills shard_paths / num_shards from a glob pattern or a single path.
 static inline void dataloader_find_shards(DataLoader *loader, const char *pattern) {
     if (!pattern || !pattern[0]) fail("dataloader: empty data file pattern");
-    if (!strpbrk(pattern, "*?[")) {
-        // one plain path: say why it cannot be opened rather than "no match"
+    struct stat st;
+    if (!strpbrk(pattern, "*?[") || stat(pattern, &st) == 0) {
+        // one plain path (a file that exists is taken as named, `x[1].bin` too, before it is read as a
+        // pattern): say why it cannot be opened rather than "no match"
         fclose(fopen_regular(pattern));
         loader->num_shards = 1;
         loader->shard_paths = (char **)malloc_check(sizeof(char *), "dataloader: shard paths");
@@ -266,11 +271,13 @@ static inline void dataloader_init(DataLoader *loader, const char *pattern, int 
     int n = loader->num_shards;
     loader->shard_tokens = (int64_t *)malloc_check((size_t)n * sizeof(int64_t), "dataloader: shard sizes");
     loader->shard_batches = (int64_t *)malloc_check((size_t)n * sizeof(int64_t), "dataloader: shard sizes");
+    loader->shard_stats = (struct stat *)malloc_check((size_t)n * sizeof(struct stat), "dataloader: shards");
     int64_t max_batches = 0;
     for (int i = 0; i < n; i++) {
         const char *path = loader->shard_paths[i];
         const DataLoaderShardFormat *format;
         int64_t ntok = dataloader_check_shard(path, &format);
+        if (stat(path, &loader->shard_stats[i]) != 0) fail("%s: cannot open: %s", path, strerror(errno));
         if (i == 0) loader->format = format;
         if (format != loader->format)
             fail("%s: a %s, but %s is a %s: the shards of one data pattern must share a format", path,
@@ -305,6 +312,23 @@ static inline void dataloader_init(DataLoader *loader, const char *pattern, int 
     loader->pos.batch_index = 0;
 }
 
+// A shard is opened again as the reading reaches it: it must be the file init checked (and the run's
+// fingerprint read), not one rewritten, replaced or grown since, whose tokens the run would train on unseen.
+static inline void dataloader_check_unchanged(const DataLoader *loader, int shard) {
+    const struct stat *was = &loader->shard_stats[shard];
+    struct stat now;
+    if (fstat(fileno(loader->file), &now) != 0)
+        fail("%s: cannot stat: %s", loader->shard_paths[shard], strerror(errno));
+    if (now.st_dev != was->st_dev || now.st_ino != was->st_ino || now.st_size != was->st_size ||
+        now.st_mtim.tv_sec != was->st_mtim.tv_sec || now.st_mtim.tv_nsec != was->st_mtim.tv_nsec)
+        fail("%s: changed since the run started (%s): the run stops rather than train on other data than "
+             "it checked; put the shard back, or start a new run on the new data",
+             loader->shard_paths[shard],
+             now.st_ino != was->st_ino || now.st_dev != was->st_dev ? "another file in its place"
+             : now.st_size != was->st_size                          ? "another size"
+                                                                    : "written to");
+}
+
 static inline void dataloader_next_batch(DataLoader *loader) {
     DataLoaderPosition *pos = &loader->pos;
     int shard = dataloader_shard_at(loader, pos->epoch, pos->shard_index);
@@ -318,6 +342,7 @@ static inline void dataloader_next_batch(DataLoader *loader) {
         if (loader->file) fclose(loader->file);
         loader->file = fopen_check(path, "rb");
         loader->file_shard = shard;
+        dataloader_check_unchanged(loader, shard);
     }
     int64_t bt = (int64_t)loader->B * loader->T;
     int w = loader->format->token_bytes;
@@ -370,32 +395,31 @@ static inline void dataloader_set_position(DataLoader *loader, DataLoaderPositio
 // A fingerprint of the training data: the shards' count, their sizes and every byte of their tokens, so
 // that a checkpoint is not continued on other data by mistake, also where a shard changed in its middle.
 // Read once at start, at the disk's speed (0.5 s per GiB from the page cache on a 2-core machine): the
-// first and last 4 KiB that version-2 state files hashed missed a change in a shard's middle.
-static inline uint64_t dataloader_fingerprint(const DataLoader *loader) {
+// first and last 4 KiB that version-2 state files hashed missed a change in a shard's middle. Each shard's
+// own digest is kept (shard_digests): the ranks compare theirs (run_files.h's check_ranks_same_data).
+static inline uint64_t dataloader_fingerprint(DataLoader *loader) {
     uint64_t h = FNV1A_START;
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = (uint8_t *)malloc_check(CHUNK, "dataloader: fingerprint buffer");
+    free(loader->shard_digests);
+    loader->shard_digests =
+        (uint64_t *)malloc_check((size_t)loader->num_shards * sizeof(uint64_t), "dataloader: shard digests");
     for (int i = 0; i < loader->num_shards; i++) {
         const char *path = loader->shard_paths[i];
         int64_t bytes = loader->format->token_bytes * loader->shard_tokens[i];
-        h = (h ^ (uint64_t)bytes) * FNV1A_PRIME;
+        uint64_t shard = fnv1a(FNV1A_START, &bytes, sizeof(bytes));
         FILE *f = fopen_regular(path);
         if (fseek(f, DATALOADER_HEADER_BYTES, SEEK_SET) != 0)
             fail("%s: cannot seek: %s", path, strerror(errno));
         for (int64_t done = 0; done < bytes;) {
             size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : (size_t)CHUNK;
             fread_check(buf, 1, n, f, path);
-            size_t k = 0;
-            for (; k + 8 <= n; k += 8) { // 8 bytes a multiply: the read, not the hash, sets the pace
-                uint64_t w;
-                memcpy(&w, buf + k, 8);
-                h = (h ^ w) * FNV1A_PRIME;
-                h ^= h >> 32;
-            }
-            h = fnv1a(h, buf + k, n - k);
+            shard = fnv1a_words(shard, buf, n);
             done += (int64_t)n;
         }
         fclose(f);
+        loader->shard_digests[i] = shard;
+        h = fnv1a(h, &shard, sizeof(shard));
     }
     free(buf);
     return h;
@@ -438,6 +462,8 @@ static inline void dataloader_free(DataLoader *loader) {
     free(loader->shard_paths);
     free(loader->shard_tokens);
     free(loader->shard_batches);
+    free(loader->shard_stats);
+    free(loader->shard_digests);
     free(loader->inputs);
     free(loader->targets);
     free(loader->read_buf);

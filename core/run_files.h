@@ -42,14 +42,25 @@ static inline void host_name(char *host, size_t len) {
     host[len - 1] = '\0';
 }
 
-// Held until the process ends: closing any descriptor of the file would drop the lock.
-static int run_lock_fd = -1;
+// Held until the process ends: closing any descriptor of the file would drop the lock. The directory is held
+// open too: the run knows both by identity (device and inode), not by name (run_dir_check_owned).
+static int run_lock_fd = -1, run_dir_fd = -1;
 
 static inline void run_dir_lock(const char *dir) {
     char path[CHECKPOINT_PATH_LEN];
     run_file_path(dir, RUN_LOCK_NAME, path, sizeof(path));
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // O_NOFOLLOW: a symbolic link in the lock's place (to a shard, say) would be truncated and written
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    struct stat st;
+    if (fd < 0 && errno == ELOOP)
+        fail("--output_dir: the lock file %s is a symbolic link: the run writes its own lock there, not into "
+             "what the link names; remove the link",
+             path);
     if (fd < 0) fail("--output_dir: cannot open the lock file %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        fail("--output_dir: the lock file %s is not a regular file; remove it", path);
+    run_dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (run_dir_fd < 0) fail("--output_dir: cannot open %s: %s", dir, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == ENOLCK || errno == ENOSYS || errno == EOPNOTSUPP) {
             printf("warning: --output_dir: %s cannot be locked (%s): nothing stops a second run from writing "
@@ -75,11 +86,42 @@ static inline void run_dir_lock(const char *dir) {
     run_lock_fd = fd;
 }
 
+// Whether path is still the file (or directory) fd holds open.
+static inline int path_is_open_file(const char *path, int fd) {
+    struct stat by_path, held;
+    return fd >= 0 && stat(path, &by_path) == 0 && fstat(fd, &held) == 0 && by_path.st_dev == held.st_dev &&
+           by_path.st_ino == held.st_ino;
+}
+
+// Every rank, before a checkpoint is written: rank 0 checks that --output_dir is still the directory it
+// locked and its lock file still the one it holds. A directory renamed (and another made in its place) or a
+// lock file removed lets a second run take the path: this run then stops, writing nothing there, and says
+// so on every rank.
+static inline void run_dir_check_owned(const TrainOptions *opts, int rank, long step, RankSum sum,
+                                       void *ctx) {
+    if (!*opts->output_dir) return;
+    char lock[CHECKPOINT_PATH_LEN];
+    run_file_path(opts->output_dir, RUN_LOCK_NAME, lock, sizeof(lock));
+    double lost = 0.0;
+    if (rank == 0 && run_lock_fd >= 0) // (no lock: a filesystem without flock, warned of at start)
+        lost = !path_is_open_file(opts->output_dir, run_dir_fd) ? 1.0
+               : !path_is_open_file(lock, run_lock_fd)          ? 2.0
+                                                                : 0.0;
+    sum(ctx, &lost, 1);
+    if (lost != 0.0)
+        fail(
+            "--output_dir: %s %s since this run took it, and another run may use it now: stopping before the "
+            "checkpoint of step %ld, which is not written; the latest_checkpoint this run wrote there is its "
+            "last",
+            lost == 1.0 ? opts->output_dir : lock,
+            lost == 1.0 ? "is another directory (renamed or replaced)" : "was removed or replaced", step);
+}
+
 // Temp files of a killed run: what checkpoint.h writes in the directory, with any run's tag.
 static inline int is_leftover_temp(const char *name) {
     size_t n = strlen(name);
     return n > 4 && strcmp(name + n - 4, ".tmp") == 0 &&
-           (!strncmp(name, "model_", 6) || !strncmp(name, "state_", 6) ||
+           (!strncmp(name, "model_", 6) || !strncmp(name, "state_", 6) || !strncmp(name, "manifest_", 9) ||
             !strncmp(name, "latest_checkpoint.", 18));
 }
 
@@ -96,21 +138,58 @@ static inline void remove_leftover_temps(const char *dir) {
     closedir(d);
 }
 
+// The first file of a checkpoint (a model, state or manifest file) in dir, into name; 0 if there is none.
+static inline int find_checkpoint_file(const char *dir, char *name, size_t len) {
+    DIR *d = opendir(dir);
+    if (!d) fail("--output_dir: cannot list %s: %s", dir, strerror(errno));
+    int found = 0;
+    long step;
+    for (struct dirent *e = readdir(d); e && !found; e = readdir(d))
+        if ((found = checkpoint_file_step(e->d_name, &step) || manifest_file_step(e->d_name, &step)))
+            snprintf(name, len, "%s", e->d_name);
+    closedir(d);
+    return found;
+}
+
+// --overwrite: the old run's pointer and manifests go, so that neither a --resume nor its fall-back to an
+// older checkpoint (checkpoint.h) continues the old run; its other files are overwritten as the new run
+// reaches their steps, or stay unread.
+static inline void forget_old_checkpoints(const char *dir, const char *pointer) {
+    if (remove(pointer) != 0 && errno != ENOENT)
+        fail("--overwrite: cannot remove %s: %s", pointer, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) fail("--output_dir: cannot list %s: %s", dir, strerror(errno));
+    char path[CHECKPOINT_PATH_LEN];
+    long step;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        if (!manifest_file_step(e->d_name, &step)) continue;
+        run_file_path(dir, e->d_name, path, sizeof(path));
+        if (remove(path) != 0 && errno != ENOENT)
+            fail("--overwrite: cannot remove %s: %s", path, strerror(errno));
+    }
+    closedir(d);
+}
+
 // Rank 0, before anything is written into the directory (prepare_output_dir has made it): the lock, the
-// refusal of a fresh run over a checkpoint, a killed run's temp files removed.
+// refusal of a fresh run over a checkpoint (named by latest_checkpoint, or only its files left: a pointer
+// removed by hand), a killed run's temp files removed.
 static inline void run_dir_claim(const TrainOptions *opts, int rank) {
     if (rank != 0 || !*opts->output_dir) return;
     const char *dir = opts->output_dir;
     run_dir_lock(dir);
-    char pointer[CHECKPOINT_PATH_LEN];
+    char pointer[CHECKPOINT_PATH_LEN], name[256];
     run_file_path(dir, "latest_checkpoint", pointer, sizeof(pointer));
     struct stat st;
     if (!opts->resume && !opts->overwrite && stat(pointer, &st) == 0)
         fail("--output_dir: %s holds a checkpoint of another run (%s): continue it with --resume 1, start "
              "over it with --overwrite 1, or choose another directory",
              dir, pointer);
-    if (opts->overwrite && remove(pointer) != 0 && errno != ENOENT)
-        fail("--overwrite: cannot remove %s: %s", pointer, strerror(errno));
+    if (!opts->resume && !opts->overwrite && find_checkpoint_file(dir, name, sizeof(name)))
+        fail("--output_dir: %s holds checkpoint files of another run (%s) but no latest_checkpoint: start "
+             "over "
+             "it with --overwrite 1, or choose another directory",
+             dir, name);
+    if (opts->overwrite) forget_old_checkpoints(dir, pointer);
     remove_leftover_temps(dir);
 }
 
@@ -188,8 +267,9 @@ static inline void check_log_not(const char *log_path, const struct stat *log, c
 // Whether name is a file this run writes in its output directory.
 static inline int is_run_file_name(const char *name) {
     long step;
-    return checkpoint_file_step(name, &step) || !strcmp(name, "latest_checkpoint") ||
-           !strcmp(name, RUN_LOCK_NAME) || !strcmp(name, RUN_TOKEN_NAME);
+    return checkpoint_file_step(name, &step) || manifest_file_step(name, &step) ||
+           !strcmp(name, "latest_checkpoint") || !strcmp(name, RUN_LOCK_NAME) ||
+           !strcmp(name, RUN_TOKEN_NAME);
 }
 
 // --log_file is opened for writing: it may be no input of the run (a shard, the model it starts from, the
@@ -212,6 +292,11 @@ static inline void check_log_file(const TrainOptions *opts, const DataLoader *tr
              opts->output_dir);
     struct stat log;
     if (stat(opts->log_file, &log) != 0) return; // a new file is no input
+    if (opts->resume && !S_ISREG(log.st_mode))
+        fail("--log_file: %s is not a regular file (a pipe, a device, /dev/stdout): --resume 1 rewrites the "
+             "log "
+             "to drop the steps it redoes; name a file, or leave --log_file out",
+             opts->log_file);
     for (int i = 0; i < train->num_shards; i++)
         check_log_not(opts->log_file, &log, train->shard_paths[i], "--train_data");
     for (int i = 0; val && i < val->num_shards; i++)
@@ -219,6 +304,35 @@ static inline void check_log_file(const TrainOptions *opts, const DataLoader *tr
     if (*opts->init_from) check_log_not(opts->log_file, &log, opts->init_from, "--init_from");
     if (*opts->tokenizer) check_log_not(opts->log_file, &log, opts->tokenizer, "--tokenizer");
     if (*opts->debug_state) check_log_not(opts->log_file, &log, opts->debug_state, "--debug_state");
+}
+
+// Every rank, once its training data is fingerprinted (train_state_init): each shard's content against rank
+// 0's. Ranks whose files have the same names and sizes but other content (node-local copies of another
+// version) would train on a mix; every rank refuses, those that differ naming their first such shard.
+static inline void check_ranks_same_data(const DataLoader *train, int rank, int world, RankSum sum,
+                                         void *ctx) {
+    if (world == 1) return;
+    int n = train->num_shards; // the same on every rank: check_ranks_agree compared the shard lists
+    double *digests = (double *)calloc((size_t)n + 1, sizeof(double));
+    if (!digests) fail("out of memory for %d shard digests", n);
+    for (int i = 0; rank == 0 && i < n; i++)
+        digests[i] = (double)(train->shard_digests[i] & ((1ull << 52) - 1));
+    sum(ctx, digests, n);
+    int differs = -1;
+    for (int i = 0; i < n && differs < 0; i++)
+        if (digests[i] != (double)(train->shard_digests[i] & ((1ull << 52) - 1))) differs = i;
+    double ranks_differing = differs >= 0;
+    sum(ctx, &ranks_differing, 1);
+    free(digests);
+    if (differs >= 0)
+        fail("--train_data: rank %d: %s has other content than rank 0's file of that name (same size): every "
+             "rank must read the same data",
+             rank, train->shard_paths[differs]);
+    if (ranks_differing > 0)
+        fail("--train_data: %d rank(s) read other content than rank 0's shards (each names its file): every "
+             "rank "
+             "must read the same data",
+             (int)ranks_differing);
 }
 
 // The inputs checked at start where that is cheap: the log names none of them, and every token of the

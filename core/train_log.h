@@ -5,11 +5,14 @@
 #define TRAIN_LOG_H
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,26 +80,57 @@ __attribute__((format(printf, 2, 3))) static inline void run_log_record(RunLog *
     log->failed = 1;
 }
 
+// The log file opened for appending (created if missing), and locked: a log another run holds (two runs
+// given one --log_file) is refused before anything is written to it, as its directory would be. A FIFO or a
+// device (/dev/stdout) has no lock and no size: written as it is. Truncated first where `truncate`.
+static inline FILE *run_log_file_open(const char *path, int truncate) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) fail("--log_file: cannot open %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+        fail("--log_file: %s is in use by another run: give each run its own log", path);
+    if (truncate && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
+        fail("--log_file: cannot truncate %s: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "ab");
+    if (!f) fail("--log_file: cannot open %s: %s", path, strerror(errno));
+    return f;
+}
+
 // Opens the JSON-lines log. A resumed run (resume_step > 0) keeps the records up to its checkpoint and
 // drops those it is about to redo, so the log reads as one run: the steps after the checkpoint, and the
 // validation at its step, which runs after the checkpoint is written (a run killed between the two has
-// none) and which a resumed run therefore redoes first (resume_validation).
+// none) and which a resumed run therefore redoes first (resume_validation). A last line without its newline
+// (a run killed mid-write, a copy cut short) is dropped with a line saying so: records are whole lines.
 // The kept records go to a temp file that replaces the log only once written in full (atomic_commit), so
-// a full disk during the rewrite leaves the log as it was.
+// a full disk during the rewrite leaves the log as it was. A log that is a symbolic link is rewritten where
+// the link points, and the link stays.
 static inline void run_log_open(RunLog *log, const char *path, long resume_step) {
     log->jsonl = NULL;
     log->path = path;
     log->failed = 0;
     if (!*path) return;
-    FILE *old = resume_step > 0 ? fopen(path, "rb") : NULL;
-    if (!old) {
-        log->jsonl = fopen_check(path, "wb");
+    struct stat st;
+    if (resume_step <= 0 || stat(path, &st) != 0) {
+        log->jsonl = run_log_file_open(path, 1);
         return;
     }
-    char tmp[CHECKPOINT_PATH_LEN];
-    FILE *kept = atomic_open(path, tmp, sizeof(tmp));
+    if (!S_ISREG(st.st_mode)) // check_log_file refused it on --resume; a resume at step 0 writes it as it is
+        fail("--log_file: %s is not a regular file: a resumed run rewrites its log", path);
+    char real[PATH_MAX], tmp[CHECKPOINT_PATH_LEN];
+    if (!realpath(path, real)) fail("--log_file: %s: %s", path, strerror(errno));
+    fclose(run_log_file_open(real, 0)); // refused here if another run holds it
+    FILE *old = fopen_check(real, "rb");
+    FILE *kept = atomic_open(real, tmp, sizeof(tmp));
     char line[4096];
     while (fgets(line, sizeof(line), old)) {
+        size_t n = strlen(line);
+        if (line[n - 1] != '\n' && feof(old)) {
+            printf(
+                "resume | --log_file: %s: its last line was cut short (%zu bytes, no newline: a run killed "
+                "mid-write, or a copy cut short); the log goes on from its last whole record\n",
+                path, n);
+            break;
+        }
         const char *step = strstr(line, "\"step\":");
         long at = step ? strtol(step + 7, NULL, 10) : 0;
         int redone =
@@ -107,8 +141,8 @@ static inline void run_log_open(RunLog *log, const char *path, long resume_step)
                  strerror(errno), path);
     }
     fclose(old);
-    atomic_commit(kept, tmp, path);
-    log->jsonl = fopen_check(path, "ab");
+    atomic_commit(kept, tmp, real);
+    log->jsonl = run_log_file_open(real, 0);
 }
 
 // Whether a resumed run starts with the validation of its checkpoint's step (see run_log_open).

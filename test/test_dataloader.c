@@ -4,6 +4,8 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +105,7 @@ typedef struct {
     int set_position; // call dataloader_set_position(pos) after init
     DataLoaderPosition pos;
     const char *tokenizer; // when set: tokenizer_init on this path instead of a loader
+    const char *written;   // when set: this file's modification time moved after init (a shard written to)
 } FailCase;
 
 static void run_fail_case(const FailCase *c) {
@@ -115,6 +118,8 @@ static void run_fail_case(const FailCase *c) {
     DataLoader loader;
     dataloader_init(&loader, c->pattern, c->B, c->T, c->rank, c->world_size, c->shuffle, 1, c->vocab_size);
     if (c->set_position) dataloader_set_position(&loader, c->pos, "the test's position");
+    const struct timespec written[2] = {{1000000, 0}, {1000000, 0}}; // atime, mtime: long ago, not init's
+    if (c->written && utimensat(AT_FDCWD, c->written, written, 0) != 0) fail("%s: utimensat", c->written);
     for (int i = 0; i < c->next_batches; i++) dataloader_next_batch(&loader);
     dataloader_free(&loader);
 }
@@ -197,6 +202,15 @@ static void test_errors(void) {
     fclose(f);
     c = loader_case(p, 1, 4, 256);
     expect_fail("truncated header", &c, "short_header.bin", "header");
+
+    // a shard written to after init: refused when the reading reaches it (the second batch, shard 1)
+    write_shard_raw(path_in_dir("written_000000.bin"), DATALOADER_MAGIC, 1, 10, ten, 10, 2);
+    write_shard_raw(path_in_dir("written_000001.bin"), DATALOADER_MAGIC, 1, 10, ten, 10, 2);
+    c = loader_case(path_in_dir("written_*.bin"), 1, 8, 256);
+    c.next_batches = 2;
+    c.written = path_in_dir("written_000001.bin");
+    expect_fail("a shard written to mid-run", &c, "written_000001.bin: changed since the run started",
+                "written to");
 
     p = path_in_dir("nomatch_*.bin");
     c = loader_case(p, 1, 4, 256);
@@ -547,9 +561,15 @@ static void test_set_position(const ShardSet *d, int shuffle, int W) {
 // ---------------------------------------------------------------------------------------------------
 // fingerprint
 
-// dataloader_fingerprint by its definition, from the files' bytes: for each shard, its token bytes' length
-// into an FNV-1a style state, then every 8 bytes of its tokens as one little-endian word (multiply, then
-// the high half folded into the low), the last < 8 bytes one by one. State files (version 3) hold it.
+// dataloader_fingerprint by its definition, from the files' bytes: for each shard, an FNV-1a digest of its
+// token bytes' length (a little-endian int64), then of every 8 bytes of its tokens as one little-endian word
+// (multiply, then the high half folded into the low), the last < 8 bytes one by one; the shards' digests
+// then FNV-1a'd in order, each as 8 little-endian bytes. State files (version 4) hold it.
+static uint64_t fnv_bytes(uint64_t h, uint64_t x) {
+    for (int b = 0; b < 8; b++) h = (h ^ ((x >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    return h;
+}
+
 static uint64_t fingerprint_of_files(char *const *paths, int n) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < n; i++) {
@@ -559,15 +579,16 @@ static uint64_t fingerprint_of_files(char *const *paths, int n) {
         if (fseek(f, DATALOADER_HEADER_BYTES, SEEK_SET) != 0) fail("%s: cannot seek", paths[i]);
         fread_check(body, 1, (size_t)bytes, f, paths[i]);
         fclose(f);
-        h = (h ^ (uint64_t)bytes) * 0x100000001b3ull;
+        uint64_t s = fnv_bytes(0xcbf29ce484222325ull, (uint64_t)bytes);
         int64_t k = 0;
         for (; k + 8 <= bytes; k += 8) {
             uint64_t w = 0;
             for (int b = 0; b < 8; b++) w |= (uint64_t)body[k + b] << (8 * b);
-            h = (h ^ w) * 0x100000001b3ull;
-            h ^= h >> 32;
+            s = (s ^ w) * 0x100000001b3ull;
+            s ^= s >> 32;
         }
-        for (; k < bytes; k++) h = (h ^ body[k]) * 0x100000001b3ull;
+        for (; k < bytes; k++) s = (s ^ body[k]) * 0x100000001b3ull;
+        h = fnv_bytes(h, s);
         free(body);
     }
     return h;
@@ -605,6 +626,19 @@ static void test_fingerprint(void) {
     dataloader_init(&l, mid, 1, 4, 0, 1, 0, 0, 128256);
     CHECK(dataloader_fingerprint(&l) != before,
           "a token changed in a shard's middle changes the fingerprint");
+    dataloader_free(&l);
+}
+
+// A path that exists is taken as named before it is read as a pattern: `lit[1].bin` is that file, not the
+// `lit1.bin` the pattern matches.
+static void test_literal_path(void) {
+    write_shard(path_in_dir("lit[1].bin"), DATALOADER_MAGIC, 0, 100);
+    write_shard(path_in_dir("lit1.bin"), DATALOADER_MAGIC, 0, 200);
+    DataLoader l;
+    dataloader_init(&l, path_in_dir("lit[1].bin"), 1, 4, 0, 1, 0, 0, 256);
+    CHECK(l.num_shards == 1 && l.shard_tokens[0] == 100 && strstr(l.shard_paths[0], "lit[1].bin"),
+          "an existing path with glob characters is read as named (%d shard(s), %lld tokens)", l.num_shards,
+          (long long)l.shard_tokens[0]);
     dataloader_free(&l);
 }
 
@@ -718,6 +752,7 @@ int main(void) {
         test_set_position(d, 1, 2);
     }
     test_fingerprint();
+    test_literal_path();
     test_tokenizer();
 
     remove_dir();

@@ -203,7 +203,7 @@ mapfile -d '' args < <(merge_flags "${K[@]}" -- --ckpt_every 2 --keep_checkpoint
     --log_file "")
 if train keep3 "${args[@]}"; then
     listed=$(cd "$TMP/keep3" && ls | tr '\n' ' ')
-    [ "$listed" = "latest_checkpoint model_00000016.bin model_00000018.bin model_00000020.bin model_old.bin notes.txt state_00000016_00000.bin state_00000018_00000.bin state_00000020_00000.bin " ]
+    [ "$listed" = "latest_checkpoint manifest_00000016.txt manifest_00000018.txt manifest_00000020.txt model_00000016.bin model_00000018.bin model_00000020.bin model_old.bin notes.txt state_00000016_00000.bin state_00000018_00000.bin state_00000020_00000.bin " ]
     result $? "--keep_checkpoints 3, every 2 steps: $listed"
     compare_files "--keep_checkpoints 3" "$TMP/float32.C/model_00000020.bin" "$TMP/keep3/model_00000020.bin"
 fi
@@ -229,7 +229,7 @@ if train keep1_end "${KEEP[@]}" --resume 1; then
     compare_files "--keep_checkpoints 1 + SIGKILLs" "$TMP/float32.C/model_00000020.bin" "$TMP/keep1/model_00000020.bin"
     compare_files "--keep_checkpoints 1 + SIGKILLs" "$TMP/float32.C/state_00000020_00000.bin" "$TMP/keep1/state_00000020_00000.bin"
     listed=$(cd "$TMP/keep1" && ls | grep -v '\.tmp$' | tr '\n' ' ')
-    [ "$listed" = "latest_checkpoint model_00000020.bin state_00000020_00000.bin " ]
+    [ "$listed" = "latest_checkpoint manifest_00000020.txt model_00000020.bin state_00000020_00000.bin " ]
     result $? "--keep_checkpoints 1: only the last step's files remain ($listed)"
 fi
 

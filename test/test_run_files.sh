@@ -17,6 +17,17 @@
 #     checkpoint and exits 1 with one line; --resume 1 continues from that checkpoint.
 #  6. A long step (a --total_batch_size of thousands of micro-steps) prints its progress (train_cpu: the
 #     emulation would take minutes for a step of 10 s; both call the one helper, train_log.h's).
+#  7. The directory by identity (train_cpu): a symbolic link in the lock's place (to a copy of a shard) is
+#     refused in one line and the shard is unchanged; a run whose lock file is removed mid-run, or whose
+#     directory is renamed and another made in its place (where a second run then trains), stops at its
+#     next checkpoint with exit 1 and one line, writing nothing into the new directory.
+#  8. The log on --resume (train_cpu; train_log.h is both trainers'): a last line cut mid-record is dropped
+#     with a line and the log holds whole records; a symbolic link is followed, not replaced; /dev/stdout or
+#     a FIFO is refused in one line (no hang); a log another run writes is refused in one line, and that
+#     run's log keeps its whole records.
+#  9. Ranks and inputs (train_cpu): OMP_NUM_THREADS=100000 is bounded by the cores with a line; --time_limit_s
+#     reserves a checkpoint's time before one is timed; two ranks (mpirun -wdir) whose shard has the same
+#     name and size but other content are refused before any step, naming the rank and the file.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
@@ -145,5 +156,110 @@ done
 timeout 30 "${CPU[@]}" --steps 1 --total_batch_size $((128 * 16384)) --output_dir "" >"$TMP/long.out" 2>&1 || true
 grep -q "^progress | step 1: micro-step [0-9]*/16384$" "$TMP/long.out" && verdict=0 || verdict=1
 result $verdict "train_cpu: a step of 16384 micro-steps prints its progress ($(grep -m1 '^progress' "$TMP/long.out" || echo none))"
+
+# 7. the directory by identity
+mkdir -p "$TMP/linked"
+cp "$TMP/data/text_train_000000.bin" "$TMP/shard_copy.bin"
+ln -s "$TMP/shard_copy.bin" "$TMP/linked/.run_lock"
+status=0
+"${CPU[@]}" --steps 1 --output_dir "$TMP/linked" >/dev/null 2>"$TMP/linked.err" || status=$?
+[ $status = 1 ] && one_line "$TMP/linked.err" "--output_dir: the lock file $TMP/linked/.run_lock is a symbolic link" &&
+    cmp -s "$TMP/data/text_train_000000.bin" "$TMP/shard_copy.bin" && verdict=0 || verdict=1
+result $verdict "train_cpu: a symbolic link as the lock is refused, its target untouched: $(head -c 300 "$TMP/linked.err")"
+taken_away() { # NAME WHAT: starts a run on $TMP/NAME, takes its directory away by WHAT once it holds the lock
+    "${CPU[@]}" --steps 200 --ckpt_every 200 --output_dir "$TMP/$1" >"$TMP/$1.out" 2>"$TMP/$1.err" &
+    local pid=$!
+    for _ in $(seq 1 500); do [ -s "$TMP/$1/.run_lock" ] && break; sleep 0.01; done
+    eval "$2"
+    status=0
+    wait $pid || status=$?
+}
+taken_away lock_removed 'rm "$TMP/lock_removed/.run_lock"'
+[ $status = 1 ] && one_line "$TMP/lock_removed.err" "--output_dir: $TMP/lock_removed/.run_lock was removed or replaced" \
+    "stopping before the checkpoint of step 200, which is not written" && [ ! -e "$TMP/lock_removed/model_00000200.bin" ] &&
+    verdict=0 || verdict=1
+result $verdict "train_cpu: a lock removed mid-run stops the run before its checkpoint (exit $status): $(head -c 300 "$TMP/lock_removed.err")"
+taken_away renamed 'mv "$TMP/renamed" "$TMP/renamed.moved" && "${CPU[@]}" --steps 2 --output_dir "$TMP/renamed" >/dev/null'
+[ $status = 1 ] && one_line "$TMP/renamed.err" "--output_dir: $TMP/renamed is another directory (renamed or replaced)" &&
+    [ "$(cd "$TMP/renamed" && ls | tr '\n' ' ')" = "latest_checkpoint manifest_00000002.txt model_00000002.bin state_00000002_00000.bin " ] &&
+    verdict=0 || verdict=1
+result $verdict "train_cpu: a directory renamed and made again mid-run: the first run stops (exit $status), the second's files alone ($(ls "$TMP/renamed" | tr '\n' ' ')): $(head -c 300 "$TMP/renamed.err")"
+
+# 8. the log on resume
+"${CPU[@]}" --steps 10 --ckpt_every 5 --output_dir "$TMP/logs" --log_file "$TMP/logs.jsonl" >/dev/null
+cp -r "$TMP/logs" "$TMP/logs_linked" && cp -r "$TMP/logs" "$TMP/logs_pipe"
+whole_records() { "$PY" -c "
+import json, sys
+text = open(sys.argv[1]).read()
+assert text.endswith('\n')
+steps = [r['step'] for r in map(json.loads, text.splitlines()) if r.get('type') == 'step']
+assert steps == list(range(1, int(sys.argv[2]) + 1)), steps" "$@"; }
+head -c -10 "$TMP/logs.jsonl" >"$TMP/torn.jsonl" # the last record (the run's summary) cut mid-line
+cp "$TMP/torn.jsonl" "$TMP/logs.jsonl"
+status=0
+"${CPU[@]}" --steps 15 --ckpt_every 5 --output_dir "$TMP/logs" --log_file "$TMP/logs.jsonl" --resume 1 >"$TMP/torn.out" 2>&1 || status=$?
+[ $status = 0 ] && grep -q "^resume | --log_file: $TMP/logs.jsonl: its last line was cut short" "$TMP/torn.out" &&
+    whole_records "$TMP/logs.jsonl" 15 && verdict=0 || verdict=1
+result $verdict "train_cpu: a torn last line of the log is cut at the last whole record on --resume (exit $status): $(grep -m1 'cut short' "$TMP/torn.out" | head -c 200)"
+"${CPU[@]}" --steps 10 --ckpt_every 5 --output_dir "$TMP/logs_linked" --log_file "$TMP/target.jsonl" --overwrite 1 >/dev/null
+ln -s "$TMP/target.jsonl" "$TMP/link.jsonl"
+"${CPU[@]}" --steps 15 --ckpt_every 5 --output_dir "$TMP/logs_linked" --log_file "$TMP/link.jsonl" --resume 1 >/dev/null 2>&1 &&
+    [ -L "$TMP/link.jsonl" ] && whole_records "$TMP/target.jsonl" 15 && verdict=0 || verdict=1
+result $verdict "train_cpu: a symbolic link as --log_file is followed on --resume, not replaced"
+for log in /dev/stdout fifo; do
+    [ $log = fifo ] && mkfifo "$TMP/log.fifo" && log=$TMP/log.fifo
+    status=0
+    timeout 60 "${CPU[@]}" --steps 15 --output_dir "$TMP/logs_pipe" --log_file "$log" --resume 1 2>"$TMP/pipe.err" | cat >/dev/null || status=${PIPESTATUS[0]}
+    [ $status = 1 ] && one_line "$TMP/pipe.err" "--log_file: $log is not a regular file" "--resume 1 rewrites the log" && verdict=0 || verdict=1
+    result $verdict "train_cpu: --resume 1 with --log_file $log is refused in one line (exit $status, no hang): $(head -c 200 "$TMP/pipe.err")"
+done
+"${CPU[@]}" --steps 200 --output_dir "$TMP/log_a" --log_file "$TMP/shared.jsonl" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 500); do [ -s "$TMP/shared.jsonl" ] && break; sleep 0.01; done
+status=0
+"${CPU[@]}" --steps 2 --output_dir "$TMP/log_b" --log_file "$TMP/shared.jsonl" >/dev/null 2>"$TMP/shared.err" || status=$?
+first=0
+wait $pid || first=$?
+[ $status = 1 ] && one_line "$TMP/shared.err" "--log_file: $TMP/shared.jsonl is in use by another run" && [ $first = 0 ] &&
+    whole_records "$TMP/shared.jsonl" 200 && verdict=0 || verdict=1
+result $verdict "train_cpu: a log another run writes is refused in one line, and that run's log stays whole: $(head -c 200 "$TMP/shared.err")"
+
+# 9. ranks and inputs
+status=0
+OMP_NUM_THREADS=100000 "${CPU[@]}" --steps 2 --output_dir "" >"$TMP/threads.out" 2>&1 || status=$?
+[ $status = 0 ] && grep -q "^threads | OMP_NUM_THREADS asks for 100000 threads, more than the [0-9]* cores" "$TMP/threads.out" &&
+    verdict=0 || verdict=1
+result $verdict "train_cpu: OMP_NUM_THREADS=100000 is bounded by the cores with a line, and the run ends (exit $status)"
+mapfile -d '' args < <(merge_flags "${BASE[@]}" --dtype float32 -- --steps 50 --channels 384 --layers 6 --heads 4 \
+    --batch_size 1 --output_dir "$TMP/limit" --time_limit_s 1)
+status=0
+./train_cpu "${args[@]}" >"$TMP/limit.out" 2>&1 || status=$?
+# 10.6M parameters: 127 MB written and read back at 200 MB/s reserve 1.3 s, more than the limit, so the run
+# stops after its first step (without the reserve it would take steps until two of them no longer fit)
+[ $status = 75 ] && [ "$(cat "$TMP/limit/latest_checkpoint")" = 1 ] &&
+    grep -q "^time limit | 1 s; a checkpoint's 1.3 s reserved until one is timed" "$TMP/limit.out" && verdict=0 || verdict=1
+result $verdict "train_cpu: --time_limit_s reserves a checkpoint's time before one is timed (exit $status, stopped at step $(cat "$TMP/limit/latest_checkpoint" 2>/dev/null))"
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_cpu)"; then
+    MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+    if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+    mkdir -p "$TMP/copy0" "$TMP/copy1"
+    cp "$TMP/data/text_train_000000.bin" "$TMP/copy0/train.bin"
+    "$PY" -c "
+import sys
+data = bytearray(open(sys.argv[1], 'rb').read())
+data[len(data) // 2 & ~1] ^= 1  # one token's low bit: the same name and size, other content
+open(sys.argv[2], 'wb').write(data)" "$TMP/copy0/train.bin" "$TMP/copy1/train.bin"
+    mapfile -d '' args < <(merge_flags "${BASE[@]}" --dtype float32 -- --train_data train.bin --steps 2 --output_dir "")
+    run=("$root/train_cpu" "${args[@]}")
+    status=0
+    "${MPIRUN[@]}" -np 1 -wdir "$TMP/copy0" "${run[@]}" : -np 1 -wdir "$TMP/copy1" "${run[@]}" >"$TMP/copies.out" \
+        2>"$TMP/copies.err" || status=$?
+    [ $status != 0 ] && grep -q "^error: --train_data: rank 1: train.bin has other content than rank 0's file of that name" "$TMP/copies.err" &&
+        grep -q "^error: --train_data: 1 rank(s) read other content than rank 0's shards" "$TMP/copies.err" &&
+        ! grep -q "^step " "$TMP/copies.out" && verdict=0 || verdict=1
+    result $verdict "train_cpu: ranks whose shards have the same names and sizes but other content are refused, naming the rank and file: $(grep -m1 'rank 1' "$TMP/copies.err")"
+else
+    echo "SKIPPED the ranks' data check: mpirun or an MPI build of train_cpu missing"
+fi
 
 finish

@@ -8,6 +8,8 @@
 #   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread (GPT-2
 #                          and Llama)
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
+#   make test_verify_resume a damaged latest checkpoint falls back to the newest intact one (1 and 2
+#                          processes); a model of another step, a directory without its pointer refused
 #   make test_recompute    --recompute 1 is bit-identical to --recompute 0 in every dtype
 #   make test_bad_inputs   every bad input of test/bad_inputs.tsv gives one clean error line (also under ASan)
 #   make test_run_files    an output directory belongs to one run: two runs at once, node-local directories
@@ -33,7 +35,7 @@ test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
 
 .PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_llmc_llama test_eval \
-        test_run_files test_trainer
+        test_run_files test_verify_resume test_trainer
 test_gradcheck: test/build/test_gradcheck
 	./test/build/test_gradcheck gpt2
 	./test/build/test_gradcheck llama
@@ -52,6 +54,9 @@ test_train: train_cpu test/test_train.sh
 test_resume: train_cpu test/test_resume.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_resume.sh
 
+test_verify_resume: train_cpu test/test_verify_resume.sh
+	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_verify_resume.sh
+
 test_recompute: train_cpu test/test_recompute.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_recompute.sh
 
@@ -69,7 +74,7 @@ test_llmc_llama: train_cpu test/test_llmc_llama.sh
 
 # all of the above
 test_trainer: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs \
-              test_run_files test_llmc_llama test_eval
+              test_run_files test_verify_resume test_llmc_llama test_eval
 
 test_cpu: test_trainer
 
