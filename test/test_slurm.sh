@@ -152,7 +152,7 @@ else
     bad "the warning signal: job $(job_field "$job" JobState), restarts $(job_field "$job" Restarts), latest_checkpoint $latest ($TMP/stopped.out:)"
     tail -5 "$TMP/stopped.out"
 fi
-scontrol update JobId="$job" StartTime=now
+scontrol update JobId="$job" StartTime=now 2>/dev/null || true # not pending: the check above failed
 state=$(wait_ended "$job")
 runs=$(grep -c '^train_cpu | model' "$TMP/stopped.out" || true)
 if [ "$state" = COMPLETED ] && [ "$(job_field "$job" ExitCode)" = 0:0 ] && [ "$runs" = 2 ] &&
