@@ -14,6 +14,8 @@
 //    the AdamW moments of this rank's parameters, the FP8 amax histories and the step guard's window
 //    of recent losses and norms (health.h). Scales are not stored:
 //    they are a function of the histories (fp8_compute_scale of their max).
+//  - `manifest_<step>.txt`: each file's size and digest, read back from disk once written; a resume checks
+//    them before it trusts the checkpoint, and falls back to an older one that passes (the digests' section).
 //  - `latest_checkpoint` in the output directory names the step of the last complete checkpoint. It is
 //    replaced only after every file of that step is durable, and every file is written to a temp
 //    name, fsync'ed and renamed, so a run killed at any moment resumes from a complete checkpoint.

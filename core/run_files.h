@@ -3,9 +3,13 @@
 //  - Rank 0 holds an flock on <dir>/.run_lock for the run's life: a second run on the directory (a
 //    requeued job started while the first still runs, a typo in a sweep) is refused with the holder's host
 //    and pid, before it writes anything. The kernel drops the lock when the holder dies, also on SIGKILL.
-//    A filesystem without flock gets a warning, and the run goes on unguarded.
-//  - A fresh run into a directory that names a checkpoint (latest_checkpoint) is refused unless
-//    --overwrite 1, which also removes that pointer so that no later --resume continues the old run.
+//    A filesystem without flock gets a warning, and the run goes on unguarded. The lock is never a symbolic
+//    link's target, and the run knows the lock file and the directory by identity: one taken away (removed,
+//    renamed, replaced) stops the run before its next checkpoint (run_dir_check_owned).
+//  - A fresh run into a directory that holds a checkpoint (latest_checkpoint, or only checkpoint files) is
+//    refused unless --overwrite 1, which also removes the pointer and the manifests so that no later
+//    --resume continues the old run.
+//  - The ranks read the same training data: each shard's content digest against rank 0's.
 //  - Every rank reads back a token rank 0 wrote (<dir>/.run_token, unique to the run) before any
 //    training: ranks that see another directory of the same name (node-local paths) are named on every rank
 //    in one line, where otherwise they would train to the end and fail at the final checkpoint.

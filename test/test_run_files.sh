@@ -166,10 +166,10 @@ status=0
 [ $status = 1 ] && one_line "$TMP/linked.err" "--output_dir: the lock file $TMP/linked/.run_lock is a symbolic link" &&
     cmp -s "$TMP/data/text_train_000000.bin" "$TMP/shard_copy.bin" && verdict=0 || verdict=1
 result $verdict "train_cpu: a symbolic link as the lock is refused, its target untouched: $(head -c 300 "$TMP/linked.err")"
-taken_away() { # NAME WHAT: starts a run on $TMP/NAME, takes its directory away by WHAT once it holds the lock
+taken_away() { # NAME WHAT: starts a run on $TMP/NAME, takes its directory away by WHAT once it trains
     "${CPU[@]}" --steps 200 --ckpt_every 200 --output_dir "$TMP/$1" >"$TMP/$1.out" 2>"$TMP/$1.err" &
     local pid=$!
-    for _ in $(seq 1 500); do [ -s "$TMP/$1/.run_lock" ] && break; sleep 0.01; done
+    for _ in $(seq 1 500); do grep -q "^step" "$TMP/$1.out" && break; sleep 0.01; done
     eval "$2"
     status=0
     wait $pid || status=$?
