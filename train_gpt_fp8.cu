@@ -306,15 +306,17 @@ static void reset_block_scale_stats(GPT *model) {
 static void fit_attention_workspace(GPT *model, const GPTConfig *cfg, int choice, size_t free_bytes,
                                     char *declined, size_t declined_size) {
     const size_t workspace = model->plan.bytes[BUF_ATTENTION_WORKSPACE];
-    if (!workspace || model->plan.total <= free_bytes) return;
+    if (!workspace || model->plan.total + RUNTIME_RESERVE_BYTES <= free_bytes) return;
     if (choice == ATTENTION_FAST)
         fail("--attention fast: cuDNN's deterministic backward needs a %zu-byte (%.2f GiB) workspace; with "
-             "it the plan's %zu bytes exceed the device's %zu free; --attention exact needs none",
-             workspace, workspace / 1073741824.0, model->plan.total, free_bytes);
+             "it the plan's %zu bytes and the %zu-byte runtime reserve exceed the device's %zu free; "
+             "--attention exact needs none",
+             workspace, workspace / 1073741824.0, model->plan.total, RUNTIME_RESERVE_BYTES, free_bytes);
     snprintf(declined, declined_size,
              "auto: cuDNN's deterministic backward needs a %.2f GiB workspace; with it the plan's %.2f GiB "
-             "exceed the device's %.2f GiB free",
-             workspace / 1073741824.0, model->plan.total / 1073741824.0, free_bytes / 1073741824.0);
+             "and the %.2f GiB reserve exceed the device's %.2f GiB free",
+             workspace / 1073741824.0, model->plan.total / 1073741824.0, RUNTIME_RESERVE_BYTES / 1073741824.0,
+             free_bytes / 1073741824.0);
     PlanSettings settings = model->plan.settings;
     settings.fast_attention = 0;
     memory_plan_compute(&model->plan, cfg, &settings);
@@ -327,18 +329,25 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
     char declined[160] = "";
     fit_attention_workspace(model, cfg, opts->attention, free_before, declined, sizeof declined);
-    if (model->plan.total > free_before)
-        fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
-             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1: --dry_run 1 lists what fits)",
-             model->plan.total / 1073741824.0, free_before / 1073741824.0);
+    // what NCCL, cuDNN and lazily loaded kernels allocate after this (memory_plan.h's reserve) must fit too,
+    // or the run would end out of memory at its first collective instead of here
+    if (model->plan.total + RUNTIME_RESERVE_BYTES > free_before)
+        fail(
+            "model does not fit: needs %.2f GiB of device memory (plan %.2f + runtime reserve %.2f for NCCL, "
+            "cuDNN and lazily loaded kernels), %.2f GiB free (lower --batch_size or --seq_len, or shard with "
+            "--zero_stage 1 or 3, or --recompute 1: --dry_run 1 lists what fits)",
+            (model->plan.total + RUNTIME_RESERVE_BYTES) / 1073741824.0, model->plan.total / 1073741824.0,
+            RUNTIME_RESERVE_BYTES / 1073741824.0, free_before / 1073741824.0);
     char *memory = NULL;
     cuda_check(cudaMalloc((void **)&memory, model->plan.total));
     cuda_check(cudaMemset(memory, 0, model->plan.total));
     cuda_check(cudaMemGetInfo(&free_after, &total_bytes));
-    printf("memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
-           "minus after)\n",
-           model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
-           (free_before - free_after) / 1073741824.0);
+    printf(
+        "memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
+        "minus after) | reserve %.2f GiB for NCCL, cuDNN and lazily loaded kernels, %.2f GiB free before\n",
+        model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
+        (free_before - free_after) / 1073741824.0, RUNTIME_RESERVE_BYTES / 1073741824.0,
+        free_before / 1073741824.0);
     gpt_carve(model, memory);
     fill_unrecorded_histories(model);
     cuda_check(cudaMallocHost((void **)&model->step_params_host, 2 * sizeof(StepParams)));
@@ -1709,19 +1718,27 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
 }
 
 // A sum over the ranks with a buffer of its own, for any n: before the model's buffers exist (run_control.h's
-// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path.
+// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path. Both copies go
+// on the collective's stream, from and to pinned memory: a cudaMemcpy from pageable memory may return before
+// its data reaches the device, on the legacy stream, which a non-blocking stream does not wait for, so NCCL
+// could read the buffer before it is written.
 static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
     Comm *comm = (Comm *)comm_ptr;
     if (!comm->comm) return;
-    double *device;
+    const size_t bytes = (size_t)n * sizeof(double);
+    double *device, *pinned;
     cudaStream_t stream;
-    cuda_check(cudaMalloc((void **)&device, n * sizeof(double)));
+    cuda_check(cudaMalloc((void **)&device, bytes));
+    cuda_check(cudaMallocHost((void **)&pinned, bytes));
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cuda_check(cudaMemcpy(device, values, n * sizeof(double), cudaMemcpyHostToDevice));
+    memcpy(pinned, values, bytes);
+    cuda_check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream));
     comm_all_reduce(comm, device, (size_t)n, ncclFloat64, ncclSum, stream);
+    cuda_check(cudaMemcpyAsync(pinned, device, bytes, cudaMemcpyDeviceToHost, stream));
     comm_wait_stream(comm, stream, "the ranks' settings");
-    cuda_check(cudaMemcpy(values, device, n * sizeof(double), cudaMemcpyDeviceToHost));
+    memcpy(values, pinned, bytes);
     cuda_check(cudaStreamDestroy(stream));
+    cuda_check(cudaFreeHost(pinned));
     cuda_check(cudaFree(device));
 }
 
@@ -2133,10 +2150,11 @@ static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props
     const char *cudnn = "none (built without it)";
 #endif
     printf("versions | %s, compute capability %d.%d | driver %d.%d | CUDA runtime %d.%d | "
-           "cuBLASLt %zu.%zu.%zu | NCCL %d.%d.%d | cuDNN %s\n",
+           "cuBLASLt %zu.%zu.%zu | NCCL %d.%d.%d | cuDNN %s | FP8 accumulation %s\n",
            props->name, props->major, props->minor, driver / 1000, driver % 1000 / 10, runtime / 1000,
            runtime % 1000 / 10, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, nccl / 10000,
-           nccl / 100 % 100, nccl % 100, cudnn);
+           nccl / 100 % 100, nccl % 100, cudnn,
+           fp8_accumulation_name(fp8_accumulation_of_device(props->major)));
     if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && !GEMM_BLOCK_SCALING)
         fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no block-scaled GEMMs (cuBLAS 12.9 or "
              "newer: rebuild against that toolkit; the delayed and current recipes run here)",

@@ -22,6 +22,16 @@ typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } Att
 typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
 // --fp8_accumulation: how the CPU trainer's FP8 GEMMs sum (fp8_scaling.h's model of Hopper's tensor cores).
 typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
+// How a GPU of compute capability `major` sums its FP8 GEMMs, for the CPU reference a check compares it with:
+// Hopper's FP8 MMA keeps 13 fraction bits (fp8_scaling.h's model; Ada's, sm_89, is taken to be the same);
+// Blackwell's (sm_100 and later: tcgen05's MMA) accumulates in FP32, as the emulated B200 does. The trainer
+// prints it on its versions line, and the checks (test_gpu.sh, first_contact) take it from there.
+static inline Fp8Accumulation fp8_accumulation_of_device(int major) {
+    return major >= 10 ? FP8_ACCUMULATION_FP32 : FP8_ACCUMULATION_HOPPER;
+}
+static inline const char *fp8_accumulation_name(Fp8Accumulation a) {
+    return a == FP8_ACCUMULATION_HOPPER ? "hopper" : "fp32"; // --fp8_accumulation's values
+}
 // --grad_reduce_dtype: the type the gradients are summed over the processes in.
 typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).

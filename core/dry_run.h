@@ -15,14 +15,6 @@
 #include "memory_plan.h"
 #include "time_plan.h"
 
-// Memory a process uses outside the plan's single allocation, reserved on top of it. Why 2 GiB:
-// the CUDA context takes about 0.5 GiB on Hopper (the runtime plus the loaded kernel images of this
-// program and of cuBLASLt); NCCL allocates its own communication buffers, per channel and peer
-// (NCCL_BUFFSIZE, 4 MiB by default, times up to 32 channels and the ring and tree peers), a few hundred
-// MiB at 32 ranks; cuBLASLt's handle and heuristics cache are small (its workspace is in the plan).
-// 2 GiB covers these with headroom; the plan itself is one cudaMalloc, so there is no fragmentation.
-#define RUNTIME_RESERVE_BYTES ((size_t)2 << 30)
-
 #define DRY_RUN_GIB 1073741824.0
 #define DRY_RUN_MAX_WORLD (1 << 20) // the largest --world_size cli.h accepts
 
@@ -536,6 +528,7 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
         "| amax history %d\n",
         model, param_count(cfg), dtype_name(s.dtype), B, T, world_size, s.zero_stage, s.recompute,
         s.history_len);
+    printf("attention: %s\n", plan_attention_label(opts->attention));
     dry_run_print_groups(cfg, &plan);
     dry_run_print_recompute(cfg, &plan);
     dry_run_print_communication(cfg, &s);

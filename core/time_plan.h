@@ -168,7 +168,6 @@ static inline PlanRates plan_rates_from_options(const TrainOptions *opts, int wo
     if (opts->plan_gemm_fp8_tflops) r.gemm_fp8_tflops = opts->plan_gemm_fp8_tflops, r.measured = 1;
     if (opts->plan_attention_tflops) r.attention_tflops = opts->plan_attention_tflops;
     if (opts->plan_hbm_gbps) r.hbm_gbps = opts->plan_hbm_gbps;
-    if (opts->attention == ATTENTION_EXACT) r.attention_tflops = EXACT_ATTENTION_TFLOPS;
     r.nvlink_gbps = opts->intra_node_gbps ? opts->intra_node_gbps : r.gpu->nvlink_gbps;
     r.nic_gbps = opts->nic_gbps;
     r.gpus_per_node = opts->gpus_per_node;
@@ -406,6 +405,12 @@ typedef struct {
     StepCollectives collectives;
 } TimePlan;
 
+// The attention's rate: the plan's attention (PlanSettings.fast_attention, memory_plan.h's
+// plan_fast_attention) at the fused rate, or the exact kernels'.
+static inline double plan_attention_tflops(const PlanSettings *s, const PlanRates *r) {
+    return s->fast_attention ? r->attention_tflops : EXACT_ATTENTION_TFLOPS;
+}
+
 static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, int accum, const PlanRates *r) {
     TimePlan t;
     double N = (double)s->B * s->T * accum, C = cfg->channels, L = cfg->num_layers;
@@ -413,7 +418,7 @@ static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, in
     // QK^T and PV of the NH query heads (C features; GQA shares keys and values, not FLOPs), halved by the
     // mask
     double attention_forward = 2 * 2 * (double)s->T * C / 2 * N * L;
-    t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / r->attention_tflops / 1e9;
+    t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / plan_attention_tflops(s, r) / 1e9;
     size_t shard =
         s->zero_stage == 0 ? param_count(cfg) : shard_size(cfg, s->zero_stage, plan_shard_ranks(s));
     t.memory_ms = memory_bound_bytes(cfg, s, N, shard) / r->hbm_gbps / 1e6;
@@ -463,8 +468,8 @@ static inline void time_plan_print(const GPTConfig *cfg, const PlanSettings *s, 
         "at up to %.0f (%s)\n",
         t.gemm_ms, dtype_name(s->dtype), s->dtype == DTYPE_FLOAT8 ? r->gemm_fp8_tflops : r->gemm_bf16_tflops,
         r->gemm_bf16_tflops, r->measured ? "measured rates" : "data sheet x calibrated efficiency");
-    printf("  attention        %9.2f ms  at %.0f TFLOP/s (%s)\n", t.attention_ms, r->attention_tflops,
-           r->attention_tflops == EXACT_ATTENTION_TFLOPS ? "--attention exact" : "fused, cuDNN");
+    printf("  attention        %9.2f ms  at %.0f TFLOP/s (%s)\n", t.attention_ms, plan_attention_tflops(s, r),
+           s->fast_attention ? "cuDNN's fused attention" : "the exact kernels");
     printf("  memory-bound     %9.2f ms  at %.0f GB/s\n", t.memory_ms, r->hbm_gbps);
     printf("  launch and host  %9.2f ms\n", t.overhead_ms);
     for (int k = 0; k < NUM_COLLECTIVE_KINDS; k++) {

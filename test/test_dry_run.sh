@@ -19,7 +19,8 @@
 #     equal test_memory_plan's (which checks them against arithmetic from the published shapes), float8's
 #     step is shorter; in shard groups of 8 it does not fit and sharding over all 32 is suggested;
 #   - cuDNN's attention workspace: its own line with --attention fast (llama3-8B T=8192: 4.001 GiB; 124M
-#     B=16 T=1024: 0.376 GiB), none with exact, none with auto (train_cpu has no cuDNN);
+#     B=16 T=1024: 0.376 GiB), none with exact, none with auto (train_cpu has no cuDNN), and auto's time is the
+#     exact kernels' (70B: over 3x the fused attention's), the plan naming the attention and why;
 #   - the cost plan: energy and cost per step and for --steps recomputed from the step line, --pue honoured;
 #   - bad values end with one error naming the flag (--gpu_memory_gb -1, --zero_stage 2, float32,
 #     float8 with B*T not a multiple of 16, --nodes above the processes, --keep_gathered without ZeRO-3).
@@ -234,6 +235,16 @@ ws_line "$out" | grep -q ' 0\.376 GiB '
 result $? "124M B=16 T=1024 --attention fast: the cuDNN attention workspace, 0.376 GiB (384 MiB of dP)"
 ! ws_line "$(dry --model_size 124M --batch_size 16 --seq_len 1024)" >/dev/null
 result $? "124M --attention auto in a build without cuDNN: no workspace"
+# ... and the time of the exact kernels: a build without cuDNN runs them (memory_plan.h's plan_fast_attention,
+# the one answer of the memory plan, the time plan and the trainer), and the plan says which and why
+attention_ms() { sed -n 's/^  attention  *\([0-9.]*\) ms .*/\1/p' <<<"$1"; }
+flags70=(--model_size 70B --world_size 32 --zero_stage 3 --batch_size 8 --seq_len 4096 --recompute 1 --dtype float8)
+auto=$(dry "${flags70[@]}") exact=$(dry "${flags70[@]}" --attention exact) fast=$(dry "${flags70[@]}" --attention fast)
+[ -n "$(attention_ms "$auto")" ] && [ "$(attention_ms "$auto")" = "$(attention_ms "$exact")" ] &&
+    python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 3 * float(sys.argv[2]))" "$(attention_ms "$auto")" "$(attention_ms "$fast")" &&
+    grep -q '^attention: exact kernels: --attention auto in a build without cuDNN' <<<"$auto" &&
+    grep -q '^  attention .* (the exact kernels)$' <<<"$auto" && grep -q "^attention: cuDNN's fused attention: --attention fast" <<<"$fast"
+result $? "llama2-70B T=4096, --attention auto without cuDNN: the exact kernels' $(attention_ms "$auto") ms planned (fast: $(attention_ms "$fast") ms), the plan names them and why"
 
 # the cost plan: energy = GPUs x board power x the compute share of the step x time x --pue, priced by
 # --price_kwh, and the rental --price_gpu_hour x GPUs x time; recomputed here from the step line's compute and
