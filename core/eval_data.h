@@ -138,15 +138,12 @@ static inline void eval_set_init(EvalSet *set, const char *path, int B, int T, i
     fread_check(set->stream, sizeof(uint16_t), n, f, path);
     fclose(f);
     set->num_examples = header[2];
-    int per_process = (set->num_examples + world - 1) / world;
-    set->first_example = per_process * rank < set->num_examples ? per_process * rank : set->num_examples;
-    set->end_example = set->first_example + per_process < set->num_examples ? set->first_example + per_process
-                                                                            : set->num_examples;
-    int mine = set->end_example - set->first_example;
-    set->example_first_row = (int *)malloc_check((size_t)(mine + 1) * sizeof(int), path);
-    set->labels = (int *)malloc_check((size_t)(mine > 0 ? mine : 1) * sizeof(int), path);
-    // the rows: a first pass counts the completions of every process (the batches all run), a second
-    // records this process's
+    int64_t per_process = ((int64_t)set->num_examples + world - 1) / world, first = per_process * rank;
+    set->first_example = (int)(first < set->num_examples ? first : set->num_examples);
+    set->end_example =
+        (int)(first + per_process < set->num_examples ? first + per_process : set->num_examples);
+    // the rows: a first pass checks every example and counts the completions of every process (the batches
+    // all run), before anything is allocated by the header's counts; a second records this process's
     int most_rows = 0, rows = 0;
     size_t at = 0;
     for (int e = 0; e < set->num_examples; e++) {
@@ -163,6 +160,9 @@ static inline void eval_set_init(EvalSet *set, const char *path, int B, int T, i
     }
     if (at != n)
         fail("%s: %zu bytes follow the last of its %d examples", path, 2 * (n - at), set->num_examples);
+    int mine = set->end_example - set->first_example;
+    set->example_first_row = (int *)malloc_check((size_t)(mine + 1) * sizeof(int), path);
+    set->labels = (int *)malloc_check((size_t)(mine > 0 ? mine : 1) * sizeof(int), path);
     set->num_batches = (most_rows + B - 1) / B;
     size_t max_rows = (size_t)set->num_batches * B;
     set->rows = (EvalRow *)malloc_check(max_rows * sizeof(EvalRow), path);

@@ -11,6 +11,8 @@
 #      (0.0015) is hundreds of times what float32 summation order moves a mean loss of about 1 (a few 1e-6,
 #      test_llmc_llama.sh's bound); the test checks that the gap exceeds 1e-4 first;
 #   2. scripts/prepare_eval.py hellaswag --input the jsonl --tokenizer byte writes llm.c's file byte for byte;
+#      with a tokenizer.json (--tokenizer hf, when tokenizers is importable) each context and " " + ending as the
+#      tokenizers library encodes them; a bad jsonl line is refused with one line naming it;
 #   3. --eval_every 2 over 4 steps logs eval records at steps 2 and 4 (line and JSON);
 #   4. 2 and 5 processes (mpirun) split the examples and sum to the same count (5: 5, 5, 5, 5 and 4 examples);
 #   5. the emulated CUDA trainer's bfloat16 count and choices equal train_cpu's bfloat16 ones, and so does its
@@ -77,6 +79,60 @@ result $? "examples choosing completion 0..3: train_cpu $cpu_choices, PyTorch $e
 "$PY" scripts/prepare_eval.py hellaswag --input "$FIX/hellaswag.jsonl" --tokenizer byte --output "$TMP/prepared.bin" \
     >"$TMP/prepare.txt" 2>&1 && cmp -s "$TMP/prepared.bin" "$FIX/hellaswag_val.bin"
 result $? "prepare_eval.py hellaswag --tokenizer byte: llm.c's write_evalfile's bytes"
+
+# ... with a tokenizer.json (--tokenizer hf): each context and " " + ending as the tokenizers library encodes it
+if "$PY" -c "import tokenizers" 2>/dev/null; then
+    "$PY" - "$FIX/hellaswag.jsonl" "$TMP/tokenizer.json" <<'PYEOF'
+import json, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+examples = [json.loads(line) for line in open(sys.argv[1])]
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+tok.train_from_iterator([e["ctx"] + " " + " ".join(e["endings"]) for e in examples], trainer)
+tok.save(sys.argv[2])
+PYEOF
+    "$PY" scripts/prepare_eval.py hellaswag --input "$FIX/hellaswag.jsonl" --tokenizer hf \
+        --tokenizer_file "$TMP/tokenizer.json" --output "$TMP/hf.bin" >"$TMP/prepare.txt" 2>&1 &&
+        "$PY" - "$FIX/hellaswag.jsonl" "$TMP/tokenizer.json" "$TMP/hf.bin" <<'PYEOF'
+import json, struct, sys
+from tokenizers import Tokenizer
+examples = [json.loads(line) for line in open(sys.argv[1])]
+tok = Tokenizer.from_file(sys.argv[2])
+d = open(sys.argv[3], "rb").read()
+header = struct.unpack_from("<4i", d, 0)
+u = struct.unpack(f"<{(len(d) - 1024) // 2}H", d[1024:])
+at, longest = 0, 0
+for i, e in enumerate(examples):
+    want = [65535, 0, i, e["label"], len(e["endings"])]
+    parts = [tok.encode(e["ctx"], add_special_tokens=False).ids]
+    parts += [tok.encode(" " + end, add_special_tokens=False).ids for end in e["endings"]]
+    for p in parts:
+        want += [len(p)] + p
+    want[1] = 2 * len(want)
+    longest = max(longest, want[1])
+    assert list(u[at:at + len(want)]) == want, f"example {i}"
+    at += len(want)
+assert at == len(u) and header == (20240522, 1, len(examples), longest), header
+PYEOF
+    result $? "prepare_eval.py --tokenizer hf: the tokenizers library's tokens of each context and ' ' + ending"
+else
+    echo "SKIPPED prepare_eval.py --tokenizer hf: tokenizers not importable (make clients_deps)"
+fi
+# ... and its bad inputs: one line naming the file and line
+bad_jsonl() { # WHAT EXPECTED LINE
+    printf '%s\n' "$3" >"$TMP/bad.jsonl"
+    "$PY" scripts/prepare_eval.py hellaswag --input "$TMP/bad.jsonl" --tokenizer byte --output "$TMP/bad_out.bin" \
+        >/dev/null 2>"$TMP/bad.err"
+    [ $? = 1 ] && [ "$(wc -l <"$TMP/bad.err")" = 1 ] && grep -q "$TMP/bad.jsonl: line 1: .*$2" "$TMP/bad.err" &&
+        [ ! -e "$TMP/bad_out.bin" ]
+    result $? "prepare_eval.py refuses $1: $(cat "$TMP/bad.err")"
+}
+bad_jsonl "a label out of range" "label 4 is not the index" '{"ctx": "a", "endings": ["b", "c"], "label": 4}'
+bad_jsonl "a line that is not JSON" "not a HellaSwag example" '{"ctx": '
+bad_jsonl "a missing field" "not a HellaSwag example" '{"ctx": "a", "label": 0}'
 
 # 3. --eval_every during training
 ./train_cpu "${base[@]}" --eval_data "$FIX/hellaswag_val.bin" --eval_every 2 --steps 4 --lr 1e-4 --dtype float32 \
