@@ -137,8 +137,8 @@ test_study_report: train_cpu python_deps
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_study_report.sh
 
 
-test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_memory_plan test_dry_run test_launch test_compare_debug_state test_fp8_stats \
-          test_cpu_kernels test_health test_study_report test_export test_import test_compare test_torch_peer
+test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_memory_plan test_dry_run test_launch test_slurm test_compare_debug_state test_fp8_stats \
+          test_cpu_kernels test_health test_study_report test_export test_import test_compare test_follow_log test_torch_peer
 
 test: test_cpu
 	@echo "all CPU tests passed"
@@ -164,6 +164,16 @@ clean:
 # alone (the trainer refuses another GPU at start); -gencode arch=compute_89,code=sm_89 for Ada.
 GPU_ARCH ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a
 NVCC_FLAGS ?= -O3 -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -I.
+# WERROR: what a warning does to the GPU programs a user builds (train, build/first_contact, build/bench_gemm,
+# build/bench_kernels). auto (the default): they build with -Werror first; where this machine's compilers warn
+# (a host compiler newer than the one the code was checked with), one line says so and they build again
+# without it. 1 (CI's .ci/run): a warning fails the build. compile_gpu and the tests always build with -Werror.
+WERROR ?= auto
+comma := ,
+# $(call without_werror,FLAGS): FLAGS without nvcc's and the host compiler's -Werror
+without_werror = $(subst $(comma)-Werror,,$(filter-out -Werror all-warnings,$(1)))
+# $(call nvcc_build,ARGS): $(NVCC) ARGS, and under WERROR=auto, on failure, again without -Werror
+nvcc_build = $(NVCC) $(1)$(if $(filter auto,$(WERROR)), || { echo "note: $@: the build failed with warnings as errors; building it again without -Werror (WERROR=1 insists)"; $(NVCC) $(call without_werror,$(1)); })
 # nvcc takes MPI's -I, -L and -l flags as they are. NCCL (the GPU collectives) is the CUDA toolkit's or the
 # system's, or NCCL_HOME's (a directory with include/nccl.h and lib/libnccl.so: scripts/gpu_check.sh links
 # one from the nvidia-nccl wheel where the toolkit has none).
@@ -194,7 +204,7 @@ GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layers.c
 .PHONY: train test_gpu compile_gpu
 build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h gpu/common.cuh core/common.h
 	mkdir -p build
-	$(NVCC) -O2 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror $(CUDNN_FLAGS) -c gpu/attention_cudnn.cpp -o $@
+	$(call nvcc_build,-O2 -std=c++17 -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror $(CUDNN_FLAGS) -c gpu/attention_cudnn.cpp -o $@)
 
 # The fast attention's graphs against cudnn-frontend's support rules, without a GPU (test/test_cudnn_graphs.cpp)
 .PHONY: test_cudnn_graphs
@@ -216,17 +226,17 @@ test_cudnn_graphs:
 endif
 
 train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ)
-	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS)
+	$(call nvcc_build,$(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS))
 
 # The first-contact checks (test/first_contact.cu; scripts/first_contact.sh runs them): every GEMM form, cuDNN's
 # plans and an NCCL communicator against CPU references, the first stage of scripts/gpu_check.sh.
 build/first_contact: test/first_contact.cu $(GPU_HEADERS) core/fp8_scaling.h core/memory_plan.h $(CUDNN_OBJ)
 	mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ test/first_contact.cu $(CUDA_LIBS) $(CUDNN_LIBS)
+	$(call nvcc_build,$(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ test/first_contact.cu $(CUDA_LIBS) $(CUDNN_LIBS))
 
 build/bench_gemm: dev/bench_gemm.cu $(GPU_HEADERS) core/fp8_scaling.h core/gpt_model.h
 	mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) $(GPU_ARCH) -o $@ dev/bench_gemm.cu $(CUDA_LIBS)
+	$(call nvcc_build,$(NVCC_FLAGS) $(GPU_ARCH) -o $@ dev/bench_gemm.cu $(CUDA_LIBS))
 
 include dev/kernels.mk
 include test/plan_bounds_test.mk

@@ -38,6 +38,7 @@
 #include "core/debug_state.h"
 #include "core/dist.h"
 #include "core/dry_run.h"
+#include "core/eval_data.h"
 #include "core/fp8_scaling.h"
 #include "core/gpt_model.h"
 #include "core/health.h"
@@ -1424,6 +1425,18 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     return (float)dist_mean(model->dist, sum / num_batches); // each rank evaluated its own rows
 }
 
+// The examples of --eval_data that the model answers correctly (eval_data.h), summed over the ranks.
+static int score_eval_set(GPT *model, EvalSet *set) {
+    for (int batch = 0; batch < set->num_batches; batch++) {
+        eval_set_batch(set, batch);
+        gpt_forward(model, set->inputs, set->targets, 0);
+        eval_set_take_losses(set, batch, model->acts.losses);
+    }
+    double correct = eval_set_correct(set);
+    dist_sum_doubles(model->dist, &correct, 1);
+    return (int)correct;
+}
+
 // sampling.h's view of the model: the logits of one position after a forward over tokens.
 static const float *cpu_position_logits(void *model_ptr, const int *tokens, int position) {
     GPT *model = (GPT *)model_ptr;
@@ -1541,9 +1554,10 @@ typedef struct {
     TrainOptions opts;
     GPTConfig cfg;
     float *init_params; // --init_from's weights until the model holds them
-    int B, T, accum_steps, have_val, have_debug, first_step;
+    int B, T, accum_steps, have_val, have_eval, have_debug, first_step;
     long resume_step;
     DataLoader train_loader, val_loader;
+    EvalSet eval;
     Tokenizer tokenizer;
     GPT model;
     TrainState state;
@@ -1584,6 +1598,7 @@ static int read_settings(Run *r, int argc, char **argv) {
 #endif
     parse_options(&r->opts, argc, argv);
     validate_options(&r->opts);
+    stop_signals_install(stop_signal_number(&r->opts));
     r->dist.timeout_s = r->opts.nccl_timeout_s;
     r->init_params = NULL;
     if (*r->opts.init_from && r->opts.dry_run) // the plan needs the model's shape only, not its 70B values
@@ -1617,6 +1632,9 @@ static int open_inputs(Run *r) {
     r->have_val = *opts->val_data != '\0';
     DataLoader *val = r->have_val ? &r->val_loader : NULL;
     if (val) dataloader_init(val, opts->val_data, r->B, r->T, dist->rank, world, 0, 0, r->cfg.vocab_size);
+    r->have_eval = *opts->eval_data != '\0';
+    if (r->have_eval)
+        eval_set_init(&r->eval, opts->eval_data, r->B, r->T, r->cfg.vocab_size, dist->rank, world);
     // before any other collective: ranks with other flags would meet in mismatched ones
     check_ranks_agree(opts, &r->cfg, &r->train_loader, val, dist->rank, world, dist_rank_sum, dist);
     run_dir_agree(opts, dist->rank, world, dist_rank_sum, dist); // before any training
@@ -1629,6 +1647,7 @@ static int open_inputs(Run *r) {
                              dist->rank, world, dist_rank_sum, dist);
     if (resume_has_work(opts, r->resume_step)) return RUN_GOES_ON;
     free(r->init_params);
+    if (r->have_eval) eval_set_free(&r->eval);
     if (val) dataloader_free(val);
     dataloader_free(&r->train_loader);
     dist_finalize(dist);
@@ -1641,7 +1660,8 @@ static void build_model(Run *r) {
     TrainOptions *opts = &r->opts;
     load_tokenizer_for(&r->tokenizer, opts, &r->cfg);
     check_run_inputs(opts, r->dist.rank, &r->train_loader, r->have_val ? &r->val_loader : NULL);
-    if (opts->eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+    if (opts->eval_only &&
+        r->have_val) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts->dtype = DTYPE_FLOAT8;
         opts->fp8_recipe = FP8_RECIPE_CURRENT;
     }
@@ -1689,14 +1709,18 @@ static void open_records(Run *r) {
     // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
     if (resume_validation(opts, (long)r->state.step, r->have_val))
         log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
-    if (opts->eval_only) {
+    if (resume_scoring(opts, (long)r->state.step))
+        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
+    if (opts->eval_only && r->have_val) {
         model->dtype = DTYPE_BFLOAT16;
         float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
         model->dtype = DTYPE_FLOAT8;
         log_eval_only(&r->log, opts->init_from, bf16_loss,
                       evaluate(model, &r->val_loader, opts->val_batches));
-        opts->steps = 0; // nothing to train
     }
+    if (opts->eval_only && r->have_eval)
+        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
+    if (opts->eval_only) opts->steps = 0; // nothing to train
     r->debug = (DebugState){0};
     r->have_debug = *opts->debug_state != '\0';
     r->first_step = (int)r->state.step;
@@ -1711,11 +1735,32 @@ static void open_records(Run *r) {
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
+// A stop asked for during set-up: the run ends before its first step (stopped_in_set_up), what set-up
+// allocated freed; model_built: after build_model.
+static int end_in_set_up(Run *r, int model_built) {
+    if (model_built) {
+        step_guard_free(&r->guard);
+        if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
+        gpt_free(&r->model);
+    } else {
+        free(r->init_params);
+    }
+    if (r->have_val) dataloader_free(&r->val_loader);
+    dataloader_free(&r->train_loader);
+    dist_finalize(&r->dist);
+    return EXIT_STOPPED;
+}
+
 static int set_up_run(Run *r, int argc, char **argv) {
     int status = read_settings(r, argc, argv);
     if (status == RUN_GOES_ON) status = open_inputs(r);
     if (status != RUN_GOES_ON) return status;
+    // a stop asked for while the data was indexed, then while a checkpoint loaded
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist))
+        return end_in_set_up(r, 0);
     build_model(r);
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist))
+        return end_in_set_up(r, 1);
     open_records(r);
     return RUN_GOES_ON;
 }
@@ -1830,6 +1875,7 @@ static int end_of_step(Run *r, int step) {
     StepEnd end = step_end(&r->opts, &r->control, step, r->have_val);
     if (end.checkpoint) checkpoint_now(r);
     if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
+    if (end.score) log_eval(&r->log, step + 1, score_eval_set(&r->model, &r->eval), r->eval.num_examples);
     if (end.sample)
         sample_text(&r->model, cpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
                     r->cfg.vocab_size, r->opts.sample_len, step);
@@ -1846,6 +1892,7 @@ static int end_run(Run *r) {
     run_log_close(&r->log);
     step_guard_free(&r->guard);
     if (r->have_debug) debug_state_free(&r->debug);
+    if (r->have_eval) eval_set_free(&r->eval);
     if (r->have_val) dataloader_free(&r->val_loader);
     dataloader_free(&r->train_loader);
     if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
@@ -1856,6 +1903,7 @@ static int end_run(Run *r) {
 }
 
 int main(int argc, char **argv) {
+    stop_signals_install(SIGUSR1); // first: a stop signal during set-up stops the run (run_control.h)
     Run run;
     int status = set_up_run(&run, argc, argv);
     if (status != RUN_GOES_ON) return status;

@@ -42,6 +42,7 @@
 #include "core/debug_state.h"
 #include "core/dist.h"
 #include "core/dry_run.h"
+#include "core/eval_data.h"
 #include "core/fp8_scaling.h"
 #include "core/gpt_model.h"
 #include "gpu/attention.cuh"
@@ -305,15 +306,17 @@ static void reset_block_scale_stats(GPT *model) {
 static void fit_attention_workspace(GPT *model, const GPTConfig *cfg, int choice, size_t free_bytes,
                                     char *declined, size_t declined_size) {
     const size_t workspace = model->plan.bytes[BUF_ATTENTION_WORKSPACE];
-    if (!workspace || model->plan.total <= free_bytes) return;
+    if (!workspace || model->plan.total + RUNTIME_RESERVE_BYTES <= free_bytes) return;
     if (choice == ATTENTION_FAST)
         fail("--attention fast: cuDNN's deterministic backward needs a %zu-byte (%.2f GiB) workspace; with "
-             "it the plan's %zu bytes exceed the device's %zu free; --attention exact needs none",
-             workspace, workspace / 1073741824.0, model->plan.total, free_bytes);
+             "it the plan's %zu bytes and the %zu-byte runtime reserve exceed the device's %zu free; "
+             "--attention exact needs none",
+             workspace, workspace / 1073741824.0, model->plan.total, RUNTIME_RESERVE_BYTES, free_bytes);
     snprintf(declined, declined_size,
              "auto: cuDNN's deterministic backward needs a %.2f GiB workspace; with it the plan's %.2f GiB "
-             "exceed the device's %.2f GiB free",
-             workspace / 1073741824.0, model->plan.total / 1073741824.0, free_bytes / 1073741824.0);
+             "and the %.2f GiB reserve exceed the device's %.2f GiB free",
+             workspace / 1073741824.0, model->plan.total / 1073741824.0, RUNTIME_RESERVE_BYTES / 1073741824.0,
+             free_bytes / 1073741824.0);
     PlanSettings settings = model->plan.settings;
     settings.fast_attention = 0;
     memory_plan_compute(&model->plan, cfg, &settings);
@@ -326,18 +329,25 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
     cuda_check(cudaMemGetInfo(&free_before, &total_bytes));
     char declined[160] = "";
     fit_attention_workspace(model, cfg, opts->attention, free_before, declined, sizeof declined);
-    if (model->plan.total > free_before)
-        fail("model does not fit: needs %.2f GiB of device memory, %.2f GiB free (lower --batch_size or "
-             "--seq_len, or shard with --zero_stage 1 or 3, or --recompute 1: --dry_run 1 lists what fits)",
-             model->plan.total / 1073741824.0, free_before / 1073741824.0);
+    // what NCCL, cuDNN and lazily loaded kernels allocate after this (memory_plan.h's reserve) must fit too,
+    // or the run would end out of memory at its first collective instead of here
+    if (model->plan.total + RUNTIME_RESERVE_BYTES > free_before)
+        fail(
+            "model does not fit: needs %.2f GiB of device memory (plan %.2f + runtime reserve %.2f for NCCL, "
+            "cuDNN and lazily loaded kernels), %.2f GiB free (lower --batch_size or --seq_len, or shard with "
+            "--zero_stage 1 or 3, or --recompute 1: --dry_run 1 lists what fits)",
+            (model->plan.total + RUNTIME_RESERVE_BYTES) / 1073741824.0, model->plan.total / 1073741824.0,
+            RUNTIME_RESERVE_BYTES / 1073741824.0, free_before / 1073741824.0);
     char *memory = NULL;
     cuda_check(cudaMalloc((void **)&memory, model->plan.total));
     cuda_check(cudaMemset(memory, 0, model->plan.total));
     cuda_check(cudaMemGetInfo(&free_after, &total_bytes));
-    printf("memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
-           "minus after)\n",
-           model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
-           (free_before - free_after) / 1073741824.0);
+    printf(
+        "memory | planned %zu bytes (%.3f GiB) | allocated %zu bytes (%.3f GiB, device free memory before "
+        "minus after) | reserve %.2f GiB for NCCL, cuDNN and lazily loaded kernels, %.2f GiB free before\n",
+        model->plan.total, model->plan.total / 1073741824.0, free_before - free_after,
+        (free_before - free_after) / 1073741824.0, RUNTIME_RESERVE_BYTES / 1073741824.0,
+        free_before / 1073741824.0);
     gpt_carve(model, memory);
     fill_unrecorded_histories(model);
     cuda_check(cudaMallocHost((void **)&model->step_params_host, 2 * sizeof(StepParams)));
@@ -1676,6 +1686,25 @@ static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     return (float)(sum / model->comm.world_size / num_batches);
 }
 
+// The examples of --eval_data that the model answers correctly (eval_data.h), summed over the ranks: the
+// forward and the per-token losses on the device, each row's mean and the choice on the host (as llm.c).
+static int score_eval_set(GPT *model, EvalSet *set) {
+    size_t N = (size_t)model->B * model->T;
+    float *losses = (float *)malloc_check(N * sizeof(float), "--eval_data losses");
+    for (int batch = 0; batch < set->num_batches; batch++) {
+        eval_set_batch(set, batch);
+        upload_batch(model, set->inputs, set->targets);
+        forward_only(model);
+        gpt_loss(model, 0, &model->step_results->val_loss_sum);
+        copy_to_host(model, losses, model->losses, N * sizeof(float));
+        eval_set_take_losses(set, batch, losses);
+    }
+    free(losses);
+    double correct = eval_set_correct(set);
+    sum_over_ranks(model, &correct, 1);
+    return (int)correct;
+}
+
 // sampling.h's view of the model: a forward over tokens, then one position's logits on the host. Every
 // rank runs it (ZeRO-3's forward gathers); the ranks hold the same weights and draw the same tokens.
 static const float *gpu_position_logits(void *model_ptr, const int *tokens, int position) {
@@ -1689,19 +1718,27 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
 }
 
 // A sum over the ranks with a buffer of its own, for any n: before the model's buffers exist (run_control.h's
-// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path.
+// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path. Both copies go
+// on the collective's stream, from and to pinned memory: a cudaMemcpy from pageable memory may return before
+// its data reaches the device, on the legacy stream, which a non-blocking stream does not wait for, so NCCL
+// could read the buffer before it is written.
 static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
     Comm *comm = (Comm *)comm_ptr;
     if (!comm->comm) return;
-    double *device;
+    const size_t bytes = (size_t)n * sizeof(double);
+    double *device, *pinned;
     cudaStream_t stream;
-    cuda_check(cudaMalloc((void **)&device, n * sizeof(double)));
+    cuda_check(cudaMalloc((void **)&device, bytes));
+    cuda_check(cudaMallocHost((void **)&pinned, bytes));
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cuda_check(cudaMemcpy(device, values, n * sizeof(double), cudaMemcpyHostToDevice));
+    memcpy(pinned, values, bytes);
+    cuda_check(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream));
     comm_all_reduce(comm, device, (size_t)n, ncclFloat64, ncclSum, stream);
+    cuda_check(cudaMemcpyAsync(pinned, device, bytes, cudaMemcpyDeviceToHost, stream));
     comm_wait_stream(comm, stream, "the ranks' settings");
-    cuda_check(cudaMemcpy(values, device, n * sizeof(double), cudaMemcpyDeviceToHost));
+    memcpy(values, pinned, bytes);
     cuda_check(cudaStreamDestroy(stream));
+    cuda_check(cudaFreeHost(pinned));
     cuda_check(cudaFree(device));
 }
 
@@ -2113,10 +2150,11 @@ static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props
     const char *cudnn = "none (built without it)";
 #endif
     printf("versions | %s, compute capability %d.%d | driver %d.%d | CUDA runtime %d.%d | "
-           "cuBLASLt %zu.%zu.%zu | NCCL %d.%d.%d | cuDNN %s\n",
+           "cuBLASLt %zu.%zu.%zu | NCCL %d.%d.%d | cuDNN %s | FP8 accumulation %s\n",
            props->name, props->major, props->minor, driver / 1000, driver % 1000 / 10, runtime / 1000,
            runtime % 1000 / 10, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, nccl / 10000,
-           nccl / 100 % 100, nccl % 100, cudnn);
+           nccl / 100 % 100, nccl % 100, cudnn,
+           fp8_accumulation_name(fp8_accumulation_of_device(props->major)));
     if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && !GEMM_BLOCK_SCALING)
         fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no block-scaled GEMMs (cuBLAS 12.9 or "
              "newer: rebuild against that toolkit; the delayed and current recipes run here)",
@@ -2157,8 +2195,9 @@ typedef struct {
     TrainOptions opts;
     GPTConfig cfg;
     cudaDeviceProp props;
-    int B, T, accum_steps, have_val, have_debug;
+    int B, T, accum_steps, have_val, have_eval, have_debug;
     DataLoader train_loader, val_loader;
+    EvalSet eval;
     Tokenizer tokenizer;
     Comm comm, group, replicas; // all ranks; this rank's shard group and its replicas (hybrid sharding)
     GPT model;
@@ -2187,6 +2226,7 @@ static int read_settings(Run *r, int argc, char **argv) {
     line_buffer_stdout();
     parse_options(&r->opts, argc, argv);
     validate_options(&r->opts);
+    stop_signals_install(stop_signal_number(&r->opts));
     r->dist.timeout_s = r->opts.nccl_timeout_s;
     if (r->opts.dtype == DTYPE_FLOAT32)
         fail("--dtype: float32 is the CPU reference's (train_cpu); the GPU trainer runs bfloat16 or float8");
@@ -2223,6 +2263,9 @@ static void open_inputs(Run *r) {
     if (r->have_val)
         dataloader_init(&r->val_loader, opts->val_data, r->B, r->T, dist->rank, dist->world_size, 0, 0,
                         r->cfg.vocab_size);
+    r->have_eval = *opts->eval_data != '\0';
+    if (r->have_eval)
+        eval_set_init(&r->eval, opts->eval_data, r->B, r->T, r->cfg.vocab_size, dist->rank, dist->world_size);
     load_tokenizer_for(&r->tokenizer, opts, &r->cfg);
     check_run_inputs(opts, dist->rank, &r->train_loader, r->have_val ? &r->val_loader : NULL);
     r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
@@ -2272,7 +2315,8 @@ static int build_model(Run *r) {
     TrainOptions *opts = &r->opts;
     Dist *dist = &r->dist;
     GPT *model = &r->model;
-    if (opts->eval_only) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
+    if (opts->eval_only &&
+        r->have_val) { // the float8 model holds both paths: its BF16 copy and its FP8 casts
         opts->dtype = DTYPE_FLOAT8;
         opts->fp8_recipe = FP8_RECIPE_CURRENT;
     }
@@ -2337,14 +2381,18 @@ static void open_records(Run *r) {
     // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
     if (resume_validation(opts, (long)r->state.step, r->have_val))
         log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
-    if (opts->eval_only) {
+    if (resume_scoring(opts, (long)r->state.step))
+        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
+    if (opts->eval_only && r->have_val) {
         begin_bf16_pass(model);
         float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
         model->dtype = DTYPE_FLOAT8;
         log_eval_only(&r->log, opts->init_from, bf16_loss,
                       evaluate(model, &r->val_loader, opts->val_batches));
-        opts->steps = 0; // nothing to train
     }
+    if (opts->eval_only && r->have_eval)
+        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
+    if (opts->eval_only) opts->steps = 0; // nothing to train
     r->debug = {};
     r->have_debug = *opts->debug_state != '\0';
     if (r->have_debug)
@@ -2365,13 +2413,39 @@ static void open_records(Run *r) {
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
+// A stop asked for during set-up: the run ends before its first step (stopped_in_set_up), what set-up
+// allocated freed; model_built: after build_model (the communicators are then the model's).
+static int end_in_set_up(Run *r, int model_built) {
+    if (model_built) {
+        step_guard_free(&r->guard);
+        fp8_stats_free(&r->stats);
+        energy_meter_stop(&r->energy);
+        gpt_free(&r->model);
+        comm_destroy_all(&r->model);
+    } else {
+        if (r->dist.replicas > 1) comm_destroy(&r->replicas), comm_destroy(&r->group);
+        comm_destroy(&r->comm);
+    }
+    if (r->have_val) dataloader_free(&r->val_loader);
+    dataloader_free(&r->train_loader);
+    if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
+    free(r->sample_tokens);
+    dist_finalize(&r->dist);
+    return EXIT_STOPPED;
+}
+
 static int set_up_run(Run *r, int argc, char **argv) {
     int status = read_settings(r, argc, argv);
     if (status != RUN_GOES_ON) return status;
     open_inputs(r);
     join_ranks(r);
+    // a stop asked for while the data was indexed and NCCL joined the ranks, then while a checkpoint loaded
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->comm))
+        return end_in_set_up(r, 0);
     status = build_model(r);
     if (status != RUN_GOES_ON) return status;
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->model.comm))
+        return end_in_set_up(r, 1);
     open_records(r);
     return RUN_GOES_ON;
 }
@@ -2445,12 +2519,13 @@ static int end_of_step(Run *r, int step) {
     // a stop the ranks agreed on in a step read so far (every rank reads the same steps at the same points):
     // this step, already under way, is the last
     StepEnd end = step_end(&r->opts, &r->control, step, r->have_val);
-    if (!(end.last || end.ends_early || end.validate || end.sample || end.checkpoint ||
+    if (!(end.last || end.ends_early || end.validate || end.score || end.sample || end.checkpoint ||
           host_waits_for_step(&r->model, &r->opts, step, r->have_debug)))
         return 1;
     finish_pending(r);
     if (end.checkpoint) checkpoint_now(r);
     if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
+    if (end.score) log_eval(&r->log, step + 1, score_eval_set(&r->model, &r->eval), r->eval.num_examples);
     if (end.sample)
         sample_text(&r->model, gpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
                     r->cfg.vocab_size, r->opts.sample_len, step);
@@ -2490,6 +2565,7 @@ static int end_run(Run *r) {
     step_guard_free(&r->guard);
     fp8_stats_free(&r->stats);
     if (r->have_debug) debug_state_free(&r->debug);
+    if (r->have_eval) eval_set_free(&r->eval);
     if (r->have_val) dataloader_free(&r->val_loader);
     dataloader_free(&r->train_loader);
     if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
@@ -2502,6 +2578,7 @@ static int end_run(Run *r) {
 }
 
 int main(int argc, char **argv) {
+    stop_signals_install(SIGUSR1); // first: a stop signal during set-up stops the run (run_control.h)
     Run run;
     int status = set_up_run(&run, argc, argv);
     if (status != RUN_GOES_ON) return status;

@@ -22,11 +22,22 @@ typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } Att
 typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
 // --fp8_accumulation: how the CPU trainer's FP8 GEMMs sum (fp8_scaling.h's model of Hopper's tensor cores).
 typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
+// How a GPU of compute capability `major` sums its FP8 GEMMs, for the CPU reference a check compares it with:
+// Hopper's FP8 MMA keeps 13 fraction bits (fp8_scaling.h's model; Ada's, sm_89, is taken to be the same);
+// Blackwell's (sm_100 and later: tcgen05's MMA) accumulates in FP32, as the emulated B200 does. The trainer
+// prints it on its versions line, and the checks (test_gpu.sh, first_contact) take it from there.
+static inline Fp8Accumulation fp8_accumulation_of_device(int major) {
+    return major >= 10 ? FP8_ACCUMULATION_FP32 : FP8_ACCUMULATION_HOPPER;
+}
+static inline const char *fp8_accumulation_name(Fp8Accumulation a) {
+    return a == FP8_ACCUMULATION_HOPPER ? "hopper" : "fp32"; // --fp8_accumulation's values
+}
 // --grad_reduce_dtype: the type the gradients are summed over the processes in.
 typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
-// --stop_signal: the signal that, besides SIGTERM and SIGINT, stops a run with a checkpoint (run_control.h).
+// --stop_signal: the signal that, besides SIGTERM, SIGINT and SIGHUP, stops a run with a checkpoint
+// (run_control.h).
 typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 } StopSignalChoice;
 
 #define OPTION_STRING_LEN 512
@@ -38,6 +49,7 @@ typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 
 typedef struct {
     char train_data[OPTION_STRING_LEN];
     char val_data[OPTION_STRING_LEN];
+    char eval_data[OPTION_STRING_LEN];
     char tokenizer[OPTION_STRING_LEN];
     char output_dir[OPTION_STRING_LEN];
     char log_file[OPTION_STRING_LEN];
@@ -59,6 +71,7 @@ typedef struct {
     int warmup_steps;
     float final_lr_frac;
     float beta1, beta2, eps, weight_decay, grad_clip;
+    int eval_every;
     int val_every, val_batches, sample_every, sample_len, ckpt_every, keep_checkpoints, resume, overwrite;
     int seed, shuffle;
     int cuda_graph;
@@ -70,7 +83,7 @@ typedef struct {
     int guard_window;
     int inject_nan_step, inject_stall_rank, inject_signal_step, inject_signal_rank;
     int time_limit_s, stop_signal, max_consecutive_skips; // stop_signal: StopSignalChoice
-    float price_kwh, pue;
+    float price_kwh, pue, price_gpu_hour;
     int eval_only;
     int zero_stage, shard_group_size, keep_gathered, recompute, dry_run, world_size, nccl_timeout_s;
     int grad_reduce_dtype; // GradReduceDtype
@@ -160,6 +173,11 @@ static const OptionSpec OPTION_SPECS[] = {
     {"val_every", OPT_INT, OPT_AT(val_every), "100", 0, 1 << 30, NULL,
      "steps between val losses (0: end only)"},
     {"val_batches", OPT_INT, OPT_AT(val_batches), "20", 1, 1 << 20, NULL, "batches per validation"},
+    {"eval_data", OPT_STRING, OPT_AT(eval_data), "", 0, 0, NULL,
+     "multiple-choice eval file in llm.c's format (HellaSwag: scripts/prepare_eval.py), scored every "
+     "--eval_every steps and at the end (empty: none)"},
+    {"eval_every", OPT_INT, OPT_AT(eval_every), "0", 0, 1 << 30, NULL,
+     "steps between eval accuracies of --eval_data (0: end only)"},
     {"sample_every", OPT_INT, OPT_AT(sample_every), "0", 0, 1 << 30, NULL,
      "steps between samples (0: never)"},
     {"sample_len", OPT_INT, OPT_AT(sample_len), "64", 1, 1 << 20, NULL, "tokens per sample"},
@@ -204,14 +222,19 @@ static const OptionSpec OPTION_SPECS[] = {
      "stop with a checkpoint (exit 75) before this many seconds since the start have passed, leaving room "
      "for two steps and a checkpoint as long as the longest so far (0: no limit)"},
     {"stop_signal", OPT_CHOICE, OPT_AT(stop_signal), "usr1", 0, 0, "usr1|usr2|none",
-     "the signal that, as SIGTERM and SIGINT do, stops the run after its step with a checkpoint (exit 75): "
-     "Slurm's early warning (#SBATCH --signal=USR1@180)"},
+     "the signal that, as SIGTERM, SIGINT and SIGHUP do, stops the run after its step with a checkpoint "
+     "(exit 75): Slurm's early warning (#SBATCH --signal=USR1@180)"},
     {"max_consecutive_skips", OPT_INT, OPT_AT(max_consecutive_skips), "8", 1, 1 << 30, NULL,
      "end the run (exit 76, after a checkpoint) when the guards skip this many steps in a row"},
-    {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL, "electricity price per kWh for the cost"},
-    {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL, "power usage effectiveness of the data centre"},
+    {"price_kwh", OPT_FLOAT, OPT_AT(price_kwh), "0", 0, 1e6, NULL,
+     "electricity price per kWh for the cost (the end-of-run energy line, --dry_run's cost plan)"},
+    {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL,
+     "power usage effectiveness of the data centre (facility energy / GPU energy)"},
+    {"price_gpu_hour", OPT_FLOAT, OPT_AT(price_gpu_hour), "0", 0, 1e6, NULL,
+     "--dry_run: rental price of one GPU for an hour, for the cost plan"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
-     "1: report the validation loss of --init_from with BF16 weights and with FP8 weights, then exit"},
+     "1: report the validation loss of --init_from with BF16 weights and with FP8 weights (with --val_data), "
+     "its --eval_data accuracy (in --dtype; float8 with --val_data), then exit"},
     {"zero_stage", OPT_INT, OPT_AT(zero_stage), "0", 0, 3, NULL,
      "ZeRO sharding over the processes: 0 none, 1 optimizer state, 3 also parameters and gradients"},
     {"shard_group_size", OPT_INT, OPT_AT(shard_group_size), "0", 0, 1 << 20, NULL,
@@ -433,8 +456,9 @@ static inline void validate_options(const TrainOptions *opts) {
     if (opts->zero_stage == 2) fail("--zero_stage: 2 is not supported (0, 1 or 3)");
     if (opts->world_size && !opts->dry_run)
         fail("--world_size: only for --dry_run (a run's world size is the number of processes started)");
-    if (opts->eval_only && (!*opts->init_from || !*opts->val_data))
-        fail("--eval_only: needs --init_from (the model to evaluate) and --val_data");
+    if (opts->eval_only && (!*opts->init_from || (!*opts->val_data && !*opts->eval_data)))
+        fail("--eval_only: needs --init_from (the model to evaluate) and --val_data or --eval_data");
+    if (opts->eval_every && !*opts->eval_data) fail("--eval_every: no --eval_data to score");
     if (opts->bf16_check_every > 0 && opts->dtype == DTYPE_FLOAT32)
         fail("--bf16_check_every: compares a reduced-precision run with bfloat16; this run is float32");
     if (opts->resume && !*opts->output_dir)

@@ -15,14 +15,6 @@
 #include "memory_plan.h"
 #include "time_plan.h"
 
-// Memory a process uses outside the plan's single allocation, reserved on top of it. Why 2 GiB:
-// the CUDA context takes about 0.5 GiB on Hopper (the runtime plus the loaded kernel images of this
-// program and of cuBLASLt); NCCL allocates its own communication buffers, per channel and peer
-// (NCCL_BUFFSIZE, 4 MiB by default, times up to 32 channels and the ring and tree peers), a few hundred
-// MiB at 32 ranks; cuBLASLt's handle and heuristics cache are small (its workspace is in the plan).
-// 2 GiB covers these with headroom; the plan itself is one cudaMalloc, so there is no fragmentation.
-#define RUNTIME_RESERVE_BYTES ((size_t)2 << 30)
-
 #define DRY_RUN_GIB 1073741824.0
 #define DRY_RUN_MAX_WORLD (1 << 20) // the largest --world_size cli.h accepts
 
@@ -492,6 +484,34 @@ static inline void dry_run_print_fastest(const GPTConfig *cfg, const PlanSetting
 
 // ----------------------------------------------------------------------------
 
+// What the planned run costs before it is rented: each GPU draws its board power while it computes and is
+// counted idle (no power) while it waits on exposed communication, so the planned utilisation is the compute
+// share of the step; the facility's energy is the GPUs' x --pue, its price --price_kwh; the rental is
+// --price_gpu_hour for every GPU for the whole time. Host CPUs, memory and the network are not counted
+// beyond what --pue covers. Prices are in the user's currency.
+static inline void dry_run_print_cost(const TrainOptions *opts, const TimePlan *t, const PlanRates *r,
+                                      int world_size) {
+    double utilisation = t->compute_ms / t->step_ms, watts = r->gpu->board_watts;
+    double step_h = t->step_ms / 3.6e6, kwh_per_gpu_hour = watts * utilisation / 1e3 * opts->pue;
+    const char *names[3] = {"per step", "per 100B tokens", "for --steps"};
+    double hours[3] = {step_h, t->days_per_100b * 24, step_h * opts->steps};
+    printf("cost plan (an estimate: %d x %s at %.0f W board power x %.0f%% planned utilisation, the compute "
+           "share of the step; PUE %.2f; %.4g per kWh, %.4g per GPU-hour):\n",
+           world_size, r->gpu->name, watts, 100 * utilisation, opts->pue, opts->price_kwh,
+           opts->price_gpu_hour);
+    for (int i = 0; i < 3; i++) {
+        double kwh = world_size * hours[i] * kwh_per_gpu_hour,
+               rental = world_size * hours[i] * opts->price_gpu_hour;
+        printf("  %-16s %11.4g h wall  %11.4g kWh  electricity %11.4g  rental %11.4g  total %11.4g\n", names[i],
+               hours[i], kwh, kwh * opts->price_kwh, rental, kwh * opts->price_kwh + rental);
+    }
+    if (opts->price_kwh == 0 && opts->price_gpu_hour == 0)
+        printf("  (give --price_kwh and --price_gpu_hour for the costs)\n");
+    printf("plan_board_watts %.0f plan_utilisation %.6f plan_kwh_per_step %.9g plan_cost_per_step %.9g\n",
+           watts, utilisation, world_size * step_h * kwh_per_gpu_hour,
+           world_size * step_h * (kwh_per_gpu_hour * opts->price_kwh + opts->price_gpu_hour));
+}
+
 // Prints the plan; returns the process exit status: 0 when it fits, 1 when it does not.
 static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg, int B, int T,
                                  int world_size) {
@@ -508,6 +528,7 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
         "| amax history %d\n",
         model, param_count(cfg), dtype_name(s.dtype), B, T, world_size, s.zero_stage, s.recompute,
         s.history_len);
+    printf("attention: %s\n", plan_attention_label(opts->attention));
     dry_run_print_groups(cfg, &plan);
     dry_run_print_recompute(cfg, &plan);
     dry_run_print_communication(cfg, &s);
@@ -518,6 +539,8 @@ static inline int dry_run_report(const TrainOptions *opts, const GPTConfig *cfg,
     int accum = resolve_grad_accum_steps(opts, T, world_size);
     PlanRates rates = plan_rates_from_options(opts, world_size);
     time_plan_print(cfg, &s, accum, &rates);
+    TimePlan t = time_plan(cfg, &s, accum, &rates);
+    dry_run_print_cost(opts, &t, &rates, world_size);
     dry_run_print_fastest(cfg, &s, accum, &rates, gpu_bytes);
     if ((double)needed <= gpu_bytes) {
         printf("fits: %.2f GiB of %g GB (%.0f%%)\n", dry_run_gib(needed), gpu_bytes / 1e9,

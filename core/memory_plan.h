@@ -137,6 +137,21 @@ static inline PlanGroup buffer_group(BufferId id) {
     }
 }
 
+// Memory a process uses outside the plan's single allocation, reserved on top of it by --dry_run and by the
+// trainer's start-up check (gpt_alloc refuses a plan that leaves less free). Why 2 GiB:
+//   - the CUDA context, about 0.5 GiB on Hopper (the runtime and the kernel images of this program and of
+//     cuBLASLt); with lazy module loading (CUDA_MODULE_LOADING=LAZY, CUDA 12.2's default) each kernel's
+//     image is loaded at its first launch, after the start-up check: the context's share covers them there;
+//   - NCCL's communication buffers, allocated at a communicator's first collectives: NCCL_BUFFSIZE (4 MiB)
+//     for each channel (up to 32 on NVLink/InfiniBand machines) and each peer of the ring and the tree (2 to
+//     4), 0.5 to 0.75 GiB for a communicator at most, and shard groups add two communicators whose
+//     channels connect fewer peers;
+//   - cuDNN's handle and the fused attention's plans (their workspace is in the plan), and the kernels
+//     NVRTC compiles for them: tens of MiB; cuBLASLt's handle and heuristics cache: small (its workspace is
+//     in the plan).
+// 2 GiB covers these with headroom; the plan itself is one cudaMalloc, so there is no fragmentation.
+#define RUNTIME_RESERVE_BYTES ((size_t)2 << 30)
+
 // What a plan depends on beyond the model.
 typedef struct {
     int dtype, B, T, history_len;
@@ -148,14 +163,28 @@ typedef struct {
     int grad_bf16;      // --grad_reduce_dtype bfloat16: the gradients summed over the ranks in BF16
 } PlanSettings;
 
-// Whether --attention (AttentionChoice) plans cuDNN's fused attention: fast, or auto in a build with cuDNN
-// (USE_CUDNN: the CUDA trainer built with it; the CPU trainer's and the emulator's --dry_run plan auto as
-// exact). The trainer plans auto without it where the plan with it does not fit the device (gpt_alloc).
+// Which attention this binary runs for --attention (AttentionChoice), the one answer the memory plan, the
+// time plan and the trainer take: cuDNN's fused attention for fast, or for auto in a build with cuDNN
+// (USE_CUDNN: the CUDA trainer built with it); else the exact kernels (a `make train` without cuDNN's
+// headers, and the CPU trainer's and the emulator's --dry_run: --attention fast plans the fused one there).
+// The trainer plans auto without it where the plan with it does not fit the device (gpt_alloc), or cuDNN
+// declines the shape (attention_setup), and says so at start.
 static inline int plan_fast_attention(int attention) {
 #ifdef USE_CUDNN
     return attention != ATTENTION_EXACT;
 #else
     return attention == ATTENTION_FAST;
+#endif
+}
+
+// The planned attention and why, for the plan's and the start-up lines.
+static inline const char *plan_attention_label(int attention) {
+    if (attention == ATTENTION_EXACT) return "exact kernels: --attention exact";
+    if (attention == ATTENTION_FAST) return "cuDNN's fused attention: --attention fast";
+#ifdef USE_CUDNN
+    return "cuDNN's fused attention: --attention auto in a build with cuDNN";
+#else
+    return "exact kernels: --attention auto in a build without cuDNN (--attention fast plans cuDNN's)";
 #endif
 }
 

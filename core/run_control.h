@@ -1,11 +1,15 @@
 // core/run_control.h: how a run ends before its last step without losing work, shared by both trainers.
-//  - Stop requests: SIGTERM (Slurm's preemption and time limit, `kill`), SIGINT (Ctrl-C) and --stop_signal
-//    (SIGUSR1 by default: Slurm's early warning, `#SBATCH --signal=USR1@180`). The handler only notes the
-//    signal; every rank votes in the step's collective (the loss sum carries the votes), so all of them stop
-//    after the same step, write a checkpoint and exit EXIT_STOPPED: `--resume 1` then continues bit-exactly.
-//    A second signal ends the process at once (128 + the signal, as the default action would): the files
-//    of a checkpoint being written are temp files, removed here, and `latest_checkpoint` still names the
-//    previous complete one.
+//  - Stop requests: SIGTERM (Slurm's preemption and time limit, `kill`), SIGINT (Ctrl-C), SIGHUP (a closed
+//    terminal) and --stop_signal (SIGUSR1 by default: Slurm's early warning, `#SBATCH --signal=USR1@180`).
+//    The handler only notes the signal; every rank votes in the step's collective (the loss sum carries the
+//    votes), so all of them stop after the same step, write a checkpoint and exit EXIT_STOPPED: `--resume 1`
+//    then continues bit-exactly. A stop asked for during set-up ends the run before its first step, with
+//    EXIT_STOPPED too (stopped_in_set_up). A second signal ends the process at once (128 + the signal, as
+//    the default action would): the files of a checkpoint being written are temp files, removed here, and
+//    `latest_checkpoint` still names the previous complete one.
+//  - SIGPIPE (stdout's reader gone: `| head`, a dead `tee`) and SIGXFSZ (a file-size limit) are ignored: the
+//    write then fails with EPIPE or EFBIG where it is made, and says so. A checkpoint or log write fails with
+//    its line; a failed stdout stops the run with a checkpoint and exit 1 (run_control_vote).
 //  - --time_limit_s: a rank votes to stop once the time left would not hold two more steps and a checkpoint
 //    as long as the longest so far (two: the CUDA trainer learns of the vote a step late).
 //  - The guards (health.h): --max_consecutive_skips skipped steps in a row end the run after a checkpoint
@@ -57,9 +61,38 @@ static inline int stop_signal_number(const TrainOptions *opts) {
 static inline const char *signal_name(int signo) {
     return signo == SIGTERM   ? "SIGTERM"
            : signo == SIGINT  ? "SIGINT"
+           : signo == SIGHUP  ? "SIGHUP"
            : signo == SIGUSR1 ? "SIGUSR1"
            : signo == SIGUSR2 ? "SIGUSR2"
                               : "a signal";
+}
+
+// The stop signals' handler (SA_RESTART: a read or write the signal interrupts goes on), with usr_signal
+// (SIGUSR1, SIGUSR2 or 0) the --stop_signal; the other user signal keeps its default action. main() calls it
+// first, before MPI, CUDA, NCCL or OpenMP start threads, with SIGUSR1 (--stop_signal's default): a signal
+// during set-up is then a stop, not a kill. The flags read, it runs again with their choice, and once more
+// as the steps begin, after the libraries' set-up (a library that took a stop signal gives it back). The
+// handler may run on any thread: it only notes the signal. The signals are unblocked here, since a mask
+// inherited from the launching process would hold them back for good.
+static inline void stop_signals_install(int usr_signal) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    struct sigaction ignore = action, by_default = action;
+    ignore.sa_handler = SIG_IGN;
+    by_default.sa_handler = SIG_DFL;
+    static const int stops[] = {SIGTERM, SIGINT, SIGHUP}, users[] = {SIGUSR1, SIGUSR2},
+                     failed_writes[] = {SIGPIPE, SIGXFSZ};
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    for (int i = 0; i < 3; i++) sigaction(stops[i], &action, NULL), sigaddset(&unblock, stops[i]);
+    for (int i = 0; i < 2; i++)
+        sigaction(users[i], users[i] == usr_signal ? &action : &by_default, NULL),
+            sigaddset(&unblock, users[i]);
+    for (int i = 0; i < 2; i++) sigaction(failed_writes[i], &ignore, NULL);
+    pthread_sigmask(SIG_UNBLOCK, &unblock, NULL);
 }
 
 typedef struct {
@@ -70,22 +103,31 @@ typedef struct {
     int unhealthy;      // the guards ended the run: a checkpoint, EXIT_UNHEALTHY
     int time_limit_hit; // this rank voted for the time limit (the reason it prints)
     int log_failed;     // this rank's log could not be written (train_log.h): stop, then exit 1
+    int stdout_failed;  // a write to stdout failed (its reader gone, a full disk): stop, then exit 1
 } RunControl;
 
-// Installs the handlers (SA_RESTART: a read or write the signal interrupts goes on) and starts the clock.
+// Starts the clock; the stop signals' handlers again (stop_signals_install).
 static inline void run_control_start(RunControl *rc, const TrainOptions *opts) {
     memset(rc, 0, sizeof(*rc));
     rc->start_ms = wall_time_ms();
     rc->limit_ms = 1e3 * opts->time_limit_s;
     rc->consecutive_skips_limit = opts->max_consecutive_skips;
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = on_stop_signal;
-    action.sa_flags = SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGTERM, &action, NULL);
-    sigaction(SIGINT, &action, NULL);
-    if (stop_signal_number(opts)) sigaction(stop_signal_number(opts), &action, NULL);
+    stop_signals_install(stop_signal_number(opts));
+}
+
+// A stop asked for during set-up (the data indexed, a checkpoint loaded): every rank learns whether any rank
+// was asked, so that all of them end here together, before the first step. Nothing is saved: a fresh run
+// has no step to save, a resumed one holds its checkpoint's state. 1 where the run ends (EXIT_STOPPED).
+static inline int stopped_in_set_up(int rank, int world_size, RankSum sum, void *ctx) {
+    double asked = stop_signal_received != 0;
+    if (world_size > 1) sum(ctx, &asked, 1);
+    if (asked == 0.0) return 0;
+    if (rank == 0)
+        printf("stopped | during set-up, before the first step | %s | nothing new to save; start the same "
+               "command again (exit %d)\n",
+               stop_signal_received ? signal_name(stop_signal_received) : "another rank was asked to stop",
+               EXIT_STOPPED);
+    return 1;
 }
 
 // Until a checkpoint has been timed, --time_limit_s reserves the time of one at a disk speed few filesystems
@@ -108,14 +150,24 @@ static inline void run_control_inject(const TrainOptions *opts, int rank, int st
     if (step + 1 == opts->inject_signal_step && rank == opts->inject_signal_rank) raise(SIGTERM);
 }
 
+// A failed write to stdout (SIGPIPE ignored: EPIPE where its reader is gone), said once on stderr.
+static inline int stdout_failed(RunControl *rc) {
+    if (rc->stdout_failed || (fflush(stdout) == 0 && !ferror(stdout))) return rc->stdout_failed;
+    fprintf(stderr,
+            "error: stdout: a write failed (%s: its reader is gone, or its disk is full): stopping after "
+            "this step with a checkpoint; continue with --resume 1\n",
+            strerror(errno));
+    return rc->stdout_failed = 1;
+}
+
 // This rank's vote, taken as a step starts: 1 to stop after it. log_failed: a log write failed (a full
-// disk), which stops the run as a signal does, but ends it with exit 1.
+// disk), which stops the run as a signal does, but ends it with exit 1; a failed stdout likewise.
 static inline int run_control_vote(RunControl *rc, int log_failed) {
     double elapsed = wall_time_ms() - rc->start_ms;
     if (rc->limit_ms > 0 && elapsed + 2 * rc->longest_step_ms + rc->longest_checkpoint_ms >= rc->limit_ms)
         rc->time_limit_hit = 1;
     rc->log_failed |= log_failed;
-    return stop_signal_received || rc->time_limit_hit || rc->log_failed;
+    return stop_signal_received || rc->time_limit_hit || rc->log_failed || stdout_failed(rc);
 }
 
 static inline void run_control_step_time(RunControl *rc, double ms) {
@@ -143,7 +195,7 @@ static inline int run_control_ends_early(const RunControl *rc) {
 // is the run's last, whether the ranks agreed to end early (a signal, the time limit, the guards), and what
 // is due. A run that ends early writes its checkpoint and nothing else.
 typedef struct {
-    int last, ends_early, checkpoint, validate, sample;
+    int last, ends_early, checkpoint, validate, score, sample; // score: --eval_data's accuracy
 } StepEnd;
 
 static inline StepEnd step_end(const TrainOptions *opts, const RunControl *rc, int step, int have_val) {
@@ -152,6 +204,7 @@ static inline StepEnd step_end(const TrainOptions *opts, const RunControl *rc, i
     end.ends_early = !end.last && run_control_ends_early(rc);
     end.checkpoint = *opts->output_dir && (is_due(step + 1, opts->ckpt_every, end.last) || end.ends_early);
     end.validate = !end.ends_early && have_val && is_due(step + 1, opts->val_every, end.last);
+    end.score = !end.ends_early && *opts->eval_data && is_due(step + 1, opts->eval_every, end.last);
     end.sample = !end.ends_early && opts->sample_every > 0 && (step + 1) % opts->sample_every == 0;
     return end;
 }
@@ -172,7 +225,7 @@ static inline int run_control_finish(const RunControl *rc, const TrainOptions *o
                 rc->consecutive_skips_limit, steps_done, saved);
         return EXIT_UNHEALTHY;
     }
-    if (rc->log_failed || log_failed) // its error line was printed when the write failed
+    if (rc->log_failed || log_failed || rc->stdout_failed) // its error line was printed when the write failed
         return 1;
     if (rc->stopping) {
         printf("stopped | step %ld of %d | %s | %s; continue with --resume 1 (exit %d)\n", steps_done,

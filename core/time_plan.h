@@ -35,22 +35,25 @@
 // GPUs, from NVIDIA's data sheets: dense (not 2:4 sparse) tensor-core peaks, HBM bandwidth and capacity, SMs
 // (the wave size of a GEMM), and the bus bandwidth NCCL reaches inside a node: 80% of the per-direction
 // link (NVLink 4: 450 GB/s, so 360, what nccl-tests report for an 8-GPU ring; NVLink 5: 900; NVLink 3: 300;
-// PCIe Gen5 x16: 64). In cli.h's GPU_CHOICE_NAMES order.
+// PCIe Gen5 x16: 64), and the board power (the maximum TDP the data sheet gives: what large GEMMs, held at
+// the power limit, draw). In cli.h's GPU_CHOICE_NAMES order.
 typedef struct {
     const char *name;
     double bf16_tflops, fp8_tflops; // 0: no FP8 tensor cores
     double hbm_gbps, memory_gb;
     int sms;
     double nvlink_gbps;
+    double board_watts;
 } GpuSpec;
 
 enum { GPU_H200, GPU_H100_SXM, GPU_H100_PCIE, GPU_B200, GPU_A100 };
 static const GpuSpec GPU_SPECS[] = {
-    {"h200", 989.4, 1978.9, 4800, 141, 132, 360},    // H200 SXM: 141 GB HBM3e, NVLink 4
-    {"h100-sxm", 989.4, 1978.9, 3350, 80, 132, 360}, // H100 SXM5: 80 GB HBM3, NVLink 4
-    {"h100-pcie", 756.0, 1513.0, 2000, 80, 114, 51}, // H100 PCIe: 80 GB HBM2e, PCIe Gen5 between GPUs
-    {"b200", 2250.0, 4500.0, 8000, 180, 148, 720},   // HGX/DGX B200: 180 GB HBM3e, NVLink 5
-    {"a100", 312.0, 0.0, 2039, 80, 108, 240},        // A100 SXM4 80 GB: HBM2e, NVLink 3, no FP8
+    {"h200", 989.4, 1978.9, 4800, 141, 132, 360, 700},    // H200 SXM: 141 GB HBM3e, NVLink 4, 700 W
+    {"h100-sxm", 989.4, 1978.9, 3350, 80, 132, 360, 700}, // H100 SXM5: 80 GB HBM3, NVLink 4, 700 W
+    {"h100-pcie", 756.0, 1513.0, 2000, 80, 114, 51,
+     350}, // H100 PCIe: 80 GB HBM2e, PCIe Gen5 between GPUs, 350 W
+    {"b200", 2250.0, 4500.0, 8000, 180, 148, 720, 1000}, // HGX/DGX B200: 180 GB HBM3e, NVLink 5, 1000 W
+    {"a100", 312.0, 0.0, 2039, 80, 108, 240, 400},       // A100 SXM4 80 GB: HBM2e, NVLink 3, no FP8, 400 W
 };
 
 // The calibration: three numbers for every GPU and model, fitted to three published runs on 8 to 512 H100s
@@ -165,7 +168,6 @@ static inline PlanRates plan_rates_from_options(const TrainOptions *opts, int wo
     if (opts->plan_gemm_fp8_tflops) r.gemm_fp8_tflops = opts->plan_gemm_fp8_tflops, r.measured = 1;
     if (opts->plan_attention_tflops) r.attention_tflops = opts->plan_attention_tflops;
     if (opts->plan_hbm_gbps) r.hbm_gbps = opts->plan_hbm_gbps;
-    if (opts->attention == ATTENTION_EXACT) r.attention_tflops = EXACT_ATTENTION_TFLOPS;
     r.nvlink_gbps = opts->intra_node_gbps ? opts->intra_node_gbps : r.gpu->nvlink_gbps;
     r.nic_gbps = opts->nic_gbps;
     r.gpus_per_node = opts->gpus_per_node;
@@ -403,6 +405,12 @@ typedef struct {
     StepCollectives collectives;
 } TimePlan;
 
+// The attention's rate: the plan's attention (PlanSettings.fast_attention, memory_plan.h's
+// plan_fast_attention) at the fused rate, or the exact kernels'.
+static inline double plan_attention_tflops(const PlanSettings *s, const PlanRates *r) {
+    return s->fast_attention ? r->attention_tflops : EXACT_ATTENTION_TFLOPS;
+}
+
 static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, int accum, const PlanRates *r) {
     TimePlan t;
     double N = (double)s->B * s->T * accum, C = cfg->channels, L = cfg->num_layers;
@@ -410,7 +418,7 @@ static inline TimePlan time_plan(const GPTConfig *cfg, const PlanSettings *s, in
     // QK^T and PV of the NH query heads (C features; GQA shares keys and values, not FLOPs), halved by the
     // mask
     double attention_forward = 2 * 2 * (double)s->T * C / 2 * N * L;
-    t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / r->attention_tflops / 1e9;
+    t.attention_ms = attention_forward * (3.5 + (s->recompute ? 1 : 0)) / plan_attention_tflops(s, r) / 1e9;
     size_t shard =
         s->zero_stage == 0 ? param_count(cfg) : shard_size(cfg, s->zero_stage, plan_shard_ranks(s));
     t.memory_ms = memory_bound_bytes(cfg, s, N, shard) / r->hbm_gbps / 1e6;
@@ -460,8 +468,8 @@ static inline void time_plan_print(const GPTConfig *cfg, const PlanSettings *s, 
         "at up to %.0f (%s)\n",
         t.gemm_ms, dtype_name(s->dtype), s->dtype == DTYPE_FLOAT8 ? r->gemm_fp8_tflops : r->gemm_bf16_tflops,
         r->gemm_bf16_tflops, r->measured ? "measured rates" : "data sheet x calibrated efficiency");
-    printf("  attention        %9.2f ms  at %.0f TFLOP/s (%s)\n", t.attention_ms, r->attention_tflops,
-           r->attention_tflops == EXACT_ATTENTION_TFLOPS ? "--attention exact" : "fused, cuDNN");
+    printf("  attention        %9.2f ms  at %.0f TFLOP/s (%s)\n", t.attention_ms, plan_attention_tflops(s, r),
+           s->fast_attention ? "cuDNN's fused attention" : "the exact kernels");
     printf("  memory-bound     %9.2f ms  at %.0f GB/s\n", t.memory_ms, r->hbm_gbps);
     printf("  launch and host  %9.2f ms\n", t.overhead_ms);
     for (int k = 0; k < NUM_COLLECTIVE_KINDS; k++) {

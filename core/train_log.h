@@ -133,7 +133,9 @@ static inline void run_log_open(RunLog *log, const char *path, long resume_step)
         }
         const char *step = strstr(line, "\"step\":");
         long at = step ? strtol(step + 7, NULL, 10) : 0;
-        int redone = at > resume_step || (at == resume_step && strstr(line, "\"type\":\"val\""));
+        int redone =
+            at > resume_step ||
+            (at == resume_step && (strstr(line, "\"type\":\"val\"") || strstr(line, "\"type\":\"eval\"")));
         if (!redone && fputs(line, kept) == EOF)
             fail("--log_file: %s: a write failed (disk full?): %s; %s is left as it was", tmp,
                  strerror(errno), path);
@@ -146,6 +148,12 @@ static inline void run_log_open(RunLog *log, const char *path, long resume_step)
 // Whether a resumed run starts with the validation of its checkpoint's step (see run_log_open).
 static inline int resume_validation(const TrainOptions *opts, long resume_step, int have_val) {
     return opts->resume && resume_step > 0 && have_val && is_due((int)resume_step, opts->val_every, 0);
+}
+
+// The same for the --eval_data accuracy, which follows the validation.
+static inline int resume_scoring(const TrainOptions *opts, long resume_step) {
+    return opts->resume && resume_step > 0 && *opts->eval_data &&
+           is_due((int)resume_step, opts->eval_every, 0);
 }
 
 static inline void run_log_close(RunLog *log) {
@@ -200,6 +208,15 @@ static inline void log_val(RunLog *log, int step, float val_loss) {
     printf("val   %5d | loss %.6f | perplexity %.4f\n", step, val_loss, exp(val_loss));
     run_log_record(log, "{\"type\":\"val\",\"step\":%d,\"val_loss\":%.9g,\"perplexity\":%.9g}\n", step,
                    val_loss, exp(val_loss));
+    fflush(stdout);
+}
+
+// The multiple-choice accuracy of --eval_data (eval_data.h): correct of examples.
+static inline void log_eval(RunLog *log, int step, int correct, int examples) {
+    double accuracy = (double)correct / examples;
+    printf("eval | step %d | accuracy %d/%d (%.4f)\n", step, correct, examples, accuracy);
+    run_log_record(log, "{\"type\":\"eval\",\"step\":%d,\"correct\":%d,\"examples\":%d,\"accuracy\":%.9g}\n",
+                   step, correct, examples, accuracy);
     fflush(stdout);
 }
 

@@ -14,7 +14,7 @@ BENCH_KERNELS_DEPS := dev/bench_kernels.cu gpu/layers.cuh gpu/gelu.cuh gpu/atten
 
 build/bench_kernels: $(BENCH_KERNELS_DEPS) $(CUDNN_OBJ)
 	mkdir -p build
-	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ dev/bench_kernels.cu $(CUDNN_LIBS) -lm
+	$(if $(nvcc_build),$(call nvcc_build,$(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ dev/bench_kernels.cu $(CUDNN_LIBS) -lm),$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ dev/bench_kernels.cu $(CUDNN_LIBS) -lm)
 
 .PHONY: bench_kernels
 bench_kernels: build/bench_kernels

@@ -38,7 +38,7 @@ for model in 124M 1.5B; do
 done
 echo
 echo "| model | float8 / bfloat16 speed-up, exact attention | with the fast attention | GEMMs alone |" \
-    "bound: fast attention, float8's casts free | the issue's target |"
+    "bound: fast attention, float8's casts free | the project's target |"
 echo "|---|---|---|---|---|---|"
 for model in 124M 1.5B; do
     target=1.25

@@ -4,15 +4,24 @@
 // same sequence of collectives everywhere, with the same counts, types and operations, as NCCL
 // requires) and then moves the data over MPI, both non-blocking (a collective whose peers have not joined
 // leaves its stream waiting). Reductions gather every rank's contribution and add them in rank order, so
-// that every rank gets the same bits, as NCCL's do.
+// that every rank gets the same bits, as NCCL's do. Ranks started without MPI (a torchrun-style launch:
+// RANK, WORLD_SIZE and the unique id passed through a file) move the same descriptions and data through
+// files instead: a directory named after the unique id in $TMPDIR (else /tmp), one file per collective and
+// rank, written whole and renamed into place, read once every rank's is there (the stream waits until
+// then); the last rank to destroy the communicator removes the directory.
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda_bf16.h"
@@ -30,6 +39,7 @@ struct ncclComm {
     ncclComm *split_result = NULL; // a non-blocking split of this communicator: handed out when it settles
     ncclComm_t *split_out = NULL;
     unsigned long long sequence; // collectives queued so far
+    std::string dir;             // ranks started without MPI: the directory their collectives move through
 #ifdef USE_MPI
     MPI_Comm mpi;
 #endif
@@ -149,19 +159,20 @@ ncclResult_t usage(const char *fmt, const char *call) {
     return ncclInvalidUsage;
 }
 
-#ifdef USE_MPI
 // A collective of several ranks in flight: first every rank's description is gathered and compared,
-// then the data moves; both over non-blocking MPI, so that the stream reports it waiting (emu::op_waits)
-// while a peer has not joined, as a GPU's NCCL kernel spins, instead of blocking the host in MPI. MPI
-// moves host copies: device memory is closed to the host between the emulator's drains, when a peer's
-// MPI may still read or write it.
+// then the data moves; both non-blocking (over MPI, or through the files of ranks started without it), so
+// that the stream reports it waiting (emu::op_waits) while a peer has not joined, as a GPU's NCCL kernel
+// spins, instead of blocking the host. The data moves as host copies: device memory is closed to the host
+// between the emulator's drains, when a peer's MPI may still read or write it.
 struct Collective {
     ncclComm *comm = NULL;
     Description desc = {};
     const void *send = NULL;
     void *recv = NULL;
     int stage = 0; // 0: not started, 1: descriptions moving, 2: data moving
+#ifdef USE_MPI
     MPI_Request request = MPI_REQUEST_NULL;
+#endif
     std::vector<Description> all;
     std::vector<char> outgoing, incoming; // this rank's contribution; what arrives (every rank's, or root's)
 };
@@ -184,6 +195,102 @@ size_t send_bytes_of(const Description &desc, int nranks) {
     const size_t bytes = (size_t)desc.count * type_size((ncclDataType_t)desc.type);
     return desc.kind == REDUCE_SCATTER ? bytes * nranks : bytes;
 }
+
+void finish_data(Collective &c) {
+    const Description &desc = c.desc;
+    if (desc.kind == ALL_REDUCE || desc.kind == REDUCE_SCATTER)
+        reduce(c.recv, c.incoming.data(), desc.count, c.comm->nranks, (ncclDataType_t)desc.type,
+               (ncclRedOp_t)desc.op);
+    else
+        memcpy(c.recv, c.incoming.data(), c.incoming.size());
+}
+
+// ---- through files (ranks started without MPI)
+
+std::string collective_file(const ncclComm *comm, unsigned long long sequence, int rank) {
+    return comm->dir + "/" + std::to_string(sequence) + "." + std::to_string(rank);
+}
+
+// Writes this rank's description and contribution, whole, under its final name.
+void write_contribution(const Collective &c) {
+    const std::string path = collective_file(c.comm, c.desc.sequence, c.comm->rank), tmp = path + ".tmp";
+    FILE *f = fopen(tmp.c_str(), "wb");
+    if (!f || fwrite(&c.desc, sizeof(c.desc), 1, f) != 1 ||
+        (c.outgoing.size() && fwrite(c.outgoing.data(), c.outgoing.size(), 1, f) != 1) || fclose(f) != 0 ||
+        rename(tmp.c_str(), path.c_str()) != 0)
+        emu::fatal("NCCL emulation: cannot write %s", tmp.c_str());
+}
+
+// Rank r's description and contribution, once its file is there.
+bool read_contribution(const Collective &c, int r, Description *desc, std::vector<char> *data) {
+    FILE *f = fopen(collective_file(c.comm, c.desc.sequence, r).c_str(), "rb");
+    if (!f) return false;
+    const size_t bytes = send_bytes_of(c.desc, c.comm->nranks);
+    data->resize(bytes);
+    bool whole = fread(desc, sizeof(*desc), 1, f) == 1 && (!bytes || fread(data->data(), bytes, 1, f) == 1);
+    fclose(f);
+    if (!whole) emu::fatal("NCCL emulation: rank %d's collective #%llu is cut short", r, c.desc.sequence);
+    return true;
+}
+
+bool advance_through_files(Collective &c) {
+    const Description &desc = c.desc;
+    const int n = c.comm->nranks;
+    const size_t bytes = (size_t)desc.count * type_size((ncclDataType_t)desc.type);
+    if (c.stage == 0) {
+        const char *send = (const char *)c.send;
+        c.outgoing.assign(send, send + send_bytes_of(desc, n));
+        write_contribution(c);
+        c.all.resize(n);
+        c.stage = 1;
+    }
+    for (int r = 0; r < n;
+         r++) // every rank's file first: a peer that has not joined leaves the stream waiting
+        if (access(collective_file(c.comm, desc.sequence, r).c_str(), F_OK) != 0) return false;
+    c.incoming.resize(desc.kind == BROADCAST ? bytes : bytes * n);
+    std::vector<char> data;
+    for (int r = 0; r < n; r++) {
+        if (!read_contribution(c, r, &c.all[r], &data)) return false;
+        if (memcmp(&c.all[r], &desc, sizeof(desc)) != 0) break; // check_descriptions names it
+        if (desc.kind == REDUCE_SCATTER)                        // rank r's chunk for this rank
+            memcpy(c.incoming.data() + r * bytes, data.data() + (size_t)c.comm->rank * bytes, bytes);
+        else if (desc.kind != BROADCAST)
+            memcpy(c.incoming.data() + r * bytes, data.data(), bytes);
+        else if (r == desc.root)
+            memcpy(c.incoming.data(), data.data(), bytes);
+    }
+    check_descriptions(c);
+    finish_data(c);
+    return true;
+}
+
+// The directory of the communicator of unique id `id`.
+std::string transport_dir(const ncclUniqueId &id) {
+    unsigned long long stamp;
+    memcpy(&stamp, id.internal + sizeof(ID_MAGIC), sizeof(stamp));
+    const char *tmp = getenv("TMPDIR");
+    char name[64];
+    snprintf(name, sizeof(name), "/cuda-emu-nccl-%016llx", stamp);
+    return std::string(tmp && *tmp ? tmp : "/tmp") + name;
+}
+
+void mark(const ncclComm *comm, const char *what);
+bool all_marked(const ncclComm *comm, const char *what);
+
+// Marks this rank done with the directory; the last one removes it.
+void close_transport(const ncclComm *comm) {
+    mark(comm, "closed");
+    if (!all_marked(comm, "closed")) return;
+    DIR *d = opendir(comm->dir.c_str());
+    if (!d) return;
+    while (struct dirent *e = readdir(d))
+        if (e->d_name[0] != '.') remove((comm->dir + "/" + e->d_name).c_str());
+    closedir(d);
+    rmdir(comm->dir.c_str());
+}
+
+#ifdef USE_MPI
+// ---- over MPI
 
 void start_data(Collective &c) {
     const Description &desc = c.desc;
@@ -210,15 +317,6 @@ void start_data(Collective &c) {
         MPI_Ibcast(c.incoming.data(), (int)bytes, MPI_BYTE, desc.root, mpi, &c.request);
         break;
     }
-}
-
-void finish_data(Collective &c) {
-    const Description &desc = c.desc;
-    if (desc.kind == ALL_REDUCE || desc.kind == REDUCE_SCATTER)
-        reduce(c.recv, c.incoming.data(), desc.count, c.comm->nranks, (ncclDataType_t)desc.type,
-               (ncclRedOp_t)desc.op);
-    else
-        memcpy(c.recv, c.incoming.data(), c.incoming.size());
 }
 
 // One step of the collective; true once it is complete (or its communicator aborted).
@@ -279,13 +377,11 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
     }
     Description desc = {comm->sequence++, (unsigned long long)count, (int)kind, (int)type, (int)op, root};
     emu::count_collective_bytes(kind, kind == REDUCE_SCATTER ? send_bytes : recv_bytes);
-#ifdef USE_MPI
     auto progress = std::make_shared<Collective>(); // kept across the runs of a collective that waits
     progress->comm = comm;
     progress->desc = desc;
     progress->send = send;
     progress->recv = recv;
-#endif
     cudaError_t err = emu::enqueue(stream, emu::OP_COLLECTIVE, [=] {
         if (comm->aborted) return;
         if (comm->nranks == 1) {
@@ -295,12 +391,35 @@ ncclResult_t enqueue_collective(CollectiveKind kind, const void *send, size_t se
                 memmove(recv, send, std::min(send_bytes, recv_bytes));
             return;
         }
+        if (!comm->dir.empty()) {
+            if (!advance_through_files(*progress)) emu::op_waits();
+            return;
+        }
 #ifdef USE_MPI
         if (!advance(*progress)) emu::op_waits();
 #endif
     });
     return err == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
 }
+
+// Marks this rank `what` (joined, closed) in the communicator's directory.
+void mark(const ncclComm *comm, const char *what) {
+    FILE *f = fopen((comm->dir + "/" + what + "." + std::to_string(comm->rank)).c_str(), "wb");
+    if (!f || fclose(f) != 0) emu::fatal("NCCL emulation: cannot write in %s", comm->dir.c_str());
+}
+
+bool all_marked(const ncclComm *comm, const char *what) {
+    for (int r = 0; r < comm->nranks; r++)
+        if (access((comm->dir + "/" + what + "." + std::to_string(r)).c_str(), F_OK) != 0) return false;
+    return true;
+}
+
+// Whether every rank has joined: through files, once each has marked it; otherwise at creation.
+bool all_joined(const ncclComm *comm) {
+    return comm->dir.empty() || all_marked(comm, "joined");
+}
+
+ncclResult_t create_comm(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 
 } // namespace
 
@@ -347,13 +466,24 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId i
         emu::explain("ncclCommInitRankConfig: the config was not set from NCCL_CONFIG_INITIALIZER");
         return ncclInvalidArgument;
     }
-    ncclResult_t result = ncclCommInitRank(comm, nranks, id, rank);
-    if (result != ncclSuccess || config->blocking != 0) return result;
+    if (config->blocking != 0) return ncclCommInitRank(comm, nranks, id, rank);
+    ncclResult_t result = create_comm(comm, nranks, id, rank);
+    if (result != ncclSuccess) return result;
     (*comm)->initializing = true;
     return ncclInProgress;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    ncclResult_t result = create_comm(comm, nranks, id, rank);
+    while (result == ncclSuccess && !all_joined(*comm)) usleep(1000);
+    return result;
+}
+
+namespace {
+
+// A communicator's creation: over MPI it gathers the ids (blocking); through files it marks this rank
+// joined, and the others' marks are awaited by the caller (all_joined).
+ncclResult_t create_comm(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
     if (nranks < 1 || rank < 0 || rank >= nranks) {
         emu::explain("ncclCommInitRank: rank %d of %d", rank, nranks);
         return ncclInvalidArgument;
@@ -365,16 +495,28 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     ncclComm *c = new ncclComm();
     c->rank = rank;
     c->nranks = nranks;
-    if (nranks > 1) {
+    int mpi_initialized = 0;
 #ifdef USE_MPI
-        int initialized = 0, size = 0, mpi_rank = -1;
-        MPI_Initialized(&initialized);
-        if (initialized) MPI_Comm_size(MPI_COMM_WORLD, &size), MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
-        if (!initialized || size != nranks || mpi_rank != rank) {
+    MPI_Initialized(&mpi_initialized);
+#endif
+    if (nranks > 1 &&
+        !mpi_initialized) { // started without MPI: through files, created at the first collective
+        c->dir = transport_dir(id);
+        if (mkdir(c->dir.c_str(), 0700) != 0 && errno != EEXIST) {
+            emu::explain("ncclCommInitRank: cannot create %s: %s", c->dir.c_str(), strerror(errno));
+            delete c;
+            return ncclSystemError;
+        }
+        mark(c, "joined");
+    } else if (nranks > 1) {
+#ifdef USE_MPI
+        int size = 0, mpi_rank = -1;
+        MPI_Comm_size(MPI_COMM_WORLD, &size), MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+        if (size != nranks || mpi_rank != rank) {
             emu::explain(
-                "ncclCommInitRank: rank %d of %d, but the emulation runs the ranks as MPI_COMM_WORLD's "
-                "(MPI %s, rank %d of %d)",
-                rank, nranks, initialized ? "initialised" : "not initialised", mpi_rank, size);
+                "ncclCommInitRank: rank %d of %d, but the emulation runs MPI's ranks as MPI_COMM_WORLD's "
+                "(rank %d of %d)",
+                rank, nranks, mpi_rank, size);
             delete c;
             return ncclInvalidUsage;
         }
@@ -387,15 +529,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
                 return ncclInvalidArgument;
             }
         MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
-#else
-        emu::explain("ncclCommInitRank: %d ranks, but this emulation build has no MPI to run them", nranks);
-        delete c;
-        return ncclInvalidUsage;
 #endif
     }
     *comm = c;
     return ncclSuccess;
 }
+
+} // namespace
 
 // The ranks of comm that pass the same color, ordered by key then rank, as MPI_Comm_split orders them
 // (every rank of comm calls it; the emulation's split blocks in MPI). Non-blocking, the parent reports
@@ -405,6 +545,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     if (config && config->magic != NCCL_CONFIG_MAGIC)
         return usage("%s: the config was not set from NCCL_CONFIG_INITIALIZER", "ncclCommSplit");
     if (color < 0) return usage("%s: this emulation needs a color for every rank", "ncclCommSplit");
+    if (!comm->dir.empty())
+        return usage("%s: the emulation splits only communicators of MPI's ranks", "ncclCommSplit");
     ncclComm *c = new ncclComm();
     c->rank = 0;
     c->nranks = 1;
@@ -432,8 +574,9 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclInvalidArgument;
     cudaDeviceSynchronize(); // its queued collectives complete first, as NCCL's do
+    if (!comm->dir.empty()) close_transport(comm);
 #ifdef USE_MPI
-    if (comm->nranks > 1 && !comm->aborted) MPI_Comm_free(&comm->mpi);
+    if (comm->nranks > 1 && !comm->aborted && comm->dir.empty()) MPI_Comm_free(&comm->mpi);
 #endif
     delete comm;
     return ncclSuccess;
@@ -456,6 +599,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error) {
     if (!comm) return ncclInvalidArgument;
     *async_error = ncclSuccess; // a failing peer ends its process; one that hangs leaves a collective waiting
+    if (comm->initializing && !all_joined(comm)) {
+        *async_error = ncclInProgress;
+        return ncclSuccess;
+    }
     comm->initializing = false;
     if (comm->split_out) *comm->split_out = comm->split_result;
     comm->split_out = NULL;

@@ -1,6 +1,7 @@
 // emu/nccl.h: the NCCL collectives the project uses, for the CPU emulation build (emu/nccl.cpp). With MPI
 // (a build with USE_MPI, started by mpirun) each rank is a process and the collectives run over MPI when
-// the stream reaches them; without it only one-rank communicators exist. NCCL's rules are checked: the
+// the stream reaches them; ranks started without MPI (torchrun-style) move them through files in $TMPDIR.
+// NCCL's rules are checked: the
 // same collective sequence on every rank (kind, count, type, operation), in-place offsets
 // (all-gather: sendbuff == recvbuff + rank * sendcount; reduce-scatter: recvbuff == sendbuff + rank *
 // recvcount), buffers inside device allocations.

@@ -256,9 +256,15 @@ size_t cudnn_attention_workspace_bytes(const AttentionGraphs *graphs) {
 }
 
 const char *cudnn_attention_version(void) {
-    static char text[32];
+    static char text[160];
     const size_t version = cudnnGetVersion(); // major * 10000 + minor * 100 + patch since cuDNN 9
-    snprintf(text, sizeof text, "%zu.%zu.%zu", version / 10000, version / 100 % 100, version % 100);
+    char frontend[32];
+    snprintf(frontend, sizeof frontend, "%d.%d.%d", CUDNN_FRONTEND_MAJOR_VERSION,
+             CUDNN_FRONTEND_MINOR_VERSION, CUDNN_FRONTEND_PATCH_VERSION);
+    const int tested = strcmp(frontend, CUDNN_FRONTEND_TESTED) == 0;
+    snprintf(text, sizeof text, "%zu.%zu.%zu, frontend %s%s", version / 10000, version / 100 % 100,
+             version % 100, frontend,
+             tested ? "" : " (not " CUDNN_FRONTEND_TESTED ", whose workspace formula the plan has)");
     return text;
 }
 

@@ -9,6 +9,11 @@
 
 #include <cuda_runtime.h>
 
+// The versions this code was built and checked with: memory_plan.h's attention_workspace_bytes reads this
+// cudnn-frontend's SDPA backward, and scripts/cudnn_deps.sh fetches these two (it reads them here).
+#define CUDNN_FRONTEND_TESTED "1.32.0"
+#define CUDNN_WHEEL_TESTED "9.28.1.4"
+
 struct AttentionGraphs; // cuDNN's handle, the forward and backward graphs and the workspace they run in
 
 // The graphs' tensors (their uids in cuDNN's variant packs).
@@ -32,7 +37,10 @@ int cudnn_attention_validate(int B, int T, int C, int NH, int KVH, int sm_versio
 int cudnn_attention_layout(int B, int T, int C, int NH, int KVH, int tensor, int64_t dims[4],
                            int64_t strides[4], size_t *column);
 size_t cudnn_attention_workspace_bytes(const AttentionGraphs *graphs); // what the plans asked for
-const char *cudnn_attention_version(void); // "9.28.1": the library loaded, not the headers'
+// "9.28.1, frontend 1.32.0": the library loaded (not the headers') and the frontend compiled in, with a note
+// where the frontend is not CUDNN_FRONTEND_TESTED (the workspace formula may then be short: the plans are
+// still checked against it at start, cudnn_attention_create)
+const char *cudnn_attention_version(void);
 
 // The layouts of gpu/attention.cuh's attention_forward and attention_backward; BF16 data as raw pointers.
 // out (B,T,C), lse (B,NH,T) <- qkv (B,T,QKV)

@@ -5,7 +5,9 @@
 #   - a Python environment that has the nvidia-cudnn wheel (PyTorch's: the GPU machine's image) gives cuDNN,
 #     linked, not copied; the nvidia-cudnn-frontend wheel, where installed, the frontend;
 #   - what is still missing comes from PyPI (pip download, nothing installed into any environment):
-#     nvidia-cudnn-cu13 (about 500 MB) and nvidia-cudnn-frontend;
+#     nvidia-cudnn-cu13 (about 500 MB) and nvidia-cudnn-frontend, each at the version the code was checked
+#     with (gpu/attention_cudnn.h's CUDNN_WHEEL_TESTED and CUDNN_FRONTEND_TESTED: the memory plan's
+#     attention workspace is the frontend's formula of that version);
 #   - --headers-only (CI, which has no GPU) keeps of the cuDNN wheel only its headers, libcudnn.so.9 (the
 #     loader the trainer links against) and libcudnn_graph.so.9 (what answers the version and validates
 #     graphs): enough to compile, link and validate the attention's graphs (make test_cudnn_graphs), not to
@@ -19,6 +21,12 @@ if [ "${1:-}" = --headers-only ]; then
 fi
 dir=${1:-build}
 py=${PYTHON:-python3}
+tested() { # the version gpu/attention_cudnn.h names NAME
+    sed -n "s/^#define $1 \"\(.*\)\"$/\1/p" "$(dirname "${BASH_SOURCE[0]}")/../gpu/attention_cudnn.h"
+}
+cudnn_version=$(tested CUDNN_WHEEL_TESTED)
+frontend_version=$(tested CUDNN_FRONTEND_TESTED)
+[ -n "$cudnn_version" ] && [ -n "$frontend_version" ] || { echo "cudnn_deps: gpu/attention_cudnn.h names no tested versions" >&2; exit 1; }
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
@@ -46,7 +54,8 @@ download() {
     mkdir -p "$cache"
     "$py" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --dest "$cache" \
         "$1" >&2 || { echo "cudnn_deps: pip could not download $1 (no network?)" >&2; exit 1; }
-    ls -t "$cache"/"${1//-/_}"-*.whl | head -n 1
+    local name=${1%%==*}
+    ls -t "$cache"/"${name//-/_}"-*.whl | head -n 1
 }
 
 # Extracts from the wheel WHEEL into DEST the members whose names start with one of the PREFIXes.
@@ -69,7 +78,7 @@ if [ ! -f "$dir/cudnn/include/cudnn.h" ]; then
         ln -sfn "$wheel_dir" "$dir/cudnn"
         echo "cudnn_deps: cuDNN from $wheel_dir"
     else
-        wheel=$(download nvidia-cudnn-cu13)
+        wheel=$(download "nvidia-cudnn-cu13==$cudnn_version")
         rm -rf "$dir/cudnn" "$dir/cudnn.tmp"
         if [ "$headers_only" = 1 ]; then
             extract "$wheel" "$dir/cudnn.tmp" nvidia/cudnn/include/ nvidia/cudnn/lib/libcudnn.so.9 \
@@ -84,7 +93,7 @@ if [ ! -f "$dir/cudnn/include/cudnn.h" ]; then
 fi
 
 if [ ! -f "$dir/cudnn_frontend/include/cudnn_frontend.h" ]; then
-    wheel=$(download nvidia-cudnn-frontend)
+    wheel=$(download "nvidia-cudnn-frontend==$frontend_version")
     rm -rf "$dir/cudnn_frontend" "$dir/cudnn_frontend.tmp"
     extract "$wheel" "$dir/cudnn_frontend.tmp" include/
     [ -f "$dir/cudnn_frontend.tmp/include/cudnn_frontend.h" ] || {
@@ -96,4 +105,7 @@ if [ ! -f "$dir/cudnn_frontend/include/cudnn_frontend.h" ]; then
     rm -rf "$dir/cudnn_frontend.tmp"
     echo "cudnn_deps: cudnn-frontend from $(basename "$wheel")"
 fi
+have=$(sed -n 's/^#define CUDNN_FRONTEND_\(MAJOR\|MINOR\|PATCH\)_VERSION \([0-9]*\)$/\2/p' \
+    "$dir/cudnn_frontend/include/cudnn_frontend_version.h" 2>/dev/null | paste -sd.)
+[ "$have" = "$frontend_version" ] || echo "cudnn_deps: note: $dir/cudnn_frontend is cudnn-frontend ${have:-of an unknown version}, not $frontend_version, whose attention workspace the memory plan computes (remove it and run this again to fetch $frontend_version)"
 echo "cudnn_deps: CUDNN_HOME=$dir/cudnn CUDNN_FRONTEND_HOME=$dir/cudnn_frontend"

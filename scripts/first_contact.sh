@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # first_contact.sh: the first minute on a new GPU machine (scripts/gpu_check.sh's first stage), so that one
-# session finds every first-contact failure at once: each check runs in a process of its own, against the CPU
+# run finds every first-contact failure at once: each check runs in a process of its own, against the CPU
 # reference, and the script goes on past failures; it ends with a table of PASS / FAIL / SKIP (with the
 # reason) and exits 1 if any check failed.
 #   1. every GEMM form the trainer issues, cuDNN's fused-attention plans at the test shapes, an NCCL
@@ -67,12 +67,14 @@ else
         flags=(--dtype "$dtype")
         [ -n "$recipe" ] && flags+=(--fp8_recipe "$recipe")
         [ -n "$fast" ] && flags+=(--fp8_fast_accum "$fast")
-        # an FP8 GEMM on Hopper sums as its tensor cores (test_gpu.sh's cpu_accumulation); mxfp8 is Blackwell's
-        cpu_flags=()
-        [ "$dtype" = float8 ] && [ "$recipe" != mxfp8 ] && cpu_flags=(--fp8_accumulation hopper)
         status=0
         timeout "$limit" "$train" "${model[@]}" "${flags[@]}" --debug_state "$out/gpu_$name.bin" \
             >"$out/$name.txt" 2>"$out/$name.err" || status=$?
+        # the reference sums FP8 as the device does: the model its versions line names (test_gpu.sh's
+        # cpu_accumulation: Hopper's 13-bit MMA accumulator, or FP32 on Blackwell)
+        cpu_flags=()
+        sums=$(sed -n 's/^versions | .* | FP8 accumulation \([a-z0-9]*\)$/\1/p' "$out/$name.txt")
+        [ "$dtype" = float8 ] && [ -n "$sums" ] && cpu_flags=(--fp8_accumulation "$sums")
         errors=$(grep -v '^cuda-emu: ' "$out/$name.err")
         if [ $status = 1 ] && [ "$(wc -l <<<"$errors")" = 1 ] && ! grep -q '^step' "$out/$name.txt" &&
             [[ "$errors" == "error: --fp8_recipe $recipe: "* ]]; then

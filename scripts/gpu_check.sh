@@ -2,8 +2,8 @@
 # gpu_check.sh: everything that needs a GPU, in one run that ends within its budget (GPU_CHECK_BUDGET_S,
 # default 450 s, the build's time included; every step's timeout is cut to what is left, and a step that
 # finds under 10 s left is skipped with a line), on one H200, measurements first:
-# build (with cuDNN's fused attention where the device's Python environment has the nvidia-cudnn wheel and
-# build/cudnn_frontend came along: scripts/cudnn_deps.sh), the first-contact stage (scripts/first_contact.sh,
+# build (with cuDNN's fused attention where the machine's Python environment has the nvidia-cudnn wheel and
+# build/cudnn_frontend is there: scripts/cudnn_deps.sh), the first-contact stage (scripts/first_contact.sh,
 # about a minute: every GEMM form the trainer issues, cuDNN's plans, an NCCL communicator and two-step runs in
 # each dtype and recipe, each against the CPU reference in a process of its own, on past failures, a
 # PASS/FAIL/SKIP table), the kernel benchmark (the fused kernels and the
@@ -18,9 +18,9 @@
 # the 124M and 1.5B runs in bfloat16 and float8 (torchao) from the same weights, and ours against it.
 # Prints three tables last.
 # Usage: scripts/gpu_check.sh [DATA=path/to/text]   (writes logs under ${OUT:-out/gpu_check})
-# On a device machine without network: run `bash scripts/cudnn_deps.sh --headers-only` here first and carry
-# build/cudnn_frontend along (the device's Python environment has cuDNN itself, not the frontend's headers;
-# do not carry build/cudnn, whose headers-only copy cannot run).
+# On a GPU machine without network: run `bash scripts/cudnn_deps.sh --headers-only` on a machine with one and
+# copy build/cudnn_frontend over (the GPU machine's Python environment has cuDNN itself, not the frontend's
+# headers; do not copy build/cudnn, whose headers-only copy cannot run).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -37,9 +37,9 @@ limit() {
     echo $(($1 < left ? $1 : left))
 }
 jobs_flag="-j$(nproc)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # the device machine runs as root
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # GPU machines often run as root
 # The environment first, what every failure below is read against: the GPU and its driver, the compiler, and
-# the library wheels of the device's Python environment (each run's `versions |` line then names the versions
+# the library wheels of the machine's Python environment (each run's `versions |` line then names the versions
 # the trainer loaded).
 log "environment"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader || true
@@ -57,7 +57,7 @@ for name in names:
         pass
 print("wheels: " + (", ".join(found) or "none"))
 PY
-# NCCL: the CUDA toolkit's or the system's; where neither has one (the device image brings NCCL only as the
+# NCCL: the CUDA toolkit's or the system's; where neither has one (some machines bring NCCL only as the
 # nvidia-nccl wheel PyTorch depends on), the wheel's header and library, linked under build/nccl.
 if ! ls "$(dirname "$(command -v nvcc)")/../include/nccl.h" /usr/include/nccl.h >/dev/null 2>&1; then
     wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
@@ -69,8 +69,8 @@ if ! ls "$(dirname "$(command -v nvcc)")/../include/nccl.h" /usr/include/nccl.h 
         log "NCCL from $wheel"
     fi
 fi
-# cuDNN: the wheel's library and headers, and the frontend's headers carried in build/cudnn_frontend (the
-# device has no network); without them the build has the exact attention only, and says so
+# cuDNN: the wheel's library and headers, and the frontend's headers in build/cudnn_frontend (fetched where
+# there is network); without them the build has the exact attention only, and says so
 bash scripts/cudnn_deps.sh build 2>&1 | tail -n 3 || log "no cuDNN: the exact attention only"
 log "build"
 if ! make $jobs_flag train train_cpu test/build/compare_debug_state build/first_contact build/bench_gemm build/bench_kernels \
@@ -81,7 +81,7 @@ if ! make $jobs_flag train train_cpu test/build/compare_debug_state build/first_
 fi
 tail -n 3 "$out/build.txt"
 # every library call the trainer makes, each against the CPU, before anything is measured: the table tells the
-# whole session's first-contact failures at once (its rows go on past each other's failures)
+# whole run's first-contact failures at once (its rows go on past each other's failures)
 log "first contact"
 if t=$(limit 120); then
     OUT="$out/first_contact" DATA="$data_file" FIRST_CONTACT_TIMEOUT_S=$((t / 4)) timeout "$t" bash scripts/first_contact.sh
@@ -232,15 +232,9 @@ PY
         zrun "mpi2_z$zero" mpirun -np 2 --bind-to none -- --batch_size 8 --zero_stage $zero &&
             compare2 "mpi2_z$zero" "zero_stage $zero, mpirun -np 2"
     done
-    port=$((20000 + RANDOM % 20000))
-    for rank in 1 0; do # rank 1 first: it must wait for rank 0's file
-        RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=localhost MASTER_PORT=$port timeout "$(limit 90 || echo 1)" ./train \
-            "${small[@]}" --batch_size 8 --zero_stage 3 --output_dir "$zdir/file2_z3" \
-            --log_file "$zdir/file2_z3_rank$rank.jsonl" >"$zdir/file2_z3_rank$rank.txt" 2>&1 &
-    done
-    wait
-    cp "$zdir/file2_z3_rank0.jsonl" "$zdir/file2_z3.jsonl" 2>/dev/null
-    compare2 file2_z3 "zero_stage 3, 2 processes torchrun-style (id through a file)"
+    # torchrun's environment (scripts/torchrun_local.sh: ranks, run id), one set of flags for both ranks
+    zrun file2_z3 scripts/torchrun_local.sh --nproc_per_node 2 -- --batch_size 8 --zero_stage 3 &&
+        compare2 file2_z3 "zero_stage 3, 2 processes torchrun-style (id through a file)"
     ls "$zdir/file2_z3"/nccl_id* >/dev/null 2>&1 && echo "| NCCL id file | left behind | FAIL |" >>"$zero_table"
 else
     echo "| two processes | skipped: $gpus GPU(s) | |" >>"$zero_table"

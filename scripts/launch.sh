@@ -12,7 +12,12 @@
 # Flags take `--flag value` or `--flag=value`. PROGRAM and ARGS are passed on unchanged; the first
 # argument that is not a launcher flag (or everything after `--`) starts them.
 # Every process learns its rank, world size and local rank from MPI; the trainers use the local rank as
-# their GPU index. PROGRAM runs in the current directory on every node, so on several nodes the
+# their GPU index.
+# Stopping: Ctrl-C, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 to this script become the trainers' stop signal
+# (--stop_signal, SIGUSR1 by default) sent to every process through mpirun; the ranks finish their step,
+# write a checkpoint however long it takes and exit 75, and so does this script (a second signal ends them
+# at once). mpirun itself never sees a terminating signal: its own answer to one is to kill the processes
+# about a second later, checkpoint or not, and exit 1. PROGRAM runs in the current directory on every node, so on several nodes the
 # repository, the data and --output_dir must sit on a filesystem all of them share, at the same path.
 # Examples:
 #   scripts/launch.sh --nproc_per_node 8 -- ./train --dtype float8 --model_size 1.5B --zero_stage 1
@@ -115,4 +120,33 @@ command -v "$mpirun" >/dev/null ||
 # The flags above (-x, --map-by ppr, --oversubscribe) are Open MPI's; MPICH's mpirun would misread them.
 "$mpirun" --version 2>/dev/null | grep -q 'Open MPI' ||
     die "'$mpirun' is not Open MPI's mpirun (this wrapper builds Open MPI flags; for MPICH use its mpiexec directly)"
-exec "${cmd[@]}"
+
+# The signal a stop is relayed as: the program's --stop_signal, which mpirun forwards to every process.
+# With `--stop_signal none` the program has none, and mpirun gets SIGTERM: it ends the processes its way.
+stop_signal=USR1
+for ((i = 1; i <= $#; i++)); do
+    case "${!i}" in
+    --stop_signal=*) choice=${!i#*=} ;;
+    --stop_signal) j=$((i + 1)); choice=${!j:-} ;;
+    *) continue ;;
+    esac
+    case "$choice" in usr2) stop_signal=USR2 ;; none) stop_signal=TERM ;; *) stop_signal=USR1 ;; esac
+done
+# mpirun in a session of its own: Ctrl-C and a closed terminal reach this script alone, which relays them.
+setsid "${cmd[@]}" &
+pid=$!
+relay() {
+    echo "launch.sh: SIG$1: the processes stop after their step with a checkpoint (a second signal ends them now)" >&2
+    kill -"$stop_signal" "$pid" 2>/dev/null || true
+}
+for signal in INT TERM HUP USR1 USR2; do
+    # shellcheck disable=SC2064 # the signal's name, fixed now on purpose
+    trap "relay $signal" "$signal"
+done
+# wait returns early when a trapped signal arrives: wait again until mpirun has ended, with its status
+status=0
+while :; do
+    wait "$pid" && status=0 || status=$?
+    kill -0 "$pid" 2>/dev/null || break
+done
+exit "$status"

@@ -12,12 +12,20 @@ The table, one column per dtype:
                          from the JSON-lines step records; the same for the CPU and the GPU trainer
   MFU, peak memory       from the GPU trainer's final 'summary | ...' line; 'n/a (CPU)' for train_cpu
   final val loss         the last "val" record, and its perplexity
+  eval accuracy          the last "eval" record (--eval_data: K of N multiple-choice examples right), as
+                         K/N +- its binomial standard error sqrt(p (1 - p) / N); the difference's error is
+                         sqrt(se_bf16^2 + se_fp8^2), which treats the two runs as independent samples (the same
+                         examples make it an upper bound)
   steps to target        the first step whose training loss is <= the target loss, or 'not reached'.
                          Default target: 1.05 x the mean training loss of the bfloat16 run over its last
                          10% of steps (at least 1): 'how soon does each run get within 5% of where the
                          baseline ends'. A mean, not the last step's loss alone, which is one noisy batch.
+  hours to target        those steps x the median ms/step: the time a run of this shape takes to get there
   energy, cost           from an 'energy | ...' line of the trainer's stdout, else 'not measured'
-Then one line: the relative gap of the final validation loss, 100 * (float8 - bfloat16) / bfloat16, percent.
+The last column is float8's difference from bfloat16 (a ratio for times and rates). Then one line: the
+relative gap of the final validation loss, 100 * (float8 - bfloat16) / bfloat16, percent.
+The figure: the training and validation losses, their difference, and (with eval records) the eval accuracy
+with its standard error. Without matplotlib the table is still written and one line says so (exit 0).
 """
 import argparse
 import json
@@ -44,7 +52,7 @@ def _json_line(line):
 
 
 def read_log(path):
-    steps, vals = [], []
+    steps, vals, evals = [], [], []
     with open(path) as f:
         for number, line in enumerate(f, 1):
             line = line.strip()
@@ -62,9 +70,17 @@ def read_log(path):
                 steps.append(record)
             elif record.get("type") == "val":
                 vals.append(record)
+            elif record.get("type") == "eval":
+                evals.append(record)
     if not steps:
         sys.exit(f"plot_compare.py: {path}: no step records (did the run fail? see the .txt beside it)")
-    return steps, vals
+    return steps, vals, evals
+
+
+def accuracy_error(record):
+    """(accuracy, binomial standard error) of an eval record."""
+    p, n = record["correct"] / record["examples"], record["examples"]
+    return p, math.sqrt(p * (1.0 - p) / n)
 
 
 def parse_summary(text):
@@ -173,9 +189,25 @@ def build_table(runs, target, target_note, trainer, flags):
                                 for v in last_val.values()])
         row("final val perplexity", *["n/a (no validation)" if v is None else f"{v['perplexity']:.3f}"
                                       for v in last_val.values()])
+    last_eval = {d: runs[d]["evals"][-1] if runs[d]["evals"] else None for d in DTYPES}
+    if all(last_eval.values()):
+        (pb, eb), (pf, ef) = accuracy_error(last_eval["bfloat16"]), accuracy_error(last_eval["float8"])
+        row(f"eval accuracy ± std. error (step {last_eval['bfloat16']['step']}, "
+            f"{last_eval['bfloat16']['examples']} examples)",
+            *[f"{accuracy_error(last_eval[d])[0]:.4f} ± {accuracy_error(last_eval[d])[1]:.4f} "
+              f"({last_eval[d]['correct']}/{last_eval[d]['examples']})" for d in DTYPES],
+            f"{pf - pb:+.4f} ± {math.sqrt(eb * eb + ef * ef):.4f}")
+    else:
+        row("eval accuracy ± std. error",
+            *["n/a (no --eval_data)" if e is None else f"{accuracy_error(e)[0]:.4f} ± {accuracy_error(e)[1]:.4f}"
+              for e in last_eval.values()])
     reached = {d: steps_to(runs[d]["steps"], target) for d in DTYPES}
     row(f"steps to train loss <= {target:.4f}",
         *[str(reached[d]) if reached[d] is not None else "not reached" for d in DTYPES])
+    hours = {d: reached[d] * ms[d] / 3.6e6 if reached[d] is not None else None for d in DTYPES}
+    row("hours to train loss target (steps x median ms/step)",
+        *[f"{hours[d]:.3g}" if hours[d] is not None else "not reached" for d in DTYPES],
+        f"{hours['float8'] / hours['bfloat16']:.2f}x" if all(hours.values()) and hours["bfloat16"] > 0 else "")
     row("skipped steps", *[str(sum(1 for r in runs[d]["steps"] if r.get("skipped"))) for d in DTYPES])
     for key in ("energy", "cost"):
         cells = []
@@ -200,7 +232,7 @@ def build_table(runs, target, target_note, trainer, flags):
     lines.append("")
     lines.append(f"target loss: {target:.4f} ({target_note})")
     lines.append("")
-    lines.append("| | bfloat16 | float8 | float8 vs bfloat16 |")
+    lines.append("| | bfloat16 | float8 | float8 - bfloat16 (or float8 / bfloat16) |")
     lines.append("|---|---|---|---|")
     lines.extend(rows)
     lines.append("")
@@ -252,7 +284,10 @@ def draw(runs, target, path, title):
     markers = {"bfloat16": ("o", 7), "float8": ("s", 5)}
     n = max(len(runs[d]["steps"]) for d in DTYPES)
     window = max(1, n // 50)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, gridspec_kw={"height_ratios": [2, 1]})
+    with_eval = any(runs[d]["evals"] for d in DTYPES)
+    fig, panels = plt.subplots(3 if with_eval else 2, 1, figsize=(9, 9 if with_eval else 7), sharex=True,
+                               gridspec_kw={"height_ratios": [2, 1, 1] if with_eval else [2, 1]})
+    top, bottom = panels[0], panels[1]
 
     always, raw = [target], []
     for d in DTYPES:
@@ -300,12 +335,25 @@ def draw(runs, target, path, title):
     limits = axis_limits(always, diff)
     if limits:
         bottom.set_ylim(*limits)
-    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bottom.set_xlabel("step")
     bottom.set_ylabel("float8 - bfloat16 (nats)")
     bottom.set_title("difference, float8 minus bfloat16", fontsize=10)
     bottom.grid(alpha=0.3)
     bottom.legend(loc="best", fontsize=8)
+    if with_eval:
+        accuracy = panels[2]
+        for d in DTYPES:
+            points = [(e["step"], *accuracy_error(e)) for e in runs[d]["evals"]]
+            if points:
+                marker, size = markers[d]
+                accuracy.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points],
+                                  fmt=marker + "-", color=colors[d], markersize=size, capsize=3,
+                                  label=f"{d} (± binomial std. error)")
+        accuracy.set_ylabel("eval accuracy")
+        accuracy.set_title("multiple-choice accuracy (--eval_data)", fontsize=10)
+        accuracy.grid(alpha=0.3)
+        accuracy.legend(loc="best", fontsize=8)
+    panels[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    panels[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -328,10 +376,10 @@ def main():
 
     runs = {}
     for d in DTYPES:
-        steps, vals = read_log(os.path.join(args.dir, f"{d}.jsonl"))
+        steps, vals, evals = read_log(os.path.join(args.dir, f"{d}.jsonl"))
         txt_path = os.path.join(args.dir, f"{d}.txt")
         text = open(txt_path, errors="replace").read() if os.path.exists(txt_path) else ""
-        runs[d] = {"steps": steps, "vals": vals, "text": text,
+        runs[d] = {"steps": steps, "vals": vals, "evals": evals, "text": text,
                    "summary": parse_summary(text), "energy": parse_energy(text)}
     trainer = args.trainer
     if not trainer:
@@ -353,10 +401,10 @@ def main():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("plot_compare.py: matplotlib is not installed for " + sys.executable + ": "
-              "apt-get install python3-matplotlib, or pip install matplotlib, or make python_deps (into build/python/, "
-              "which compare.sh uses)", file=sys.stderr)
-        sys.exit(1)
+        print("plot_compare.py: no figure: matplotlib is not installed for " + sys.executable + " (the table is "
+              "written; for the figure: apt-get install python3-matplotlib, or pip install matplotlib, or make "
+              "python_deps, into build/python/, which compare.sh uses)", file=sys.stderr)
+        return
     description = model_description(runs["bfloat16"]["text"])
     title = "float8 vs bfloat16" + (f": {description}" if description else "") + f" ({os.path.basename(trainer)})"
     png = os.path.join(args.dir, "compare.png")

@@ -26,6 +26,13 @@
 #   need_python_modules TEST MODULE...
 #                             exits 0 after one 'SKIPPED TEST: ...' line when $PY cannot import a MODULE (make
 #                             installs numpy and matplotlib into build/python/ when it can: make python_deps)
+#   logged_steps LOG          the step records in the JSONL log LOG (0 without it)
+#   steps_of LOG              LOG's step records without their timings
+#   step_file DIR KIND STEP SUFFIX
+#                             a checkpoint's file: DIR/KIND_<STEP, 8 digits>SUFFIX
+#   same_end NAME DIR REF STEPS RANKS
+#                             a check: DIR's final model, state files (RANKS of them) and log steps (DIR.jsonl)
+#                             equal REF's, byte for byte: a resumed run against one that never stopped
 # Needs bash; works under `set -euo pipefail` and without it.
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -140,4 +147,18 @@ merge_flags() {
 finish() { # the time too (the script's, bash's SECONDS): where make test's minutes go, in every CI log
     echo "$passed passed, $failed failed ($(basename "$0"), ${SECONDS} s)"
     [ "$failed" -eq 0 ]
+}
+
+logged_steps() { local n; n=$(grep -c '"type":"step"' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
+steps_of() { grep '"type":"step"' "$1" | sed -E 's/"ms":[^,]*,"tokens_per_second":[^,]*,//'; }
+step_file() { printf '%s/%s_%08d%s' "$1" "$2" "$3" "$4"; }
+same_end() {
+    local name=$1 dir=$2 ref=$3 steps=$4 ranks=$5 r same=1
+    cmp -s "$(step_file "$dir" model "$steps" .bin)" "$(step_file "$ref" model "$steps" .bin)" || same=0
+    for ((r = 0; r < ranks; r++)); do
+        cmp -s "$(step_file "$dir" state "$steps" "_$(printf %05d $r).bin")" \
+            "$(step_file "$ref" state "$steps" "_$(printf %05d $r).bin")" || same=0
+    done
+    [ "$(steps_of "$dir.jsonl")" = "$(steps_of "$ref.jsonl")" ] || same=0
+    result $((1 - same)) "$name: resumed run byte-identical to the uninterrupted one (model, states, log)"
 }

@@ -13,8 +13,9 @@
 #   make test_racecheck     the trainer under the emulation's race checker: every kernel, every recipe, both
 #                           architectures, no race (test/test_racecheck.sh)
 #   make test_preempt       runs that end early keep their work, ./train_cpu and ./train_emu, one process and two:
-#                           stop signals, --time_limit_s, a second signal, ranks with other flags, the guards'
-#                           stops (test/test_preempt.sh)
+#                           stop signals (also during set-up, SIGHUP, scripts/launch.sh stopped while a slow
+#                           checkpoint is written), --time_limit_s, a second signal, stdout's reader gone, a
+#                           file-size limit, ranks with other flags, the guards' stops (test/test_preempt.sh)
 #   make mutants            mutation testing, outside make test (about an hour on 2 cores): dev/mutants.py plants
 #                           each GPU bug of its list in a copy of the tree and runs the targets that must fail
 # Included by the main Makefile after emu/emu.mk. This fragment leaves the default goal as it was.
@@ -76,7 +77,12 @@ test_emu_trainer: train_emu train_cpu test/build/train_emu_sanitize test/build/t
 test_dist_emu: train_emu train_cpu python_deps test/build/test_emu test/compare_runs.py
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_dist_emu.sh
 
-test_preempt: train_emu train_cpu
+# Preloaded into the trainers of test_preempt's launcher case: every fsync a second slower (a slow checkpoint).
+test/build/slow_fsync_shim.so: test/slow_fsync_shim.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) -O2 -shared -fPIC -o $@ $< -ldl
+
+test_preempt: train_emu train_cpu test/build/slow_fsync_shim.so
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_preempt.sh
 
 test_first_contact: train_emu train_cpu test/build/compare_debug_state test/build/first_contact_emu

@@ -9,6 +9,8 @@
 #   - with 2 processes every cross-rank sum is x0 + x1, which IEEE addition makes order-independent, so
 #     ZeRO 0, 1 and 3 give bit-identical model files, as they do in train_cpu;
 #   - a ZeRO-3 run resumed from its step-3 checkpoint ends with the straight run's model and state files;
+#   - started torchrun-style by scripts/torchrun_local.sh (no MPI: the NCCL id through a file, the emulated
+#     collectives through files), ZeRO-1 and ZeRO-3: mpirun's losses and model file bit for bit;
 #   - the emulated NCCL across processes: collectives against their definitions (2 and 4 ranks), and a
 #     rank that issues another collective than the others is stopped with one error line;
 #   - --keep_gathered (ZeRO-3, each layer gathered once an optimizer step and kept) gives the two-slot
@@ -127,6 +129,25 @@ result $? "negative control: another global batch fails the comparison ($(head -
 status=0
 cmp -s "$(model emu_np2_z0)" "$(model emu_np2_z1)" && cmp -s "$(model emu_np2_z0)" "$(model emu_np2_z3)" || status=1
 result $status "train_emu, 2 processes: ZeRO 0, 1 and 3 bit-identical"
+
+# torchrun-style (scripts/torchrun_local.sh, as scripts/gpu_check.sh starts its two-process row): no MPI, the
+# NCCL id through a file in --output_dir named after the launch's run id, the emulated collectives through
+# files in $TMPDIR. The same sums in the same order as under mpirun: the same losses and model file bit for
+# bit, and nothing left behind (the id file, the emulation's directory).
+for zero in 1 3; do
+    mkdir -p "$TMP/transport_z$zero"
+    status=0
+    TMPDIR="$TMP/transport_z$zero" scripts/torchrun_local.sh --nproc_per_node 2 -- ./train_emu "${COMMON[@]}" \
+        --output_dir "$TMP/torchrun_z$zero" --log_file "$TMP/torchrun_z$zero.jsonl" --dtype float8 --zero_stage $zero \
+        --nccl_timeout_s 60 >"$TMP/torchrun_z$zero.out" 2>&1 || status=$?
+    [ $status = 0 ] || sed 's/^/     | /' "$TMP/torchrun_z$zero.out" | tail -n 3
+    steps() { grep '"type":"step"' "$TMP/$1.jsonl" | sed -E 's/"(ms|tokens_per_second)":[^,]*,//g' || true; }
+    [ $status = 0 ] && [ "$(steps "torchrun_z$zero" | wc -l)" = $STEPS ] &&
+        [ "$(steps "torchrun_z$zero")" = "$(steps "emu_np2_z$zero")" ] &&
+        cmp -s "$(model "torchrun_z$zero")" "$(model "emu_np2_z$zero")" &&
+        [ -z "$(ls "$TMP/transport_z$zero")" ] && ! ls "$TMP/torchrun_z$zero"/nccl_id* >/dev/null 2>&1
+    result $? "train_emu, 2 processes torchrun-style (scripts/torchrun_local.sh), ZeRO-$zero: mpirun's losses and model file, nothing left behind"
+done
 
 # resume: the checkpoint of step 3 continued to step 6 equals the straight run, model and state files
 run ckpt_z3 ./train_emu 2 --dtype float8 --zero_stage 3 --ckpt_every 3

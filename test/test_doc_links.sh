@@ -2,7 +2,8 @@
 # test_doc_links.sh: every relative link of README.md and docs/**/*.md resolves. A link [text](path#anchor) or
 # ![alt](path) outside code names a file or folder of the tree (relative to the page), and its anchor, if any, a
 # heading of the page it names (GitHub's anchors: lower case, punctuation dropped, spaces as hyphens, -1 -2 for
-# repeats). Backticked paths under core/ and docs/ (`core/cli.h`, `docs/emulation.md`) must exist too.
+# repeats). Backticked paths under core/ and docs/ (`core/cli.h`, `docs/emulation.md`) must exist too. No link,
+# and no backticked page (`../x.md`), may leave the repository: a clone has nothing beside it.
 # Links to http(s) and mailto are not followed. Needs python3 only; under a second.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -37,11 +38,16 @@ for page in pages:
         checked += 1
         path, _, anchor = target.partition("#")
         dest = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
-        if not os.path.exists(dest):
+        if dest == ".." or dest.startswith("../"):  # a clone has only the tree
+            broken.append("%s: %s: leaves the repository" % (page, target))
+        elif not os.path.exists(dest):
             broken.append("%s: %s: no such file" % (page, target))
         elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
             broken.append("%s: %s: no heading with that anchor in %s" % (page, target, dest))
     for span in spans:
+        if re.match(r"(\.\./)+[\w./-]*\.md$", span):  # a page named outside the tree
+            checked += 1
+            broken.append("%s: `%s`: outside the repository" % (page, span))
         m = re.match(r"((?:core|docs)/[\w./-]*\w)", span)
         if m and "*" not in span:
             checked += 1

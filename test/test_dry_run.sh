@@ -19,7 +19,9 @@
 #     equal test_memory_plan's (which checks them against arithmetic from the published shapes), float8's
 #     step is shorter; in shard groups of 8 it does not fit and sharding over all 32 is suggested;
 #   - cuDNN's attention workspace: its own line with --attention fast (llama3-8B T=8192: 4.001 GiB; 124M
-#     B=16 T=1024: 0.376 GiB), none with exact, none with auto (train_cpu has no cuDNN);
+#     B=16 T=1024: 0.376 GiB), none with exact, none with auto (train_cpu has no cuDNN), and auto's time is the
+#     exact kernels' (70B: over 3x the fused attention's), the plan naming the attention and why;
+#   - the cost plan: energy and cost per step and for --steps recomputed from the step line, --pue honoured;
 #   - bad values end with one error naming the flag (--gpu_memory_gb -1, --zero_stage 2, float32,
 #     float8 with B*T not a multiple of 16, --nodes above the processes, --keep_gathered without ZeRO-3).
 # Environment: TRAIN_CPU (default ./train_cpu), TEST_MEMORY_PLAN (default ./test/build/test_memory_plan).
@@ -233,6 +235,43 @@ ws_line "$out" | grep -q ' 0\.376 GiB '
 result $? "124M B=16 T=1024 --attention fast: the cuDNN attention workspace, 0.376 GiB (384 MiB of dP)"
 ! ws_line "$(dry --model_size 124M --batch_size 16 --seq_len 1024)" >/dev/null
 result $? "124M --attention auto in a build without cuDNN: no workspace"
+# ... and the time of the exact kernels: a build without cuDNN runs them (memory_plan.h's plan_fast_attention,
+# the one answer of the memory plan, the time plan and the trainer), and the plan says which and why
+attention_ms() { sed -n 's/^  attention  *\([0-9.]*\) ms .*/\1/p' <<<"$1"; }
+flags70=(--model_size 70B --world_size 32 --zero_stage 3 --batch_size 8 --seq_len 4096 --recompute 1 --dtype float8)
+auto=$(dry "${flags70[@]}") exact=$(dry "${flags70[@]}" --attention exact) fast=$(dry "${flags70[@]}" --attention fast)
+[ -n "$(attention_ms "$auto")" ] && [ "$(attention_ms "$auto")" = "$(attention_ms "$exact")" ] &&
+    python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 3 * float(sys.argv[2]))" "$(attention_ms "$auto")" "$(attention_ms "$fast")" &&
+    grep -q '^attention: exact kernels: --attention auto in a build without cuDNN' <<<"$auto" &&
+    grep -q '^  attention .* (the exact kernels)$' <<<"$auto" && grep -q "^attention: cuDNN's fused attention: --attention fast" <<<"$fast"
+result $? "llama2-70B T=4096, --attention auto without cuDNN: the exact kernels' $(attention_ms "$auto") ms planned (fast: $(attention_ms "$fast") ms), the plan names them and why"
+
+# the cost plan: energy = GPUs x board power x the compute share of the step x time x --pue, priced by
+# --price_kwh, and the rental --price_gpu_hour x GPUs x time; recomputed here from the step line's compute and
+# step times (printed to 0.01 ms: the share is good to 1e-5 relative at these steps of seconds)
+cost_flags=(--model_size 70B --dtype float8 --zero_stage 3 --world_size 32 --nodes 4 --batch_size 1 --seq_len 4096
+    --recompute 1 --steps 10000)
+out=$(dry "${cost_flags[@]}" --pue 1.2 --price_kwh 0.15 --price_gpu_hour 2.5)
+python3 - "$out" <<'PY'
+import re, sys
+out = sys.argv[1]
+step, compute = map(float, re.search(r"^  step +([0-9.]+) ms += compute ([0-9.]+)", out, re.M).groups())
+plan = dict(zip(*[iter(re.search(r"^plan_board_watts .*", out, re.M).group(0).split())] * 2))
+kwh = 32 * 700 * (compute / step) / 1e3 * 1.2 * step / 3.6e6
+cost = kwh * 0.15 + 32 * 2.5 * step / 3.6e6
+ok = abs(float(plan["plan_kwh_per_step"]) / kwh - 1) < 1e-4 and abs(float(plan["plan_cost_per_step"]) / cost - 1) < 1e-4
+total = re.search(r"^  for --steps +([0-9.e+]+) h wall +([0-9.e+]+) kWh +electricity +([0-9.e+]+) +rental +([0-9.e+]+) +total +([0-9.e+]+)", out, re.M)
+ok &= total is not None and abs(float(total.group(2)) / (1e4 * kwh) - 1) < 1e-3 and abs(float(total.group(5)) / (1e4 * cost) - 1) < 1e-3
+print(f"per step {plan['plan_kwh_per_step']} kWh, cost {plan['plan_cost_per_step']}; recomputed {kwh:.6g}, {cost:.6g}")
+sys.exit(0 if ok else 1)
+PY
+result $? "cost plan of 70B float8 on 32 H200s: energy and cost per step and for --steps as recomputed"
+kwh_pue() { dry "${cost_flags[@]}" "$@" | awk '$1 == "plan_board_watts" { print $6 }'; }
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(b / a - 1.5) < 1e-6 else 1)' \
+    "$(kwh_pue --pue 1.0)" "$(kwh_pue --pue 1.5)"
+result $? "--pue 1.5 plans 1.5 x the energy of --pue 1 (no longer ignored by the dry run)"
+dry "${cost_flags[@]}" | grep -q "give --price_kwh and --price_gpu_hour"
+result $? "without prices the cost plan says which flags give them"
 
 # dev/perf_model.sh: its eight rows (124M and 1.5B x bfloat16 and float8 x exact and fast attention), each
 # step the sum of its parts (one process: no communication; four parts printed to 0.01 ms, so within

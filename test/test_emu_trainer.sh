@@ -14,7 +14,8 @@
 #      (CUDA_EMU_DROP_WAIT_SITE), some order gives another model file. A site whose every wait the
 #      emulator found already implied by others (its vector clocks) is listed, not required to matter;
 #   3. the emulator's report: kernel launches (and graph launches) per optimizer step, and the peak of
-#      device memory allocated, which must equal the trainer's plan and --dry_run's plan_total_bytes
+#      device memory allocated, which must equal the trainer's plan and --dry_run's plan_total_bytes; a plan
+#      that fits the free memory only without the runtime reserve is refused at start with one line
 #      (bfloat16/float8 x ZeRO 0/1/3 x recompute 0/1); bfloat16's cuBLASLt epilogues: where the heuristic
 #      has none (CUDA_EMU_NO_FUSED_EPILOGUES) the separate kernels run instead, 6 launches more per layer
 #      and micro-step (the GELU, its backward and four bias gradients of two kernels, less the four adds
@@ -110,6 +111,27 @@ for config in bfloat16:0:0 float8:0:0 float8:1:0 float8:3:0 bfloat16:3:1 float8:
     [ -n "$peak" ] && [ "$peak" = "$planned" ] && [ "$peak" = "$dry" ]
     result $? "$dtype, ZeRO-$zero, recompute $recompute: peak device memory $peak bytes = the plan ($planned) = --dry_run's ($dry)"
 done
+# The start-up check keeps memory_plan.h's runtime reserve (NCCL, cuDNN, lazily loaded kernels) free beyond
+# the plan: a batch whose plan fits the emulated H200's free memory but not with the reserve (picked with
+# --dry_run's plan) is refused with one line before any allocation, instead of running out at its first
+# collective.
+free_gib=$(sed -n 's/^memory | .* \([0-9.]*\) GiB free before$/\1/p' "$tmp/memory_0.out")
+big=(--model_size 124M --vocab 256 --seq_len 1024 --dtype bfloat16 --steps 1 --train_data "$tmp/data/text_train_*.bin"
+     --val_data "" --output_dir "")
+tight=""
+for B in $(seq 400 4 520); do
+    read -r plan reserve < <(./train_emu "${big[@]}" --batch_size $B --dry_run 1 |
+        sed -n 's/^plan_total_bytes \([0-9]*\) reserve_bytes \([0-9]*\) .*/\1 \2/p')
+    if awk -v p="$plan" -v r="$reserve" -v f="$free_gib" 'BEGIN { f *= 2^30; exit !(p < f - 2^25 && p + r > f + 2^25) }'; then
+        tight=$B
+        break
+    fi
+done
+status=0
+[ -n "$tight" ] && ./train_emu "${big[@]}" --batch_size "$tight" >"$tmp/tight.out" 2>"$tmp/tight.err" || status=$?
+[ -n "$tight" ] && [ $status = 1 ] && [ "$(wc -l <"$tmp/tight.err")" = 1 ] &&
+    grep -q "^error: model does not fit: needs .* (plan .* + runtime reserve 2.00 for NCCL, cuDNN and lazily loaded kernels), $free_gib GiB free" "$tmp/tight.err"
+result $? "124M B=${tight:-?} x 1024: the plan fits the ${free_gib:-?} GiB free, not with the reserve: refused ($(head -c 110 "$tmp/tight.err" 2>/dev/null))"
 CUDA_EMU_REPORT="$tmp/graphs.txt" run graphs --zero_stage 0 --cuda_graph 1 --steps 6
 CUDA_EMU_REPORT="$tmp/eager.txt" run eager --zero_stage 0 --cuda_graph 0 --steps 6
 per_step() { sed -n "s/^range step .* $2 \([0-9.]*\) .*/\1/p" "$1"; }
@@ -146,7 +168,7 @@ sanitized "bfloat16, CUDA Graphs, validation, sampling" "${small[@]}" --dtype bf
 sanitized "float8, ZeRO-3, recompute" "${small[@]}" --dtype float8 --zero_stage 3 --recompute 1
 
 # A well-formed id file (magic, world size 2, an id) of an earlier launch: read, it would take rank 1 into
-# a communicator whose rank 0 is gone (here: the emulation's refusal of a rank without MPI).
+# a communicator whose rank 0 is gone (here: the emulation's refusal of an id its ncclGetUniqueId did not make).
 stale_id() { # FILE
     "$PY" -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<ii", 20261202, 2) + bytes(128))' "$1"
 }

@@ -22,7 +22,7 @@ export OMP_NUM_THREADS=1
 # ---------------------------------------------------------------------------------------------------------
 # seeds
 seeds=$tmp/seeds
-for target in shard model state tokenizer cli; do mkdir -p "$seeds/$target" "$corpus_root/$target"; done
+for target in shard model state tokenizer cli eval; do mkdir -p "$seeds/$target" "$corpus_root/$target"; done
 test_data_dir "$tmp/data" text >/dev/null
 "$PY" - "$tmp/data/text_train_000000.bin" "$seeds/shard" <<'EOF'
 import struct, sys
@@ -33,6 +33,7 @@ for n, name in ((200, "small.bin"), (40, "tiny.bin")):
 open(f"{sys.argv[2]}/small_llama3.bin", "wb").write(struct.pack("<3i", 20240801, 7, 200) + bytes(1012) + wide)
 EOF
 cp "$tmp/data/text_tokenizer.bin" "$seeds/tokenizer/byte.bin"
+cp test/llmc_hellaswag/hellaswag_val.bin "$seeds/eval/"
 ./train_cpu --model_size d2 --layers 1 --channels 16 --heads 2 --max_seq_len 16 --vocab 256 --seq_len 16 \
     --batch_size 2 --steps 2 --dtype float8 --val_data "" --train_data "$tmp/data/text_train_000000.bin" \
     --output_dir "$tmp/run" >/dev/null
@@ -52,7 +53,7 @@ ok "seeds: $(find "$seeds" -type f | wc -l) files"
 
 # ---------------------------------------------------------------------------------------------------------
 # fuzzing, then the replay of the corpus
-for target in shard model state tokenizer cli; do
+for target in shard model state tokenizer cli eval; do
     corpus=$corpus_root/$target
     status=0
     (cd "$tmp" && "$root/test/build/fuzz/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \

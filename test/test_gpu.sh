@@ -48,7 +48,9 @@ model=("${common[@]}" --attention exact)
 pair_model=model pair_float32=$tmp/cpu_float32.bin
 # An FP8 GEMM on Hopper sums as its tensor cores do (fp8_scaling.h's model): the CPU reference for a GPU run sums
 # the same way (--fp8_accumulation hopper), else its error alone, 4x the bounds' at 128 channels, fails the
-# comparison. Blackwell (mxfp8) accumulates in FP32, as train_cpu does by default.
+# comparison. Blackwell accumulates in FP32, as train_cpu does by default. The device says which: the trainer's
+# versions line names its model (cli.h's fp8_accumulation_of_device), asked once per device (CUDA_EMU_DEVICE
+# picks the emulated one; a GPU ignores it).
 # cuBLASLt documents no formula for the GELU epilogues GPT-2's bfloat16 runs use (GELU_AUX_BIAS, DGELU); the
 # reference computes the tanh form. The tanh and erf forms differ by at most 4.8e-4 (GELU) and 8.7e-4 (its
 # derivative), at every x under 5% of one BF16 unit of the GELU's input (max |erf - tanh| / (2^-8 |x|) = 0.046,
@@ -62,10 +64,19 @@ if [ "$TRAIN" != ./train_emu ] || [ -n "${CUDA_EMU_GELU:-}" ]; then gelu_sites=2
 sites_of() { # the run's flags...: the rounding sites of its comparisons with the CPU reference
     if [[ " $* " == *" --dtype bfloat16 "* && " $* " != *" --arch llama "* ]]; then echo "$gelu_sites"; else echo 1; fi
 }
+declare -A device_sums=() # CUDA_EMU_DEVICE (or "default") -> the device's FP8 accumulation
+device_accumulation() { # sets device_sums for the current CUDA_EMU_DEVICE, from a one-step run's versions line
+    local key=${CUDA_EMU_DEVICE:-default}
+    [ -n "${device_sums[$key]:-}" ] && return
+    device_sums[$key]=$("$TRAIN" "${model[@]}" --steps 1 --output_dir "" --dtype bfloat16 2>/dev/null |
+        sed -n 's/^versions | .* | FP8 accumulation \([a-z0-9]*\)$/\1/p')
+    [ -n "${device_sums[$key]}" ] || { bad "the trainer's versions line names no FP8 accumulation"; device_sums[$key]=fp32; }
+}
 cpu_accumulation() { # VAR, the run's flags...: VAR=(the CPU reference's accumulation flags)
     local -n _out=$1; shift
     _out=()
-    if [[ " $* " == *" --dtype float8 "* && " $* " != *" mxfp8"* ]]; then _out=(--fp8_accumulation hopper); fi
+    device_accumulation
+    if [[ " $* " == *" --dtype float8 "* ]]; then _out=(--fp8_accumulation "${device_sums[${CUDA_EMU_DEVICE:-default}]}"); fi
 }
 run_pair() { # name, extra flags...
     local name="$1"; shift
@@ -84,9 +95,17 @@ set +e
 run_pair bfloat16 --dtype bfloat16
 run_pair float8_delayed --dtype float8 --fp8_recipe delayed
 run_pair float8_current --dtype float8 --fp8_recipe current
+# the model by device: on the emulation an H200 (sm_90) sums as Hopper, a B200 (sm_100) in FP32 (emu/cublaslt.cpp)
+if [ "$TRAIN" = ./train_emu ]; then
+    CUDA_EMU_DEVICE=b200 device_accumulation
+    [ "${device_sums[default]}" = hopper ] && [ "${device_sums[b200]}" = fp32 ]
+    result $? "FP8 accumulation by device: H200 ${device_sums[default]}, B200 ${device_sums[b200]} (hopper, fp32)"
+fi
 # make check's quick tier (TEST_GPU_QUICK=1) ends here: the first step of the three main paths against the CPU
 if [ "${TEST_GPU_QUICK:-0}" = 1 ]; then finish; exit; fi
 run_pair float8_precise_accum --dtype float8 --fp8_recipe delayed --fp8_fast_accum 0
+# on a Blackwell (emulated: CUDA_EMU_DEVICE), against the reference its accumulation selects
+CUDA_EMU_DEVICE=b200 run_pair float8_delayed_b200 --dtype float8 --fp8_recipe delayed
 run_pair float8_blockwise --dtype float8 --fp8_recipe blockwise
 run_pair float8_blockwise_pow2 --dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1
 # mxfp8 needs Blackwell's cuBLASLt mode: on the emulation a B200 (CUDA_EMU_DEVICE, which a GPU ignores); a
@@ -215,10 +234,11 @@ teacher_forced float8_blockwise --dtype float8 --fp8_recipe blockwise
 # (fcproj's 512 in the forward, N = 512 tokens in the weight gradients), where a truncating, never-promoted sum
 # departs from a promoted one. Two runs of one setting are bit-identical (section 2), so equality is exact and
 # any difference is the setting's. Against the CPU reference alone this cannot be seen: the E5M2 casts' rounding
-# flips (a median 0.6% per gradient element) hide the truncation's few 1e-3.
+# flips (a median 0.6% per gradient element) hide the truncation's few 1e-3. A device that sums FP8 in FP32
+# (Blackwell) has no promotion to skip: there the three settings give the same bits.
 run_pair float8_fast_all --dtype float8 --fp8_recipe delayed --fp8_fast_accum 2
 for who in gpu cpu; do
-    python3 - "$tmp"/${who}_float8_{precise_accum,delayed,fast_all}.bin <<'PY'
+    python3 - "${device_sums[default]}" "$tmp"/${who}_float8_{precise_accum,delayed,fast_all}.bin <<'PY'
 import struct, sys
 def parts(path):  # debug_state.h: header, inputs and targets, logits, loss, gradients, the later steps' losses
     data = open(path, "rb").read()
@@ -226,13 +246,16 @@ def parts(path):  # debug_state.h: header, inputs and targets, logits, loss, gra
     logits = 4 * (256 + 2 * B * T)
     grads = logits + 4 * (B * T * Vp + 1)
     return data[logits:grads - 4], data[grads:len(data) - 4 * steps]
-none, forward, every = (parts(p) for p in sys.argv[1:])
-problems = [what for what, wrong in (("0 and 1 give the same logits", none[0] == forward[0]),
-                                     ("1 and 2 give different logits", forward[0] != every[0]),
-                                     ("1 and 2 give the same gradients", forward[1] == every[1])) if wrong]
+none, forward, every = (parts(p) for p in sys.argv[2:])
+if sys.argv[1] == "fp32":
+    problems = ["the settings give different bits"] if not none == forward == every else []
+else:
+    problems = [what for what, wrong in (("0 and 1 give the same logits", none[0] == forward[0]),
+                                         ("1 and 2 give different logits", forward[0] != every[0]),
+                                         ("1 and 2 give the same gradients", forward[1] == every[1])) if wrong]
 sys.exit("; ".join(problems) if problems else 0)
 PY
-    result $? "--fp8_fast_accum 0, 1, 2 ($who): the forward's GEMMs fast from 1, the gradients' only at 2"
+    result $? "--fp8_fast_accum 0, 1, 2 ($who, FP8 accumulation ${device_sums[default]}): the forward's GEMMs fast from 1, the gradients' only at 2 (FP32 sums: no change)"
 done
 model96=(--model_size d2 --channels 96 --heads 3 --vocab 1000 --seq_len 32 --batch_size 2
          --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)

@@ -29,7 +29,7 @@ print(repr(struct.unpack_from("<f", d, 1024 + 8 * h[2] * h[3] + 4 * h[2] * h[3] 
 # Both sides compute the loss in float32 from the same (bfloat16-valued) weights, in other orders: dot products
 # of K <= max(C, F, V) = 128 terms differ by about sqrt(K) u = 7e-7 relative (u = 2^-24), through 2L+2 = 6 matmul
 # stages, RMSNorm, rotary angles llm.c takes in float32 and we in float64 (a few u), and a softmax over V = 128;
-# the loss of about 5 then moves by a few 1e-6 at most: 1e-5, the bound, holds that with room.
+# the loss of about 5 then moves by a few 1e-6 at most: 1e-5, the bound asked for, holds that with room.
 TOL=1e-5
 reference=$(awk '$1 == "loss_master" { print $2 }' "$FIX/reference.txt")
 branch_reference=$(awk '$1 == "loss_llama3_branch" { print $2 }' "$FIX/reference.txt")

@@ -5,8 +5,14 @@
 #     once 3 steps are logged, and --time_limit_s 1: each exits 75 with a checkpoint before the last step, and
 #     `--resume 1` then ends byte-identical (final model and state files, the log's step records) to a run
 #     that never stopped. Two processes: the signal reaches rank 1 only, both stop after the same step.
+#     SIGHUP from outside does the same. A stop signal during set-up (pending as the trainer starts) ends the
+#     run with exit 75 before the first step, a fresh one with nothing saved, a resumed one keeping its
+#     checkpoint. stdout's reader gone (`| head`: SIGPIPE) stops the run with a checkpoint, exit 1 and a
+#     line; a file-size limit (SIGXFSZ) fails the checkpoint's write with exit 1 and a line, never a kill.
 #  2. Two signals back to back: the run ends at once (143), leaves no temp file, and the checkpoint
 #     latest_checkpoint names resumes to the same final files.
+#     scripts/launch.sh (two processes) stopped by SIGTERM while a checkpoint takes some 6 s (every fsync
+#     slowed by test/slow_fsync_shim.c): exit 75, every rank's checkpoint complete, the resume byte-identical.
 #  3. Ranks started with different flags (mpirun's MPMD form, one flag changed on rank 1): refused before any
 #     step, exit 1, every rank's line naming the flag.
 #  4. The guards: a lasting shift of the data (a short shard of text, then a shard of random characters) with
@@ -41,20 +47,6 @@ else
     echo "note: mpirun or an MPI build missing: the two-process cases are not run (apt-get install libopenmpi-dev openmpi-bin)"
 fi
 
-logged_steps() { local n; n=$(grep -c '"type":"step"' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
-steps_of() { grep '"type":"step"' "$1" | sed -E 's/"ms":[^,]*,"tokens_per_second":[^,]*,//'; }
-step_file() { printf '%s/%s_%08d%s' "$1" "$2" "$3" "$4"; }
-# same_end NAME DIR REF STEPS RANKS: DIR's final model, state files and log steps equal REF's
-same_end() {
-    local name=$1 dir=$2 ref=$3 steps=$4 ranks=$5 r same=1
-    cmp -s "$(step_file "$dir" model "$steps" .bin)" "$(step_file "$ref" model "$steps" .bin)" || same=0
-    for ((r = 0; r < ranks; r++)); do
-        cmp -s "$(step_file "$dir" state "$steps" "_$(printf %05d $r).bin")" \
-            "$(step_file "$ref" state "$steps" "_$(printf %05d $r).bin")" || same=0
-    done
-    [ "$(steps_of "$dir.jsonl")" = "$(steps_of "$ref.jsonl")" ] || same=0
-    result $((1 - same)) "$name: resumed run byte-identical to the uninterrupted one (model, states, log)"
-}
 # stopped_early NAME STATUS DIR STEPS: exit 75 and a checkpoint before the last step
 stopped_early() {
     local latest
@@ -92,20 +84,89 @@ for bin in ./train_cpu ./train_emu; do
     run injected --resume 1
     same_end "$tag: SIGTERM at step 5" "$TMP/${tag}_injected" "$TMP/${tag}_straight" "$steps" 1
 
-    # from outside, as a scheduler sends it, once three steps are logged
-    "$bin" "${base[@]}" --output_dir "$TMP/${tag}_killed" --log_file "$TMP/${tag}_killed.jsonl" \
-        >"$TMP/${tag}_killed.out" 2>&1 &
-    pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ "$(logged_steps "$TMP/${tag}_killed.jsonl")" -ge 3 ] && break
-        sleep 0.05
+    # during set-up: a stop signal pending as the trainer starts (blocked, raised, then exec: it is
+    # delivered once the trainer unblocks it, as its first act) ends the run before its first step, a
+    # fresh one with nothing saved, a resumed one with its checkpoint as it was
+    run setup --steps 20 --ckpt_every 10
+    stop_pending() { # NAME FLAGS...: run NAME with a SIGTERM pending
+        local name=$1 args
+        shift
+        mapfile -d '' args < <(merge_flags "${base[@]}" -- "$@")
+        status=0
+        "$PY" -c "import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+os.kill(os.getpid(), signal.SIGTERM)
+os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${tag}_$name" \
+            --log_file "$TMP/${tag}_$name.jsonl" >"$TMP/${tag}_$name.out" 2>&1 || status=$?
+    }
+    stop_pending setup_fresh --steps 20
+    if [ "$status" = 75 ] && [ ! -e "$TMP/${tag}_setup_fresh/latest_checkpoint" ] &&
+        [ "$(logged_steps "$TMP/${tag}_setup_fresh.jsonl")" = 0 ] &&
+        grep -q "^stopped | during set-up, before the first step | SIGTERM" "$TMP/${tag}_setup_fresh.out"; then
+        ok "$tag: a stop signal during a fresh run's set-up: exit 75 before the first step, nothing saved"
+    else
+        bad "$tag: a stop signal during a fresh run's set-up: exit $status (expected 75, no step, no checkpoint)"
+    fi
+    stop_pending setup --steps 30 --ckpt_every 10 --resume 1
+    if [ "$status" = 75 ] && [ "$(cat "$TMP/${tag}_setup/latest_checkpoint")" = 20 ] &&
+        [ "$(logged_steps "$TMP/${tag}_setup.jsonl")" = 20 ]; then
+        ok "$tag: a stop signal during a resumed run's set-up: exit 75 before the first step, checkpoint 20 kept"
+    else
+        bad "$tag: a stop signal during a resumed run's set-up: exit $status (expected 75, checkpoint 20 kept)"
+    fi
+    run setup --steps "$steps" --ckpt_every 10 --resume 1
+    same_end "$tag: a stop during set-up" "$TMP/${tag}_setup" "$TMP/${tag}_straight" "$steps" 1
+
+    # from outside, as a scheduler (SIGTERM) or a closed terminal (SIGHUP) sends it, once three steps are
+    # logged
+    for sig in TERM HUP; do
+        "$bin" "${base[@]}" --output_dir "$TMP/${tag}_$sig" --log_file "$TMP/${tag}_$sig.jsonl" \
+            >"$TMP/${tag}_$sig.out" 2>&1 &
+        pid=$!
+        for ((i = 0; i < 1200; i++)); do
+            [ "$(logged_steps "$TMP/${tag}_$sig.jsonl")" -ge 3 ] && break
+            sleep 0.05
+        done
+        kill -$sig "$pid"
+        status=0
+        wait "$pid" || status=$?
+        stopped_early "$tag: SIG$sig from outside" "$status" "$TMP/${tag}_$sig" "$steps"
+        grep -q "^stopped | step [0-9]* of $steps | SIG$sig" "$TMP/${tag}_$sig.out" ||
+            bad "$tag: no 'stopped' line naming SIG$sig"
+        run "$sig" --resume 1
+        same_end "$tag: SIG$sig from outside" "$TMP/${tag}_$sig" "$TMP/${tag}_straight" "$steps" 1
     done
-    kill -TERM "$pid"
+
+    # stdout's reader gone (`| head`): SIGPIPE is no kill; the failed write stops the run with a checkpoint
+    {
+        status=0
+        "$bin" "${base[@]}" --output_dir "$TMP/${tag}_pipe" --log_file "$TMP/${tag}_pipe.jsonl" \
+            2>"$TMP/${tag}_pipe.err" || status=$?
+        echo "$status" >"$TMP/${tag}_pipe.status"
+    } | head -3 >/dev/null
+    status=$(cat "$TMP/${tag}_pipe.status")
+    latest=$(cat "$TMP/${tag}_pipe/latest_checkpoint" 2>/dev/null || echo none)
+    if [ "$status" = 1 ] && [ "$latest" != none ] && [ "$latest" -lt "$steps" ] &&
+        grep -q "^error: stdout: a write failed (Broken pipe" "$TMP/${tag}_pipe.err"; then
+        ok "$tag: stdout's reader gone: exit 1 with a checkpoint of step $latest and a line"
+    else
+        bad "$tag: stdout's reader gone: exit $status, latest_checkpoint $latest (expected 1, a checkpoint, a line)"
+    fi
+    run pipe --resume 1
+    same_end "$tag: stdout's reader gone" "$TMP/${tag}_pipe" "$TMP/${tag}_straight" "$steps" 1
+
+    # a file-size limit below a checkpoint's size: SIGXFSZ is no kill; the write fails with its line
     status=0
-    wait "$pid" || status=$?
-    stopped_early "$tag: SIGTERM from outside" "$status" "$TMP/${tag}_killed" "$steps"
-    run killed --resume 1
-    same_end "$tag: SIGTERM from outside" "$TMP/${tag}_killed" "$TMP/${tag}_straight" "$steps" 1
+    mapfile -d '' args < <(merge_flags "${base[@]}" -- --steps 4)
+    (
+        ulimit -f 64 # KiB: the model file alone is 520
+        "$bin" "${args[@]}" --output_dir "$TMP/${tag}_fsize" --log_file "$TMP/${tag}_fsize.jsonl"
+    ) >"$TMP/${tag}_fsize.out" 2>&1 || status=$?
+    if [ "$status" = 1 ] && grep -q "^error: .*model_00000004.bin.*File too large" "$TMP/${tag}_fsize.out"; then
+        ok "$tag: a file-size limit: exit 1 with a line naming the file and EFBIG"
+    else
+        bad "$tag: a file-size limit: exit $status (expected 1 and a line saying 'File too large')"
+    fi
 
     run timed --time_limit_s 1
     stopped_early "$tag: --time_limit_s 1" "$status" "$TMP/${tag}_timed" "$steps"
@@ -193,6 +254,50 @@ for bin in ./train_cpu ./train_emu; do
     fi
     mpi signal2 --steps 12 --resume 1
     same_end "$tag: two processes, SIGTERM to rank 1" "$TMP/${tag}_signal2" "$TMP/${tag}_straight2" 12 2
+
+    # scripts/launch.sh stopped by SIGTERM while every fsync takes a second (test/slow_fsync_shim.c: a
+    # checkpoint of some 6 s, where mpirun alone kills the ranks a second after a SIGTERM): the ranks
+    # checkpoint the same step, the job exits 75, and the resume equals an uninterrupted launch
+    if [ "$tag" = train_cpu ]; then launch_steps=300; else launch_steps=12; fi
+    launched() { # NAME FLAGS...: two processes under launch.sh, in the background; sets pid
+        local name=$1 args
+        shift
+        mapfile -d '' args < <(merge_flags "${base[@]}" -- --steps "$launch_steps" --zero_stage 1 "$@")
+        scripts/launch.sh --nproc_per_node 2 --oversubscribe -- env "${slow[@]}" "$bin" "${args[@]}" \
+            --nccl_timeout_s 60 --output_dir "$TMP/${tag}_$name" --log_file "$TMP/${tag}_$name.jsonl" \
+            >>"$TMP/${tag}_$name.out" 2>&1 &
+        pid=$!
+    }
+    slow=()
+    launched launch_straight
+    status=0
+    wait "$pid" || status=$?
+    result "$status" "$tag: the uninterrupted run under launch.sh"
+    slow=(LD_PRELOAD="$PWD/test/build/slow_fsync_shim.so" SLOW_FSYNC_S=1)
+    launched launch_stop
+    for ((i = 0; i < 1200; i++)); do
+        [ "$(logged_steps "$TMP/${tag}_launch_stop.jsonl")" -ge 3 ] && break
+        sleep 0.05
+    done
+    kill -TERM "$pid"
+    status=0
+    wait "$pid" || status=$?
+    stopped_early "$tag: launch.sh stopped by SIGTERM, a slow checkpoint" "$status" "$TMP/${tag}_launch_stop" \
+        "$launch_steps"
+    at=$(cat "$TMP/${tag}_launch_stop/latest_checkpoint" 2>/dev/null) || at=none
+    leftovers=$(find "$TMP/${tag}_launch_stop" -name '*.tmp*' | wc -l)
+    if [ -f "$(step_file "$TMP/${tag}_launch_stop" state "$at" _00000.bin)" ] &&
+        [ -f "$(step_file "$TMP/${tag}_launch_stop" state "$at" _00001.bin)" ] && [ "$leftovers" = 0 ]; then
+        ok "$tag: launch.sh: both ranks checkpointed step $at, no temp file left"
+    else
+        bad "$tag: launch.sh: not every rank checkpointed step $at ($leftovers temp files left)"
+    fi
+    slow=()
+    launched launch_stop --resume 1
+    status=0
+    wait "$pid" || status=$?
+    same_end "$tag: launch.sh stopped by SIGTERM" "$TMP/${tag}_launch_stop" "$TMP/${tag}_launch_straight" \
+        "$launch_steps" 2
 
     for change in "--lr 1e-3" "--steps 13" "--channels 64" "--seed 7"; do
         flag=${change%% *}

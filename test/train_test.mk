@@ -16,6 +16,8 @@
 #   make test_run_files    an output directory belongs to one run: two runs at once, node-local directories
 #                          (mpirun), stale RANK / WORLD_SIZE, a log that cannot grow, a long step's progress
 #                          (train_cpu and train_emu)
+#   make test_eval         --eval_data (llm.c's multiple-choice eval files) on llm.c-written fixtures (test/llmc_hellaswag):
+#                          PyTorch's count, prepare_eval.py's file, --eval_every, processes, train_emu, bad files
 #   make test_llmc_llama   llm.c's Llama files as its own Python writers made them (test/llmc_llama) load with
 #                          llm.c's first loss, and what train_cpu writes is the llama3 branch's file
 # This fragment leaves the including Makefile's default goal as it was.
@@ -33,7 +35,7 @@ test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
 
-.PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_llmc_llama \
+.PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_llmc_llama test_eval \
         test_run_files test_verify_resume test_trainer
 test_gradcheck: test/build/test_gradcheck
 	./test/build/test_gradcheck gpt2
@@ -65,12 +67,15 @@ test_bad_inputs: train_cpu train_emu test/build/train_cpu_asan test/test_bad_inp
 test_run_files: train_cpu train_emu test/test_run_files.sh
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_run_files.sh
 
+test_eval: train_cpu train_emu test/test_eval.sh
+	PYTHON=$(PYTHON) bash test/test_eval.sh
+
 test_llmc_llama: train_cpu test/test_llmc_llama.sh
 	PYTHON=$(PYTHON) bash test/test_llmc_llama.sh
 
 # all of the above
 test_trainer: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs \
-              test_run_files test_verify_resume test_llmc_llama
+              test_run_files test_verify_resume test_llmc_llama test_eval
 
 test_cpu: test_trainer
 

@@ -1,5 +1,5 @@
 # fuzz.mk: coverage-guided fuzzing of every reader (test/fuzz/fuzz_*.c: token shard, model file, state file,
-# tokenizer, command line) with clang's libFuzzer under AddressSanitizer and UBSan, then a replay of the
+# tokenizer, command line, eval file) with clang's libFuzzer under AddressSanitizer and UBSan, then a replay of the
 # whole corpus through the same harnesses built without libFuzzer, where LeakSanitizer also checks.
 #   make test_fuzz                 a few seconds per reader from a fresh seed corpus (in make test)
 #   make fuzz FUZZ_SECONDS=3600    longer runs; the corpus grows in build/fuzz/corpus/ across runs
@@ -8,7 +8,7 @@
 _fuzz_saved_goal := $(.DEFAULT_GOAL)
 
 FUZZ_CC ?= clang
-FUZZ_TARGETS := shard model state tokenizer cli
+FUZZ_TARGETS := shard model state tokenizer cli eval
 # -Wno-unknown-pragmas: the shared headers' OpenMP loops, compiled here without OpenMP
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined \
               -fno-omit-frame-pointer $(WARN) -Wno-unknown-pragmas -I.
