@@ -85,13 +85,13 @@ static inline void stop_signals_install(int usr_signal) {
     by_default.sa_handler = SIG_DFL;
     static const int stops[] = {SIGTERM, SIGINT, SIGHUP}, users[] = {SIGUSR1, SIGUSR2},
                      failed_writes[] = {SIGPIPE, SIGXFSZ};
+    for (int i = 0; i < 3; i++) sigaction(stops[i], &action, NULL);
+    for (int i = 0; i < 2; i++) sigaction(users[i], users[i] == usr_signal ? &action : &by_default, NULL);
+    for (int i = 0; i < 2; i++) sigaction(failed_writes[i], &ignore, NULL);
     sigset_t unblock;
     sigemptyset(&unblock);
-    for (int i = 0; i < 3; i++) sigaction(stops[i], &action, NULL), sigaddset(&unblock, stops[i]);
-    for (int i = 0; i < 2; i++)
-        sigaction(users[i], users[i] == usr_signal ? &action : &by_default, NULL),
-            sigaddset(&unblock, users[i]);
-    for (int i = 0; i < 2; i++) sigaction(failed_writes[i], &ignore, NULL);
+    for (int i = 0; i < 3; i++) sigaddset(&unblock, stops[i]);
+    for (int i = 0; i < 2; i++) sigaddset(&unblock, users[i]);
     pthread_sigmask(SIG_UNBLOCK, &unblock, NULL);
 }
 

@@ -55,10 +55,11 @@ mkdir -p "$CLUSTER/state" "$CLUSTER/spool"
 : >"$CLUSTER/plugstack.conf" # no SPANK plugins from /etc/slurm
 # No cgroups (a container has none to delegate): processes tracked by their parent pids, no task binding.
 # auth/none: no munge key to share (Slurm 23.11 removed it; there AuthType=auth/munge with munged started).
-# config_overrides: the node is taken to have the 2 CPUs configured here, whatever it has.
+# config_overrides: the node is taken to have the 2 CPUs configured here, whatever it has. Addresses are
+# given: the host's name need not resolve.
 cat >"$CLUSTER/slurm.conf" <<EOF
 ClusterName=test-slurm
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 AuthType=auth/none
@@ -83,7 +84,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
 ReturnToService=2
-NodeName=$host CPUs=2 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF="$CLUSTER/slurm.conf"
@@ -152,6 +153,12 @@ else
     bad "the warning signal: job $(job_field "$job" JobState), restarts $(job_field "$job" Restarts), latest_checkpoint $latest ($TMP/stopped.out:)"
     tail -5 "$TMP/stopped.out"
 fi
+# Slurm holds a requeued job back for some two minutes, time for the first run's processes to end; the test
+# waits for exactly that (no process of the job left on the node), then lets it start
+for ((i = 0; i < 1200; i++)); do
+    [ "$(scontrol listpids "$job" 2>/dev/null | tail -n +2 | wc -l)" = 0 ] && break
+    sleep 0.1
+done
 scontrol update JobId="$job" StartTime=now 2>/dev/null || true # not pending: the check above failed
 state=$(wait_ended "$job")
 runs=$(grep -c '^train_cpu | model' "$TMP/stopped.out" || true)
@@ -159,7 +166,8 @@ if [ "$state" = COMPLETED ] && [ "$(job_field "$job" ExitCode)" = 0:0 ] && [ "$r
     grep -q "^resumed | step $latest " "$TMP/stopped.out"; then
     ok "the requeued job resumed from step $latest and completed, its output appended to the first run's"
 else
-    bad "the requeued job: $state, exit $(job_field "$job" ExitCode), $runs runs in its output"
+    bad "the requeued job: $state, exit $(job_field "$job" ExitCode), $runs runs in its output ($TMP/stopped.out:)"
+    tail -5 "$TMP/stopped.out"
 fi
 cp "$TMP/straight/train.jsonl" "$TMP/straight.jsonl"
 cp "$TMP/stopped/train.jsonl" "$TMP/stopped.jsonl"
