@@ -163,31 +163,6 @@ typedef struct {
     int grad_bf16;      // --grad_reduce_dtype bfloat16: the gradients summed over the ranks in BF16
 } PlanSettings;
 
-// Which attention this binary runs for --attention (AttentionChoice), the one answer the memory plan, the
-// time plan and the trainer take: cuDNN's fused attention for fast, or for auto in a build with cuDNN
-// (USE_CUDNN: the CUDA trainer built with it); else the exact kernels (a `make train` without cuDNN's
-// headers, and the CPU trainer's and the emulator's --dry_run: --attention fast plans the fused one there).
-// The trainer plans auto without it where the plan with it does not fit the device (gpt_alloc), or cuDNN
-// declines the shape (attention_setup), and says so at start.
-static inline int plan_fast_attention(int attention) {
-#ifdef USE_CUDNN
-    return attention != ATTENTION_EXACT;
-#else
-    return attention == ATTENTION_FAST;
-#endif
-}
-
-// The planned attention and why, for the plan's and the start-up lines.
-static inline const char *plan_attention_label(int attention) {
-    if (attention == ATTENTION_EXACT) return "exact kernels: --attention exact";
-    if (attention == ATTENTION_FAST) return "cuDNN's fused attention: --attention fast";
-#ifdef USE_CUDNN
-    return "cuDNN's fused attention: --attention auto in a build with cuDNN";
-#else
-    return "exact kernels: --attention auto in a build without cuDNN (--attention fast plans cuDNN's)";
-#endif
-}
-
 static inline PlanSettings plan_settings_from_options(const TrainOptions *opts, int B, int T,
                                                       int world_size) {
     PlanSettings s = {opts->dtype,

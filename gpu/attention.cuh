@@ -30,7 +30,7 @@
 #include <type_traits>
 
 #include "attention_cudnn.h"
-#include "../core/cli.h" // AttentionChoice
+#include "../core/cli.h" // AttentionChoice, plan_fast_attention
 #include "layers.cuh"
 
 namespace layers_impl {
@@ -412,9 +412,10 @@ inline void attention_setup(Attention *att, int choice, int B, int T, int C, int
                             const AttentionMemory *memory) {
     memset(att, 0, sizeof(*att));
     att->B = B, att->T = T, att->C = C, att->NH = NH, att->KVH = KVH;
-    check_attention_shape(C, NH); // the exact kernels' shapes: the fallback must exist
-    if (choice == ATTENTION_EXACT) {
-        snprintf(att->description, sizeof att->description, "exact");
+    check_attention_shape(C, NH);       // the exact kernels' shapes: the fallback must exist
+    if (!plan_fast_attention(choice)) { // the plan's answer (cli.h): --attention exact, or auto without cuDNN
+        snprintf(att->description, sizeof att->description,
+                 choice == ATTENTION_EXACT ? "exact" : "exact (built without cuDNN)");
         return;
     }
     if (choice == ATTENTION_AUTO && memory->declined) {
@@ -439,11 +440,8 @@ inline void attention_setup(Attention *att, int choice, int B, int T, int C, int
              "fast (cuDNN %s fused attention, deterministic backward, %.1f MiB workspace in the plan)",
              cudnn_attention_version(), cudnn_attention_workspace_bytes(att->graphs) / 1048576.0);
 #else
-    if (choice == ATTENTION_FAST)
-        fail(
-            "--attention fast: this build has no cuDNN (make finds it in CUDNN_HOME and CUDNN_FRONTEND_HOME; "
-            "scripts/cudnn_deps.sh puts it there); --attention exact runs the exact kernels");
-    snprintf(att->description, sizeof att->description, "exact (built without cuDNN)");
+    fail("--attention fast: this build has no cuDNN (make finds it in CUDNN_HOME and CUDNN_FRONTEND_HOME; "
+         "scripts/cudnn_deps.sh puts it there); --attention exact runs the exact kernels");
 #endif
 }
 
