@@ -13,7 +13,8 @@
 #   2. scripts/prepare_eval.py hellaswag --input the jsonl --tokenizer byte writes llm.c's file byte for byte;
 #      with a tokenizer.json (--tokenizer hf, when tokenizers is importable) each context and " " + ending as the
 #      tokenizers library encodes them; a bad jsonl line is refused with one line naming it;
-#   3. --eval_every 2 over 4 steps logs eval records at steps 2 and 4 (line and JSON);
+#   3. --eval_every 2 over 4 steps logs eval records at steps 2 and 4 (line and JSON); a run resumed from its
+#      step-2 checkpoint redoes step 2's scoring, which its log then holds once;
 #   4. 2 and 5 processes (mpirun) split the examples and sum to the same count (5: 5, 5, 5, 5 and 4 examples);
 #   5. the emulated CUDA trainer's bfloat16 count and choices equal train_cpu's bfloat16 ones, and so does its
 #      count on 2 processes with ZeRO-1 and ZeRO-3 (mpirun);
@@ -141,6 +142,16 @@ steps=$(grep '"type":"eval"' "$TMP/log.jsonl" | sed 's/.*"step":\([0-9]*\),"corr
 lines=$(grep -c "^eval | step [24] | accuracy [0-9]*/24 (0\.[0-9]\{4\})$" "$TMP/train.txt" || true)
 [ "$steps" = "2 4 " ] && [ "$lines" = 2 ]
 result $? "--eval_every 2 --steps 4: eval records at steps $steps, $lines eval lines"
+
+# ... and a resumed run redoes the scoring of its checkpoint's step, which its log then holds once
+shape=(--model_size d2 --layers 2 --channels 32 --heads 1 --vocab 128 --max_seq_len 64) # the fixture's model
+resumed=(--train_data "$TMP/shard_train_000000.bin" --val_data "" --eval_data "$FIX/hellaswag_val.bin" --eval_every 2
+    --batch_size 2 --dtype float32 --output_dir "$TMP/ckpt" --log_file "$TMP/resumed.jsonl")
+./train_cpu --init_from "$FIX/model.bin" "${resumed[@]}" --steps 2 >/dev/null 2>&1 &&
+    ./train_cpu "${shape[@]}" "${resumed[@]}" --steps 4 --resume 1 >"$TMP/resumed.txt" 2>&1
+steps=$(grep '"type":"eval"' "$TMP/resumed.jsonl" | sed 's/.*"step":\([0-9]*\),.*/\1/' | tr '\n' ' ')
+[ "$steps" = "2 4 " ] && grep -q "^eval | step 2 |" "$TMP/resumed.txt"
+result $? "a run resumed at step 2 redoes that step's scoring: the log's eval records at steps $steps"
 
 # 4. several processes
 if command -v mpirun >/dev/null; then
