@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# test_eval.sh: --eval_data, llm.c's multiple-choice eval files (core/eval_data.h) and scripts/prepare_eval.py, on
-# the fixtures llm.c's own Python wrote (test/llmc_hellaswag: a tiny GPT-2 by train_gpt2.py's write_model, 24
+# test_eval.sh: --eval_data, llm.c's multiple-choice eval files (core/eval_data.h) and scripts/prepare_eval.py,
+# on the fixtures llm.c's own Python wrote (test/llmc_hellaswag: a tiny GPT-2 by train_gpt2.py's write_model, 24
 # HellaSwag-schema examples by data_common.py's write_evalfile, and PyTorch's count under llm.c's rule; its
-# README.md says how). About 50 s on 2 cores (35 s of it the emulated trainer); needs train_cpu and python3 (no modules); train_emu, mpirun when
-# present.
+# README.md says how). About a minute on 2 cores (most of it the emulated trainer); needs train_cpu and python3
+# (no modules); train_emu, mpirun when present.
 #   1. train_cpu --eval_only 1 --dtype float32 gives PyTorch's count exactly, at B = 4, 3 (an example's rows
 #      straddle two batches) and 1; and with every label set to k (k = 0..3) it counts the examples whose
 #      choice PyTorch found to be k, so each example's choice is checked, not only their total. Exact, because
