@@ -17,7 +17,8 @@
 #      step-2 checkpoint redoes step 2's scoring, which its log then holds once;
 #   4. 2 and 5 processes (mpirun) split the examples and sum to the same count (5: 5, 5, 5, 5 and 4 examples);
 #   5. the emulated CUDA trainer's bfloat16 count and choices equal train_cpu's bfloat16 ones, and so does its
-#      count on 2 processes with ZeRO-1 and ZeRO-3 (mpirun);
+#      count on 2 processes with ZeRO-1 and ZeRO-3 (mpirun); with --price_gpu_hour it logs the rental of its
+#      wall time (within what this script times from outside);
 #   6. bad eval files (magic, version, byte count, label, token, length, truncation, trailing bytes,
 #      delimiter) and --eval_every without --eval_data end with one error line naming the file and reason.
 set -uo pipefail
@@ -174,6 +175,20 @@ if [ -x ./train_emu ]; then
     emu=$(choices_of ./train_emu --dtype bfloat16 --batch_size 4 --attention exact)
     [ -n "$cpu" ] && [ "$cpu" = "$emu" ]
     result $? "bfloat16 examples choosing 0..3: train_emu $emu, train_cpu $cpu"
+    # --price_gpu_hour: the rental line and record, the GPU-hours the process's own wall time (timed here too)
+    start=$(date +%s.%N)
+    ./train_emu "${base[@]}" --eval_data "$FIX/hellaswag_val.bin" --eval_only 1 --dtype bfloat16 --batch_size 4 \
+        --attention exact --price_gpu_hour 3 --log_file "$TMP/rental.jsonl" >"$TMP/rental.txt" 2>&1
+    end=$(date +%s.%N)
+    "$PY" - "$TMP/rental.jsonl" "$start" "$end" <<'PYEOF'
+import json, sys
+rental = [json.loads(l) for l in open(sys.argv[1]) if '"type":"rental"' in l]
+outside = (float(sys.argv[3]) - float(sys.argv[2])) / 3600
+r = rental[0] if len(rental) == 1 else {"gpu_hours": -1, "cost": 0}
+sys.exit(0 if 0.5 * outside < r["gpu_hours"] <= outside and abs(r["cost"] - 3 * r["gpu_hours"]) <= 1e-6 * r["cost"] else 1)
+PYEOF
+    result $? "train_emu --price_gpu_hour 3: $(grep '^rental' "$TMP/rental.txt"), timed from outside $(
+        "$PY" -c "print(f'{($end - $start) / 3600:.6g}')") h"
     if command -v mpirun >/dev/null; then # ZeRO ranks split the examples (B=5: the last batch part padding)
         want=$(count ./train_cpu "$FIX/hellaswag_val.bin" --eval_only 1 --dtype bfloat16 --batch_size 5) || want=failed
         for zero in 1 3; do
