@@ -2214,6 +2214,7 @@ typedef struct {
     // results it needs before going on (host_waits_for_step).
     int pending;
     double pending_start, step_start;
+    double start_ms;    // the process's start: the rented time runs from here
     int *sample_tokens; // (B,T)
 } Run;
 
@@ -2221,6 +2222,7 @@ enum { RUN_GOES_ON = -1 }; // a set-up phase's answer where the run goes on (els
 
 // Set-up 1: the processes, the flags and the model's shape; a dry run ends with its plan.
 static int read_settings(Run *r, int argc, char **argv) {
+    r->start_ms = wall_time_ms();
     dist_init(&r->dist, &argc, &argv);
     dist_quiet_other_ranks(&r->dist);
     line_buffer_stdout();
@@ -2559,6 +2561,7 @@ static int end_run(Run *r) {
     if (r->state.skipped_steps) printf("skipped steps: %ld\n", (long)r->state.skipped_steps);
     int status = run_control_finish(&r->control, &r->opts, r->dist.rank, (long)r->state.step,
                                     (long)r->state.skipped_steps, r->log.failed);
+    log_rental(&r->log, &r->opts, r->dist.world_size, wall_time_ms() - r->start_ms);
     log_energy(&r->log, energy_all_ranks(&r->model, &r->energy), &r->opts,
                r->energy.unavailable ? r->energy.unavailable : "a GPU of another rank has no energy counter");
     run_log_close(&r->log);

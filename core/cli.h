@@ -256,7 +256,7 @@ static const OptionSpec OPTION_SPECS[] = {
     {"pue", OPT_FLOAT, OPT_AT(pue), "1.0", 1, 10, NULL,
      "power usage effectiveness of the data centre (facility energy / GPU energy)"},
     {"price_gpu_hour", OPT_FLOAT, OPT_AT(price_gpu_hour), "0", 0, 1e6, NULL,
-     "--dry_run: rental price of one GPU for an hour, for the cost plan"},
+     "rental price of one GPU for an hour: --dry_run's cost plan, the GPU trainer's end-of-run rental line"},
     {"eval_only", OPT_INT, OPT_AT(eval_only), "0", 0, 1, NULL,
      "1: report the validation loss of --init_from with BF16 weights and with FP8 weights (with --val_data), "
      "its --eval_data accuracy (in --dtype; float8 with --val_data), then exit"},

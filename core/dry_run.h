@@ -502,8 +502,8 @@ static inline void dry_run_print_cost(const TrainOptions *opts, const TimePlan *
     for (int i = 0; i < 3; i++) {
         double kwh = world_size * hours[i] * kwh_per_gpu_hour,
                rental = world_size * hours[i] * opts->price_gpu_hour;
-        printf("  %-16s %11.4g h wall  %11.4g kWh  electricity %11.4g  rental %11.4g  total %11.4g\n", names[i],
-               hours[i], kwh, kwh * opts->price_kwh, rental, kwh * opts->price_kwh + rental);
+        printf("  %-16s %11.4g h wall  %11.4g kWh  electricity %11.4g  rental %11.4g  total %11.4g\n",
+               names[i], hours[i], kwh, kwh * opts->price_kwh, rental, kwh * opts->price_kwh + rental);
     }
     if (opts->price_kwh == 0 && opts->price_gpu_hour == 0)
         printf("  (give --price_kwh and --price_gpu_hour for the costs)\n");

@@ -258,6 +258,16 @@ static inline void log_energy(RunLog *log, double joules, const TrainOptions *op
                    joules, kwh, cost);
 }
 
+// The run's rental with --price_gpu_hour: every process's GPU for the run's wall time, the measured
+// counterpart of --dry_run's cost plan (written before the energy record, the run's last).
+static inline void log_rental(RunLog *log, const TrainOptions *opts, int gpus, double wall_ms) {
+    if (opts->price_gpu_hour <= 0) return;
+    double gpu_hours = gpus * wall_ms / 3.6e6, cost = gpu_hours * opts->price_gpu_hour;
+    printf("rental | %.6g GPU-hours (%d GPU(s) x %.6g h) | cost %.6g (price %.4g per GPU-hour)\n", gpu_hours,
+           gpus, wall_ms / 3.6e6, cost, opts->price_gpu_hour);
+    run_log_record(log, "{\"type\":\"rental\",\"gpu_hours\":%.9g,\"cost\":%.9g}\n", gpu_hours, cost);
+}
+
 // ----------------------------------------------------------------------------
 // The BF16 shadow check
 

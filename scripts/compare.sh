@@ -132,7 +132,7 @@ for dtype in bfloat16 float8; do
     # the progress shown here is the validation and summary lines; every line is in the .txt
     set +e
     "$bin_dir/$binary" "${flags[@]}" "${extra[@]}" --dtype "$dtype" --log_file "$out/$dtype.jsonl" 2>&1 |
-        tee "$out/$dtype.txt" | grep --line-buffered -E '^(val|eval|summary|energy|skipped)'
+        tee "$out/$dtype.txt" | grep --line-buffered -E '^(val|eval|summary|energy|rental|skipped)'
     status=${PIPESTATUS[0]}
     set -e
     if [ "$status" -ne 0 ]; then

@@ -22,6 +22,8 @@ The table, one column per dtype:
                          baseline ends'. A mean, not the last step's loss alone, which is one noisy batch.
   hours to target        those steps x the median ms/step: the time a run of this shape takes to get there
   energy, cost           from an 'energy | ...' line of the trainer's stdout, else 'not measured'
+  rental                 the CUDA trainer's 'rental | G GPU-hours ... | cost C' line (--price_gpu_hour), else
+                         'not logged'
 The last column is float8's difference from bfloat16 (a ratio for times and rates). Then one line: the
 relative gap of the final validation loss, 100 * (float8 - bfloat16) / bfloat16, percent.
 The figure: the training and validation losses, their difference, and (with eval records) the eval accuracy
@@ -125,6 +127,16 @@ def parse_energy(text):
     return found
 
 
+def parse_rental(text):
+    """The last 'rental | G GPU-hours (...) | cost C (...)' line as 'G GPU-hours, cost C'; None without one."""
+    found = None
+    for line in text.splitlines():
+        m = re.match(r"rental \|\s*([0-9.eE+-]+) GPU-hours.*\|\s*cost ([0-9.eE+-]+)", line)
+        if m:
+            found = f"{m.group(1)} GPU-hours, cost {m.group(2)}"
+    return found
+
+
 def median(values):
     values = sorted(values)
     n = len(values)
@@ -215,6 +227,7 @@ def build_table(runs, target, target_note, trainer, flags):
             energy = runs[d]["energy"]
             cells.append(energy[key] if energy and energy.get(key) else "not measured")
         row(key, *cells)
+    row("rental", *[runs[d]["rental"] or "not logged (--price_gpu_hour)" for d in DTYPES])
 
     if all(last_val.values()) and last_val["bfloat16"]["val_loss"] != 0:
         vb, vf = last_val["bfloat16"]["val_loss"], last_val["float8"]["val_loss"]
@@ -380,7 +393,8 @@ def main():
         txt_path = os.path.join(args.dir, f"{d}.txt")
         text = open(txt_path, errors="replace").read() if os.path.exists(txt_path) else ""
         runs[d] = {"steps": steps, "vals": vals, "evals": evals, "text": text,
-                   "summary": parse_summary(text), "energy": parse_energy(text)}
+                   "summary": parse_summary(text), "energy": parse_energy(text),
+                   "rental": parse_rental(text)}
     trainer = args.trainer
     if not trainer:
         first = runs["bfloat16"]["text"].split(" |", 1)[0].strip()

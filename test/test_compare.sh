@@ -194,6 +194,7 @@ echo "summary | 12.3 ms/step | 45678 tok/s | MFU 41.5% of the BF16 peak | peak m
     >>"$TMP/gpu/float8.txt"
 echo "energy | 1234.5 J | 0.000343 kWh | cost 0.000062 (price 0.1500 per kWh, PUE 1.20)" >>"$TMP/gpu/float8.txt"
 echo "energy | 2000 joules | 0.000556 kWh | cost 0.05 EUR" >>"$TMP/gpu/bfloat16.txt"
+echo "rental | 0.0123 GPU-hours (1 GPU(s) x 0.0123 h) | cost 0.0369 (price 3 per GPU-hour)" >>"$TMP/gpu/float8.txt"
 "$PY" -c '
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()
@@ -209,14 +210,14 @@ result $? "test set-up: a null loss at step 5 of the float8 log"
 "$PY" "$root/scripts/plot_compare.py" "$TMP/gpu" --trainer train >/dev/null 2>"$TMP/gpu.err"
 result $? "plot_compare.py with summary and energy lines and a null loss $(head -c 300 "$TMP/gpu.err")"
 want="41.5%|12.34 GiB|1234.5 J (0.000343 kWh)|0.000062 (price 0.1500 per kWh, PUE 1.20)|1|not reported|not reported"
-want="$want|2000 J (0.000556 kWh)|0.05 EUR|0"
+want="$want|2000 J (0.000556 kWh)|0.05 EUR|0|0.0123 GPU-hours, cost 0.0369|not logged (--price_gpu_hour)"
 got=""
 for spec in "MFU 2" "peak memory 2" "energy 2" "cost 2" "skipped 2" "MFU 1" "peak memory 1" "energy 1" "cost 1" \
-    "skipped 1"; do
+    "skipped 1" "rental 2" "rental 1"; do
     got="$got${got:+|}$(cell "$TMP/gpu/compare.md" "${spec% *}" "${spec##* }")"
 done
 [ "$got" = "$want" ]
-result $? "summary, energy lines and the skipped step in the table ($got)"
+result $? "summary, energy and rental lines and the skipped step in the table ($got)"
 count_checks < <(check_table "$TMP/gpu" 2>&1 | grep -E "steps to target|skipped")
 [ -s "$TMP/gpu/compare.png" ]
 result $? "compare.png drawn with a null loss in the log"

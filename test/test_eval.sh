@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# test_eval.sh: --eval_data, llm.c's multiple-choice eval files (core/eval_data.h) and scripts/prepare_eval.py, on
-# the fixtures llm.c's own Python wrote (test/llmc_hellaswag: a tiny GPT-2 by train_gpt2.py's write_model, 24
+# test_eval.sh: --eval_data, llm.c's multiple-choice eval files (core/eval_data.h) and scripts/prepare_eval.py,
+# on the fixtures llm.c's own Python wrote (test/llmc_hellaswag: a tiny GPT-2 by train_gpt2.py's write_model, 24
 # HellaSwag-schema examples by data_common.py's write_evalfile, and PyTorch's count under llm.c's rule; its
-# README.md says how). About 50 s on 2 cores (35 s of it the emulated trainer); needs train_cpu and python3 (no modules); train_emu, mpirun when
-# present.
+# README.md says how). About a minute on 2 cores (most of it the emulated trainer); needs train_cpu and python3
+# (no modules); train_emu, mpirun when present.
 #   1. train_cpu --eval_only 1 --dtype float32 gives PyTorch's count exactly, at B = 4, 3 (an example's rows
 #      straddle two batches) and 1; and with every label set to k (k = 0..3) it counts the examples whose
 #      choice PyTorch found to be k, so each example's choice is checked, not only their total. Exact, because
@@ -13,10 +13,12 @@
 #   2. scripts/prepare_eval.py hellaswag --input the jsonl --tokenizer byte writes llm.c's file byte for byte;
 #      with a tokenizer.json (--tokenizer hf, when tokenizers is importable) each context and " " + ending as the
 #      tokenizers library encodes them; a bad jsonl line is refused with one line naming it;
-#   3. --eval_every 2 over 4 steps logs eval records at steps 2 and 4 (line and JSON);
+#   3. --eval_every 2 over 4 steps logs eval records at steps 2 and 4 (line and JSON); a run resumed from its
+#      step-2 checkpoint redoes step 2's scoring, which its log then holds once;
 #   4. 2 and 5 processes (mpirun) split the examples and sum to the same count (5: 5, 5, 5, 5 and 4 examples);
 #   5. the emulated CUDA trainer's bfloat16 count and choices equal train_cpu's bfloat16 ones, and so does its
-#      count on 2 processes with ZeRO-1 and ZeRO-3 (mpirun);
+#      count on 2 processes with ZeRO-1 and ZeRO-3 (mpirun); with --price_gpu_hour it logs the rental of its
+#      wall time (within what this script times from outside);
 #   6. bad eval files (magic, version, byte count, label, token, length, truncation, trailing bytes,
 #      delimiter) and --eval_every without --eval_data end with one error line naming the file and reason.
 set -uo pipefail
@@ -142,6 +144,16 @@ lines=$(grep -c "^eval | step [24] | accuracy [0-9]*/24 (0\.[0-9]\{4\})$" "$TMP/
 [ "$steps" = "2 4 " ] && [ "$lines" = 2 ]
 result $? "--eval_every 2 --steps 4: eval records at steps $steps, $lines eval lines"
 
+# ... and a resumed run redoes the scoring of its checkpoint's step, which its log then holds once
+shape=(--model_size d2 --layers 2 --channels 32 --heads 1 --vocab 128 --max_seq_len 64) # the fixture's model
+resumed=(--train_data "$TMP/shard_train_000000.bin" --val_data "" --eval_data "$FIX/hellaswag_val.bin" --eval_every 2
+    --batch_size 2 --dtype float32 --output_dir "$TMP/ckpt" --log_file "$TMP/resumed.jsonl")
+./train_cpu --init_from "$FIX/model.bin" "${resumed[@]}" --steps 2 >/dev/null 2>&1 &&
+    ./train_cpu "${shape[@]}" "${resumed[@]}" --steps 4 --resume 1 >"$TMP/resumed.txt" 2>&1
+steps=$(grep '"type":"eval"' "$TMP/resumed.jsonl" | sed 's/.*"step":\([0-9]*\),.*/\1/' | tr '\n' ' ')
+[ "$steps" = "2 4 " ] && grep -q "^eval | step 2 |" "$TMP/resumed.txt"
+result $? "a run resumed at step 2 redoes that step's scoring: the log's eval records at steps $steps"
+
 # 4. several processes
 if command -v mpirun >/dev/null; then
     for np in 2 5; do
@@ -163,6 +175,20 @@ if [ -x ./train_emu ]; then
     emu=$(choices_of ./train_emu --dtype bfloat16 --batch_size 4 --attention exact)
     [ -n "$cpu" ] && [ "$cpu" = "$emu" ]
     result $? "bfloat16 examples choosing 0..3: train_emu $emu, train_cpu $cpu"
+    # --price_gpu_hour: the rental line and record, the GPU-hours the process's own wall time (timed here too)
+    start=$(date +%s.%N)
+    ./train_emu "${base[@]}" --eval_data "$FIX/hellaswag_val.bin" --eval_only 1 --dtype bfloat16 --batch_size 4 \
+        --attention exact --price_gpu_hour 3 --log_file "$TMP/rental.jsonl" >"$TMP/rental.txt" 2>&1
+    end=$(date +%s.%N)
+    "$PY" - "$TMP/rental.jsonl" "$start" "$end" <<'PYEOF'
+import json, sys
+rental = [json.loads(l) for l in open(sys.argv[1]) if '"type":"rental"' in l]
+outside = (float(sys.argv[3]) - float(sys.argv[2])) / 3600
+r = rental[0] if len(rental) == 1 else {"gpu_hours": -1, "cost": 0}
+sys.exit(0 if 0.5 * outside < r["gpu_hours"] <= outside and abs(r["cost"] - 3 * r["gpu_hours"]) <= 1e-6 * r["cost"] else 1)
+PYEOF
+    result $? "train_emu --price_gpu_hour 3: $(grep '^rental' "$TMP/rental.txt"), timed from outside $(
+        "$PY" -c "print(f'{($end - $start) / 3600:.6g}')") h"
     if command -v mpirun >/dev/null; then # ZeRO ranks split the examples (B=5: the last batch part padding)
         want=$(count ./train_cpu "$FIX/hellaswag_val.bin" --eval_only 1 --dtype bfloat16 --batch_size 5) || want=failed
         for zero in 1 3; do
