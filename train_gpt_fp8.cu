@@ -1718,13 +1718,13 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
 }
 
 // A sum over the ranks with a buffer of its own, for any n: before the model's buffers exist (run_control.h's
-// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path. Both copies go
-// on the collective's stream, from and to pinned memory: a cudaMemcpy from pageable memory may return before
-// its data reaches the device, on the legacy stream, which a non-blocking stream does not wait for, so NCCL
-// could read the buffer before it is written. The device is idle first: a collective still queued on another
-// stream of the same communicator (the model's broadcasts at set-up, a step's reductions) would otherwise be
-// in flight beside this one, and NCCL's collectives on one communicator must not overlap in different orders
-// on different ranks.
+// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path. Both copies
+// go on the collective's stream, from and to pinned memory: a cudaMemcpy from pageable memory may return
+// before its data reaches the device, on the legacy stream, which a non-blocking stream does not wait for, so
+// NCCL could read the buffer before it is written. The device is idle first: a collective still queued on
+// another stream of the same communicator (the model's broadcasts at set-up, a step's reductions) would
+// otherwise be in flight beside this one, and NCCL's collectives on one communicator must not overlap in
+// different orders on different ranks.
 static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
     Comm *comm = (Comm *)comm_ptr;
     if (!comm->comm) return;
