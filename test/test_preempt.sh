@@ -5,14 +5,16 @@
 #     once 3 steps are logged, and --time_limit_s 1: each exits 75 with a checkpoint before the last step, and
 #     `--resume 1` then ends byte-identical (final model and state files, the log's step records) to a run
 #     that never stopped. Two processes: the signal reaches rank 1 only, both stop after the same step.
-#     SIGHUP from outside does the same. A stop signal during set-up (pending as the trainer starts) ends the
-#     run with exit 75 before the first step, a fresh one with nothing saved, a resumed one keeping its
-#     checkpoint. stdout's reader gone (`| head`: SIGPIPE) stops the run with a checkpoint, exit 1 and a
-#     line; a file-size limit (SIGXFSZ) fails the checkpoint's write with exit 1 and a line, never a kill.
+#     A stop signal during set-up (pending as the trainer starts) ends the run with exit 75 before the first
+#     step, a fresh one with nothing saved, a resumed one keeping its checkpoint. On train_cpu alone (the
+#     trainers share the code): SIGHUP from outside stops as SIGTERM does; stdout's reader gone (`| head`:
+#     SIGPIPE) stops the run with a checkpoint, exit 1 and a line; a file-size limit (SIGXFSZ) fails the
+#     checkpoint's write with exit 1 and a line, never a kill.
 #  2. Two signals back to back: the run ends at once (143), leaves no temp file, and the checkpoint
 #     latest_checkpoint names resumes to the same final files.
-#     scripts/launch.sh (two processes) stopped by SIGTERM while a checkpoint takes some 6 s (every fsync
-#     slowed by test/slow_fsync_shim.c): exit 75, every rank's checkpoint complete, the resume byte-identical.
+#     scripts/launch.sh (two processes of train_cpu) stopped by SIGTERM while a checkpoint takes some 6 s
+#     (every fsync slowed by test/slow_fsync_shim.c): exit 75, every rank's checkpoint complete, the resume
+#     byte-identical.
 #  3. Ranks started with different flags (mpirun's MPMD form, one flag changed on rank 1): refused before any
 #     step, exit 1, every rank's line naming the flag.
 #  4. The guards: a lasting shift of the data (a short shard of text, then a shard of random characters) with
@@ -118,8 +120,11 @@ os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${ta
     same_end "$tag: a stop during set-up" "$TMP/${tag}_setup" "$TMP/${tag}_straight" "$steps" 1
 
     # from outside, as a scheduler (SIGTERM) or a closed terminal (SIGHUP) sends it, once three steps are
-    # logged
-    for sig in TERM HUP; do
+    # logged. The cases from here to the time limit's run the trainers' shared code (run_control.h,
+    # checkpoint.h, launch.sh): train_cpu alone runs them.
+    signals=(TERM)
+    [ "$tag" = train_cpu ] && signals+=(HUP)
+    for sig in "${signals[@]}"; do
         "$bin" "${base[@]}" --output_dir "$TMP/${tag}_$sig" --log_file "$TMP/${tag}_$sig.jsonl" \
             >"$TMP/${tag}_$sig.out" 2>&1 &
         pid=$!
@@ -137,35 +142,37 @@ os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${ta
         same_end "$tag: SIG$sig from outside" "$TMP/${tag}_$sig" "$TMP/${tag}_straight" "$steps" 1
     done
 
-    # stdout's reader gone (`| head`): SIGPIPE is no kill; the failed write stops the run with a checkpoint
-    {
-        status=0
-        "$bin" "${base[@]}" --output_dir "$TMP/${tag}_pipe" --log_file "$TMP/${tag}_pipe.jsonl" \
-            2>"$TMP/${tag}_pipe.err" || status=$?
-        echo "$status" >"$TMP/${tag}_pipe.status"
-    } | head -3 >/dev/null
-    status=$(cat "$TMP/${tag}_pipe.status")
-    latest=$(cat "$TMP/${tag}_pipe/latest_checkpoint" 2>/dev/null || echo none)
-    if [ "$status" = 1 ] && [ "$latest" != none ] && [ "$latest" -lt "$steps" ] &&
-        grep -q "^error: stdout: a write failed (Broken pipe" "$TMP/${tag}_pipe.err"; then
-        ok "$tag: stdout's reader gone: exit 1 with a checkpoint of step $latest and a line"
-    else
-        bad "$tag: stdout's reader gone: exit $status, latest_checkpoint $latest (expected 1, a checkpoint, a line)"
-    fi
-    run pipe --resume 1
-    same_end "$tag: stdout's reader gone" "$TMP/${tag}_pipe" "$TMP/${tag}_straight" "$steps" 1
+    if [ "$tag" = train_cpu ]; then
+        # stdout's reader gone (`| head`): SIGPIPE is no kill; the failed write stops the run with a checkpoint
+        {
+            status=0
+            "$bin" "${base[@]}" --output_dir "$TMP/${tag}_pipe" --log_file "$TMP/${tag}_pipe.jsonl" \
+                2>"$TMP/${tag}_pipe.err" || status=$?
+            echo "$status" >"$TMP/${tag}_pipe.status"
+        } | head -3 >/dev/null
+        status=$(cat "$TMP/${tag}_pipe.status")
+        latest=$(cat "$TMP/${tag}_pipe/latest_checkpoint" 2>/dev/null || echo none)
+        if [ "$status" = 1 ] && [ "$latest" != none ] && [ "$latest" -lt "$steps" ] &&
+            grep -q "^error: stdout: a write failed (Broken pipe" "$TMP/${tag}_pipe.err"; then
+            ok "$tag: stdout's reader gone: exit 1 with a checkpoint of step $latest and a line"
+        else
+            bad "$tag: stdout's reader gone: exit $status, latest_checkpoint $latest (expected 1, a checkpoint, a line)"
+        fi
+        run pipe --resume 1
+        same_end "$tag: stdout's reader gone" "$TMP/${tag}_pipe" "$TMP/${tag}_straight" "$steps" 1
 
-    # a file-size limit below a checkpoint's size: SIGXFSZ is no kill; the write fails with its line
-    status=0
-    mapfile -d '' args < <(merge_flags "${base[@]}" -- --steps 4)
-    (
-        ulimit -f 64 # KiB: the model file alone is 520
-        "$bin" "${args[@]}" --output_dir "$TMP/${tag}_fsize" --log_file "$TMP/${tag}_fsize.jsonl"
-    ) >"$TMP/${tag}_fsize.out" 2>&1 || status=$?
-    if [ "$status" = 1 ] && grep -q "^error: .*model_00000004.bin.*File too large" "$TMP/${tag}_fsize.out"; then
-        ok "$tag: a file-size limit: exit 1 with a line naming the file and EFBIG"
-    else
-        bad "$tag: a file-size limit: exit $status (expected 1 and a line saying 'File too large')"
+        # a file-size limit below a checkpoint's size: SIGXFSZ is no kill; the write fails with its line
+        status=0
+        mapfile -d '' args < <(merge_flags "${base[@]}" -- --steps 4)
+        (
+            ulimit -f 64 # KiB: the model file alone is 520
+            "$bin" "${args[@]}" --output_dir "$TMP/${tag}_fsize" --log_file "$TMP/${tag}_fsize.jsonl"
+        ) >"$TMP/${tag}_fsize.out" 2>&1 || status=$?
+        if [ "$status" = 1 ] && grep -q "^error: .*model_00000004.bin.*File too large" "$TMP/${tag}_fsize.out"; then
+            ok "$tag: a file-size limit: exit 1 with a line naming the file and EFBIG"
+        else
+            bad "$tag: a file-size limit: exit $status (expected 1 and a line saying 'File too large')"
+        fi
     fi
 
     run timed --time_limit_s 1
@@ -255,49 +262,52 @@ os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${ta
     mpi signal2 --steps 12 --resume 1
     same_end "$tag: two processes, SIGTERM to rank 1" "$TMP/${tag}_signal2" "$TMP/${tag}_straight2" 12 2
 
-    # scripts/launch.sh stopped by SIGTERM while every fsync takes a second (test/slow_fsync_shim.c: a
-    # checkpoint of some 6 s, where mpirun alone kills the ranks a second after a SIGTERM): the ranks
-    # checkpoint the same step, the job exits 75, and the resume equals an uninterrupted launch
-    if [ "$tag" = train_cpu ]; then launch_steps=300; else launch_steps=12; fi
-    launched() { # NAME FLAGS...: two processes under launch.sh, in the background; sets pid
-        local name=$1 args
-        shift
-        mapfile -d '' args < <(merge_flags "${base[@]}" -- --steps "$launch_steps" --zero_stage 1 "$@")
-        scripts/launch.sh --nproc_per_node 2 --oversubscribe -- env "${slow[@]}" "$bin" "${args[@]}" \
-            --nccl_timeout_s 60 --output_dir "$TMP/${tag}_$name" --log_file "$TMP/${tag}_$name.jsonl" \
-            >>"$TMP/${tag}_$name.out" 2>&1 &
-        pid=$!
-    }
-    slow=()
-    launched launch_straight
-    status=0
-    wait "$pid" || status=$?
-    result "$status" "$tag: the uninterrupted run under launch.sh"
-    slow=(LD_PRELOAD="$PWD/test/build/slow_fsync_shim.so" SLOW_FSYNC_S=1)
-    launched launch_stop
-    for ((i = 0; i < 1200; i++)); do
-        [ "$(logged_steps "$TMP/${tag}_launch_stop.jsonl")" -ge 3 ] && break
-        sleep 0.05
-    done
-    kill -TERM "$pid"
-    status=0
-    wait "$pid" || status=$?
-    stopped_early "$tag: launch.sh stopped by SIGTERM, a slow checkpoint" "$status" "$TMP/${tag}_launch_stop" \
-        "$launch_steps"
-    at=$(cat "$TMP/${tag}_launch_stop/latest_checkpoint" 2>/dev/null) || at=none
-    leftovers=$(find "$TMP/${tag}_launch_stop" -name '*.tmp*' | wc -l)
-    if [ -f "$(step_file "$TMP/${tag}_launch_stop" state "$at" _00000.bin)" ] &&
-        [ -f "$(step_file "$TMP/${tag}_launch_stop" state "$at" _00001.bin)" ] && [ "$leftovers" = 0 ]; then
-        ok "$tag: launch.sh: both ranks checkpointed step $at, no temp file left"
-    else
-        bad "$tag: launch.sh: not every rank checkpointed step $at ($leftovers temp files left)"
+    if [ "$tag" = train_cpu ]; then
+        # scripts/launch.sh stopped by SIGTERM while every fsync takes a second (test/slow_fsync_shim.c: a
+        # checkpoint of some 6 s, where mpirun alone kills the ranks a second after a SIGTERM): the ranks
+        # checkpoint the same step, the job exits 75, and the resume equals an uninterrupted launch (the
+        # launcher's part: train_cpu alone)
+        launch_steps=300
+        launched() { # NAME FLAGS...: two processes under launch.sh, in the background; sets pid
+            local name=$1 args
+            shift
+            mapfile -d '' args < <(merge_flags "${base[@]}" -- --steps "$launch_steps" --zero_stage 1 "$@")
+            scripts/launch.sh --nproc_per_node 2 --oversubscribe -- env "${slow[@]}" "$bin" "${args[@]}" \
+                --nccl_timeout_s 60 --output_dir "$TMP/${tag}_$name" --log_file "$TMP/${tag}_$name.jsonl" \
+                >>"$TMP/${tag}_$name.out" 2>&1 &
+            pid=$!
+        }
+        slow=()
+        launched launch_straight
+        status=0
+        wait "$pid" || status=$?
+        result "$status" "$tag: the uninterrupted run under launch.sh"
+        slow=(LD_PRELOAD="$PWD/test/build/slow_fsync_shim.so" SLOW_FSYNC_S=1)
+        launched launch_stop
+        for ((i = 0; i < 1200; i++)); do
+            [ "$(logged_steps "$TMP/${tag}_launch_stop.jsonl")" -ge 3 ] && break
+            sleep 0.05
+        done
+        kill -TERM "$pid"
+        status=0
+        wait "$pid" || status=$?
+        stopped_early "$tag: launch.sh stopped by SIGTERM, a slow checkpoint" "$status" "$TMP/${tag}_launch_stop" \
+            "$launch_steps"
+        at=$(cat "$TMP/${tag}_launch_stop/latest_checkpoint" 2>/dev/null) || at=none
+        leftovers=$(find "$TMP/${tag}_launch_stop" -name '*.tmp*' | wc -l)
+        if [ -f "$(step_file "$TMP/${tag}_launch_stop" state "$at" _00000.bin)" ] &&
+            [ -f "$(step_file "$TMP/${tag}_launch_stop" state "$at" _00001.bin)" ] && [ "$leftovers" = 0 ]; then
+            ok "$tag: launch.sh: both ranks checkpointed step $at, no temp file left"
+        else
+            bad "$tag: launch.sh: not every rank checkpointed step $at ($leftovers temp files left)"
+        fi
+        slow=()
+        launched launch_stop --resume 1
+        status=0
+        wait "$pid" || status=$?
+        same_end "$tag: launch.sh stopped by SIGTERM" "$TMP/${tag}_launch_stop" "$TMP/${tag}_launch_straight" \
+            "$launch_steps" 2
     fi
-    slow=()
-    launched launch_stop --resume 1
-    status=0
-    wait "$pid" || status=$?
-    same_end "$tag: launch.sh stopped by SIGTERM" "$TMP/${tag}_launch_stop" "$TMP/${tag}_launch_straight" \
-        "$launch_steps" 2
 
     for change in "--lr 1e-3" "--steps 13" "--channels 64" "--seed 7"; do
         flag=${change%% *}
