@@ -2450,8 +2450,6 @@ static int set_up_run(Run *r, int argc, char **argv) {
         return end_in_set_up(r, 0);
     status = build_model(r);
     if (status != RUN_GOES_ON) return status;
-    // the model's set-up collectives done first: the vote's own stream would otherwise meet them out of order
-    cuda_check(cudaDeviceSynchronize());
     if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->model.comm))
         return end_in_set_up(r, 1);
     open_records(r);
