@@ -687,8 +687,8 @@ static void self_test(void) {
 }
 
 // gpt_alloc's choice before it allocates (fit_attention_workspace), given the device's free bytes: the plan
-// with cuDNN's attention workspace where it fits; where it does not, auto plans without it and says why, and
-// --attention fast exits with one error.
+// with cuDNN's attention workspace where it fits beside the runtime reserve (memory_plan.h); where it does
+// not, auto plans without it and says why, and --attention fast exits with one error.
 static void check_attention_fit(void) {
     GPTConfig cfg = small_config(2, 64, 2, 0);
     TrainOptions opts = layout_options(DTYPE_BFLOAT16, 0, 0, 2, 16);
@@ -696,11 +696,12 @@ static void check_attention_fit(void) {
     GPT m;
     carve(&m, &cfg, &opts, 1, 0);
     const size_t total = m.plan.total, workspace = m.plan.bytes[BUF_ATTENTION_WORKSPACE];
+    const size_t needed = total + RUNTIME_RESERVE_BYTES;
     char declined[160] = "";
-    fit_attention_workspace(&m, &cfg, ATTENTION_AUTO, total, declined, sizeof declined);
+    fit_attention_workspace(&m, &cfg, ATTENTION_AUTO, needed, declined, sizeof declined);
     check(m.plan.total == total && declined[0] == '\0',
           "attention fit: the plan with the workspace fits as it is");
-    fit_attention_workspace(&m, &cfg, ATTENTION_AUTO, total - 1, declined, sizeof declined);
+    fit_attention_workspace(&m, &cfg, ATTENTION_AUTO, needed - 1, declined, sizeof declined);
     check(m.plan.bytes[BUF_ATTENTION_WORKSPACE] == 0 && m.plan.total == total - workspace &&
               strstr(declined, "auto: cuDNN's deterministic backward needs a"),
           "attention fit: auto, one byte short, plans without the workspace and says why");
@@ -709,7 +710,7 @@ static void check_attention_fit(void) {
     pid_t pid = fork();
     if (pid == 0) {
         freopen("/dev/null", "w", stderr);
-        fit_attention_workspace(&m, &cfg, ATTENTION_FAST, total - 1, declined, sizeof declined);
+        fit_attention_workspace(&m, &cfg, ATTENTION_FAST, needed - 1, declined, sizeof declined);
         _exit(0);
     }
     int status = 0;
