@@ -97,45 +97,12 @@ model_file("log_model.bin", model)
 model_file("model_zero.bin", model[:1024] + bytes(len(model) - 1024))
 model_file("model_ones.bin", model[:1024] + struct.pack("<f", 1.0) * ((len(model) - 1024) // 4))
 
-# A checkpoint's digests as docs/formats.md describes them (checkpoint.h's, written here again): the sum mod
-# 2^64 of each 64 MiB chunk's FNV hash (8 bytes a multiply, then the tail bytewise), seeded with the file's size
-# and the chunk's index.
-MASK, FNV_START, FNV_PRIME, CHUNK = (1 << 64) - 1, 0xcbf29ce484222325, 0x100000001b3, 64 << 20
-def fnv1a(h, data):
-    for b in data:
-        h = ((h ^ b) * FNV_PRIME) & MASK
-    return h
-def fnv1a_words(h, data):
-    n = len(data) // 8 * 8
-    for (w,) in struct.iter_unpack("<Q", data[:n]):
-        h = ((h ^ w) * FNV_PRIME) & MASK
-        h ^= h >> 32
-    return fnv1a(h, data[n:])
-def file_digest(path):
-    data = open(path, "rb").read()
-    total = 0
-    for c in range(0, len(data), CHUNK):
-        seed = fnv1a(fnv1a(FNV_START, struct.pack("<q", len(data))), struct.pack("<q", c // CHUNK))
-        total = (total + fnv1a_words(seed, data[c:c + CHUNK])) & MASK
-    return len(data), total
-def remanifest(p):  # the manifest of step 2 (and the state's record of its model) made to match the files as edited
-    lines = open(os.path.join(p, "manifest_00000002.txt")).read().splitlines()
-    words = [line.split() for line in lines]
-    model_path, state_path = os.path.join(p, "model_00000002.bin"), os.path.join(p, state)
-    if os.path.isfile(model_path):
-        size, digest = file_digest(model_path)
-        if os.path.isfile(state_path):  # the header slot that holds the old model digest (SH_MODEL_DIGEST)
-            h = bytearray(open(state_path, "rb").read())
-            old = struct.pack("<Q", int(words[0][-1], 16))
-            slot = next((i for i in range(0, min(512, len(h)), 8) if h[i:i + 8] == old), None)
-            if slot is not None:
-                h[slot:slot + 8] = struct.pack("<Q", digest)
-                open(state_path, "wb").write(h)
-        words[0][-2:] = [str(size), "%016x" % digest]
-    if os.path.isfile(state_path):
-        size, digest = file_digest(state_path)
-        words[1][-2:] = [str(size), "%016x" % digest]
-    open(os.path.join(p, "manifest_00000002.txt"), "w").write("\n".join(" ".join(w) for w in words) + "\n")
+# A hand-edited checkpoint's manifest made to match its files (test/checkpoint_manifest.py: the digests as
+# docs/formats.md describes them)
+sys.path.insert(0, "test")
+from checkpoint_manifest import remanifest as remanifest_step
+def remanifest(p):
+    remanifest_step(p, 2)
 # A checkpoint with one edit, its manifest made to match (the checks behind the digests: a checkpoint written
 # so, by a build with a bug or by hand), or left as it was (damaged=True: what the digests must catch).
 def ckpt(name, edit, damaged=False):

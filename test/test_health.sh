@@ -81,6 +81,7 @@ for recipe in delayed current; do
     ./train_cpu "${base[@]}" --steps 1 --dtype float8 --fp8_recipe $recipe --ckpt_every 1 \
         --output_dir "$tmp/warm_$recipe" >/dev/null
     make_hot "$tmp/warm_$recipe/model_00000001.bin" "$tmp/warm_$recipe/model_00000001.bin"
+    python3 test/checkpoint_manifest.py "$tmp/warm_$recipe" 1 # the swap made on purpose: its manifest follows
     ./train_cpu "${base[@]}" --steps 2 --dtype float8 --fp8_recipe $recipe --resume 1 --fp8_stats_every 1 \
         --output_dir "$tmp/warm_$recipe" --log_file "$tmp/hot_$recipe.jsonl" >"$tmp/hot_$recipe.txt"
 done
