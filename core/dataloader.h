@@ -23,7 +23,8 @@
 // buffers are allocated at init: dataloader_next_batch allocates nothing (it only reopens a FILE* when
 // it crosses into another shard).
 //
-// Plain C11, also compiles as C++ (nvcc). Needs POSIX glob().
+// Plain C11, also compiles as C++ (nvcc). Needs POSIX.1-2008 (glob, fileno, st_mtim): build with
+// -D_GNU_SOURCE, as the Makefile does.
 #ifndef DATALOADER_H
 #define DATALOADER_H
 

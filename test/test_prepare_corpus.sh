@@ -75,7 +75,7 @@ int main(int argc, char **argv) { /* GLOB V: the token ids of the first batch's 
     return 0;
 }
 EOF
-    check "compile the data loader" "${CC:-gcc}" -std=c11 -O1 -I. "$tmp/first_batch.c" -o "$tmp/first_batch"
+    check "compile the data loader" "${CC:-gcc}" -std=c11 -D_GNU_SOURCE -O1 -I. "$tmp/first_batch.c" -o "$tmp/first_batch"
     for run in w2 w32; do
         for split in val train; do
             check "C data loader, $run $split" cmp <("$tmp/first_batch" "$tmp/$run/corpus_${split}_*.bin" 600) \

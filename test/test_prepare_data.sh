@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
     return 0;
 }
 EOF
-    if "${CC:-gcc}" -std=c11 -O1 -I. "$tmp/read.c" -o "$tmp/read" 2>"$tmp/cc.out"; then
+    if "${CC:-gcc}" -std=c11 -D_GNU_SOURCE -O1 -I. "$tmp/read.c" -o "$tmp/read" 2>"$tmp/cc.out"; then
         c_reader=1
     else
         bad "cannot compile the C reader: $(cat "$tmp/cc.out")"
