@@ -35,11 +35,21 @@ endif
 
 HEADERS := $(wildcard core/*.h)
 
-.PHONY: all train_cpu demo test test_cpu clean check_blas
+.PHONY: all demo test test_cpu clean check_blas
 all: train_cpu
 
-train_cpu: train_gpt.c $(HEADERS)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(BLAS_FLAGS) $(MPI_CFLAGS) -o $@ train_gpt.c $(BLAS_LIBS) $(MPI_LIBS) $(LDLIBS)
+# build/command/NAME holds what builds the program NAME and is rewritten only when that changes (other CFLAGS,
+# MPI or OpenBLAS installed or removed, cuDNN found or not, another emulator variant): a program is rebuilt
+# when its sources or its build command changed, and only then. A target sets COMMAND for its file.
+.PHONY: FORCE
+build/command/%: FORCE
+	@mkdir -p $(@D)
+	@[ "$$(cat $@ 2>/dev/null)" = "$(COMMAND)" ] || echo "$(COMMAND)" >$@
+
+TRAIN_CPU_BUILD = $(CC) $(BASE_CFLAGS) $(CFLAGS) $(BLAS_FLAGS) $(MPI_CFLAGS) -o train_cpu train_gpt.c $(BLAS_LIBS) $(MPI_LIBS) $(LDLIBS)
+build/command/train_cpu: COMMAND = $(TRAIN_CPU_BUILD)
+train_cpu: train_gpt.c $(HEADERS) build/command/train_cpu
+	$(TRAIN_CPU_BUILD)
 
 check_blas:
 	@if [ "$(HAVE_OPENBLAS)" != 1 ]; then echo "note: OpenBLAS not found (apt-get install libopenblas-dev): the CPU trainer uses its plain-C GEMM"; fi
@@ -198,10 +208,9 @@ ifeq ($(USE_CUDNN),1)
   CUDNN_OBJ := build/attention_cudnn.o
   CUDNN_LIBS := $(CUDNN_OBJ) -L$(CUDNN_HOME)/lib -l:libcudnn.so.9 -Xlinker -rpath=$(abspath $(CUDNN_HOME))/lib -lnvrtc
 endif
-GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layers.cuh gpu/attention.cuh gpu/rope.cuh gpu/attention_cudnn.h \
-               gpu/nccl.cuh gpu/zero.cuh
+GPU_HEADERS := $(wildcard gpu/*.cuh gpu/*.h)
 
-.PHONY: train test_gpu compile_gpu
+.PHONY: test_gpu compile_gpu
 build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h gpu/common.cuh core/common.h
 	mkdir -p build
 	$(call nvcc_build,-O2 -std=c++17 -Xcompiler -Wall$(comma)-Wextra$(comma)-Werror $(CUDNN_FLAGS) -c gpu/attention_cudnn.cpp -o $@)
@@ -225,8 +234,10 @@ test_cudnn_graphs:
 	@echo "SKIPPED test_cudnn_graphs: no cuDNN headers (bash scripts/cudnn_deps.sh --headers-only fetches them)"
 endif
 
-train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ)
-	$(call nvcc_build,$(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o $@ train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS))
+TRAIN_NVCC_ARGS = $(NVCC_FLAGS) $(CUDNN_FLAGS) $(GPU_ARCH) -o train train_gpt_fp8.cu $(CUDA_LIBS) $(CUDNN_LIBS)
+build/command/train: COMMAND = $(NVCC) $(TRAIN_NVCC_ARGS) WERROR=$(WERROR)
+train: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(CUDNN_OBJ) build/command/train
+	$(call nvcc_build,$(TRAIN_NVCC_ARGS))
 
 # The first-contact checks (test/first_contact.cu; scripts/first_contact.sh runs them): every GEMM form, cuDNN's
 # plans and an NCCL communicator against CPU references, the first stage of scripts/gpu_check.sh.

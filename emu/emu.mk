@@ -50,8 +50,8 @@ EMU_RACECHECK_FLAGS := -O2 -g -fsanitize=thread
 emu_link_racecheck = $(EMU_CXX) $(EMU_BASE_FLAGS) $(EMU_RACECHECK_FLAGS) -x c++ -c $(1) -o $@.o && \
                      $(EMU_CXX) $(EMU_BASE_FLAGS) $@.o $(2) -o $@ $(EMU_LIBS) && rm -f $@.o
 
-# ./train_emu is one file for both variants: build/emu-variant names the one it holds, so that switching
-# SANITIZE rebuilds it.
+# ./train_emu is one file for every variant: build/command/train_emu names the one it holds, so that switching
+# SANITIZE or RACECHECK rebuilds it.
 ifeq ($(SANITIZE),1)
 TRAIN_EMU_VARIANT := sanitize
 TRAIN_EMU_OBJS := $(EMU_SANITIZE_OBJS)
@@ -65,12 +65,8 @@ TRAIN_EMU_OBJS := $(EMU_OBJS)
 TRAIN_EMU_FLAGS := -O2 -g
 endif
 
-.PHONY: FORCE
-build/emu-variant: FORCE
-	@mkdir -p $(@D)
-	@[ "$$(cat $@ 2>/dev/null)" = "$(TRAIN_EMU_VARIANT)" ] || echo "$(TRAIN_EMU_VARIANT)" >$@
-
-train_emu: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(TRAIN_EMU_OBJS) build/emu-variant
+build/command/train_emu: COMMAND = $(TRAIN_EMU_VARIANT)
+train_emu: train_gpt_fp8.cu $(HEADERS) $(GPU_HEADERS) $(TRAIN_EMU_OBJS) build/command/train_emu
 ifeq ($(TRAIN_EMU_VARIANT),racecheck)
 	$(call emu_link_racecheck,train_gpt_fp8.cu,$(TRAIN_EMU_OBJS))
 else
