@@ -620,7 +620,7 @@ static void carve_buffers(GPT *model, Arena *arena) {
     a->probs = arena_take(arena, BT * Vp);
     a->losses = arena_take(arena, BT);
     a->proj_out = arena_take(arena, BT * C);
-    a->rope = model_is_llama(cfg) ? arena_take(arena, (size_t)cfg->max_seq_len * (C / NH)) : NULL;
+    a->rope = model_has_rotary(cfg) ? arena_take(arena, (size_t)cfg->max_seq_len * (C / NH)) : NULL;
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
         a->input_q[lin] =
             dtype == DTYPE_FLOAT8 ? arena_take(arena, K * BT * linear_in_features(cfg, lin)) : NULL;
@@ -629,7 +629,7 @@ static void carve_buffers(GPT *model, Arena *arena) {
     g->dc = arena_take(arena, BT * C);
     g->dqkv = arena_take(arena, BT * QKV);
     g->dfch = arena_take(arena, BT * FC);
-    g->dhidden = model_is_llama(cfg) ? arena_take(arena, BT * F) : NULL;
+    g->dhidden = model_parts(cfg).mlp == MLP_SWIGLU ? arena_take(arena, BT * F) : NULL;
     g->dout_q = dtype == DTYPE_FLOAT8 ? arena_take(arena, BT * W) : NULL;
     g->dout_qc =
         dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe) ? arena_take(arena, BT * W) : NULL;
@@ -660,7 +660,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, int dtype, int B, int T,
     arena.base = model->memory;
     arena.used = 0;
     carve_buffers(model, &arena);
-    if (model_is_llama(cfg)) rope_table(model->acts.rope, cfg);
+    if (model_has_rotary(cfg)) rope_table(model->acts.rope, cfg);
 }
 
 static void gpt_free(GPT *model) {
@@ -1220,7 +1220,7 @@ static void norm_forward(const GPT *model, float *out, float *mean, float *rstd,
     const GPTConfig *cfg = &model->config;
     float *w = model->params_compute;
     int N = model->B * model->T, C = cfg->channels;
-    if (model_is_llama(cfg))
+    if (model_parts(cfg).norm == NORM_RMSNORM)
         rmsnorm_forward(out, rstd, inp, param_ptr(w, cfg, weight, layer), N, C, model->dtype);
     else
         layernorm_forward(out, mean, rstd, inp, param_ptr(w, cfg, weight, layer),
@@ -1233,7 +1233,7 @@ static void norm_backward(GPT *model, float *dinp, const float *dout, const floa
     const GPTConfig *cfg = &model->config;
     float *w = model->params_compute, *dw = model->grads;
     int N = model->B * model->T, C = cfg->channels;
-    if (model_is_llama(cfg))
+    if (model_parts(cfg).norm == NORM_RMSNORM)
         rmsnorm_backward(dinp, param_ptr(dw, cfg, weight, layer), dout, inp, param_ptr(w, cfg, weight, layer),
                          rstd, N, C, model->dtype);
     else
@@ -1247,22 +1247,23 @@ static void norm_backward(GPT *model, float *dinp, const float *dout, const floa
 static void block_forward(GPT *model, int l, int record_amax) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, KVH = model_kv_heads(cfg);
-    int N = B * T, dtype = model->dtype, llama = model_is_llama(cfg);
+    int N = B * T, dtype = model->dtype, rotary = model_has_rotary(cfg),
+        swiglu = model_parts(cfg).mlp == MLP_SWIGLU;
     size_t NC = (size_t)N * C, NF = (size_t)N * model_ffn_dim(cfg);
     float *proj_out = model->acts.proj_out;
     LayerActs la = layer_acts(model, l);
     norm_forward(model, la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, PT_LN1W, l);
     linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax, 0);
-    if (llama) rope_rotate(la.qkv, model->acts.rope, B, T, C, NH, KVH, 0, dtype);
+    if (rotary) rope_rotate(la.qkv, model->acts.rope, B, T, C, NH, KVH, 0, dtype);
     attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, KVH, dtype);
     linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax, 0);
     residual_forward(la.residual2, la.residual, proj_out, NC, dtype);
     norm_forward(model, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, PT_LN2W, l);
     // bfloat16 takes the GELU of fc's FP32 output and rounds that output after, as the GPU's GEMM does in
     // cuBLASLt's epilogue (GELU_AUX_BIAS); float8 of the rounded output, as the GPU's FP8 path does
-    int gelu_of_fp32 = dtype == DTYPE_BFLOAT16 && !llama;
+    int gelu_of_fp32 = dtype == DTYPE_BFLOAT16 && !swiglu;
     linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax, gelu_of_fp32);
-    if (llama)
+    if (swiglu)
         swiglu_forward(la.fch_gelu, la.fch, N, model_ffn_dim(cfg), dtype);
     else
         gelu_forward(la.fch_gelu, la.fch, NF, dtype);
@@ -1280,9 +1281,9 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
     size_t NC = (size_t)N * C;
     Activations *a = &model->acts;
     float *w = model->params_compute;
-    int head = model_is_llama(cfg) ? PT_LMHEAD : PT_WTE;
+    int head = model_parts(cfg).tied_head ? PT_WTE : PT_LMHEAD;
     encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0),
-                    model_is_llama(cfg) ? NULL : param_ptr(w, cfg, PT_WPE, 0), B, T, C, dtype);
+                    param_in_arch(cfg, PT_WPE) ? param_ptr(w, cfg, PT_WPE, 0) : NULL, B, T, C, dtype);
     for (int l = 0; l < L; l++) block_forward(model, l, record_amax);
     norm_forward(model, a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC, PT_LNFW, 0);
     // LM head, GPT-2's tied to wte, Llama's its own: (B,T,C) -> (B,T,Vp), BF16 compute (the black list keeps
@@ -1302,12 +1303,13 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
 static void block_backward(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, KVH = model_kv_heads(cfg);
-    int N = B * T, dtype = model->dtype, llama = model_is_llama(cfg);
+    int N = B * T, dtype = model->dtype, rotary = model_has_rotary(cfg),
+        swiglu = model_parts(cfg).mlp == MLP_SWIGLU;
     size_t NF = (size_t)N * model_ffn_dim(cfg);
     Gradients *g = &model->dacts;
     if (model->recompute) block_forward(model, l, 0);
     LayerActs la = layer_acts(model, l);
-    if (llama) {
+    if (swiglu) {
         linear_backward(model, l, LIN_FCPROJ, g->dhidden, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ],
                         N, 0);
         swiglu_backward(g->dfch, g->dhidden, la.fch, N, model_ffn_dim(cfg), dtype);
@@ -1323,7 +1325,7 @@ static void block_backward(GPT *model, int l) {
     linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N, 0);
     attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH, KVH);
     round_to_storage(g->dqkv, (size_t)N * model_qkv_features(cfg), dtype);
-    if (llama) rope_rotate(g->dqkv, model->acts.rope, B, T, C, NH, KVH, 1, dtype);
+    if (rotary) rope_rotate(g->dqkv, model->acts.rope, B, T, C, NH, KVH, 1, dtype);
     linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N, 0);
     norm_backward(model, g->dresidual, g->dc, la.residual, la.ln1_mean, la.ln1_rstd, PT_LN1W, l);
 }
@@ -1338,7 +1340,7 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
     Activations *a = &model->acts;
     Gradients *g = &model->dacts;
     float *w = model->params_compute, *dw = model->grads;
-    int head = model_is_llama(cfg) ? PT_LMHEAD : PT_WTE;
+    int head = model_parts(cfg).tied_head ? PT_WTE : PT_LMHEAD;
     softmax_crossentropy_backward(a->probs, targets, dloss, N, Vp, dtype);
     float *dlogits = a->probs;
     gemm(model->gemm_pack, 0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, head, 0), 0.0f, g->dc);
@@ -1352,8 +1354,8 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
         unit_gradients_done(model, 1 + l);
     }
     encoder_backward(param_ptr(dw, cfg, PT_WTE, 0),
-                     model_is_llama(cfg) ? NULL : param_ptr(dw, cfg, PT_WPE, 0), g->dresidual, inputs, B, T,
-                     C);
+                     param_in_arch(cfg, PT_WPE) ? param_ptr(dw, cfg, PT_WPE, 0) : NULL, g->dresidual, inputs,
+                     B, T, C);
     unit_gradients_done(model, 0);
 }
 

@@ -387,8 +387,9 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
         free(table);
     }
     size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
-    size_t norm_scratch = model_is_llama(cfg) ? rmsnorm_backward_scratch_floats((int)N, cfg->channels)
-                                              : layernorm_backward_scratch_floats((int)N, cfg->channels);
+    size_t norm_scratch = model_parts(cfg).norm == NORM_RMSNORM
+                              ? rmsnorm_backward_scratch_floats((int)N, cfg->channels)
+                              : layernorm_backward_scratch_floats((int)N, cfg->channels);
     if (norm_scratch > scratch ||
         bias_backward_scratch_floats((int)N, (int)param_tensor_size(cfg, PT_FCB)) > scratch ||
         global_norm_squared_scratch_floats(model->shard_floats) > scratch)
@@ -1142,16 +1143,16 @@ static int layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, 
                                     const bf16 *inp, const bf16 *add, int linear, bf16 *out, bf16 *gelu_out,
                                     int record_amax) {
     int N = model->B * model->T, C = model->config.channels, fused = casts_compute_inputs(model);
-    int llama = model_is_llama(&model->config);
+    int rms = model_parts(&model->config).norm == NORM_RMSNORM;
     const bf16 *weight = weight_bf16(model, ln_weight, l), *x = add ? sum : inp;
-    const bf16 *bias = llama ? NULL : weight_bf16(model, ln_weight + 1, l);
-    if (llama)
+    const bf16 *bias = rms ? NULL : weight_bf16(model, ln_weight + 1, l);
+    if (rms)
         residual_rmsnorm_forward(fused ? NULL : ln, stats, sum, inp, add, weight, N, C, model->stream);
     else
         residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
                                    model->stream);
     if (!fused) return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
-    if (llama)
+    if (rms)
         fp8_linear_forward(model, l, linear, out, RmsNormValues{x, stats, weight}, record_amax);
     else
         fp8_linear_forward(model, l, linear, out, LayerNormValues{x, stats, stats + N, weight, bias},
@@ -1167,13 +1168,13 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T;
     if (casts_compute_inputs(model)) {
-        if (model_is_llama(cfg))
+        if (model_parts(cfg).mlp == MLP_SWIGLU)
             fp8_linear_forward(model, l, LIN_FCPROJ, out, SwigluValues{fch, model_ffn_dim(cfg)}, record_amax);
         else
             fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
         return;
     }
-    if (model_is_llama(cfg))
+    if (model_parts(cfg).mlp == MLP_SWIGLU)
         swiglu_forward(fch_gelu, fch, N, model_ffn_dim(cfg), model->stream);
     else if (!gelu_done)
         gelu_forward(fch_gelu, fch, (size_t)N * 4 * cfg->channels, model->stream);
@@ -1189,7 +1190,7 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
 static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
-    int llama = model_is_llama(cfg);
+    int rotary = model_has_rotary(cfg), swiglu = model_parts(cfg).mlp == MLP_SWIGLU;
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
     const bf16 *residual = layer_input(model, l);
@@ -1197,13 +1198,13 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
     layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV, a.qkv,
                              NULL, record_amax);
-    if (llama) rope_rotate(a.qkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 0, stream);
+    if (rotary) rope_rotate(a.qkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 0, stream);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
     linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, NULL, record_amax); // dc: scratch in the forward
     // residual2 = residual + dc, and the norm of it, in one pass; in bfloat16 fc's GEMM applies GPT-2's GELU
     int gelu_done =
         layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->dc,
-                                 LIN_FC, a.fch, llama ? NULL : a.fch_gelu, record_amax);
+                                 LIN_FC, a.fch, swiglu ? NULL : a.fch_gelu, record_amax);
     gelu_linear_forward(model, l, a.fch, a.fch_gelu, gelu_done, recomputing ? NULL : model->dc, record_amax);
     if (recomputing) {
         nvtxRangePop();
@@ -1233,7 +1234,7 @@ static void layer_finished(GPT *model, int layer) {
 
 // The LM head's weight: GPT-2's tied to wte, Llama's its own.
 static int lm_head(const GPTConfig *cfg) {
-    return model_is_llama(cfg) ? PT_LMHEAD : PT_WTE;
+    return model_parts(cfg).tied_head ? PT_WTE : PT_LMHEAD;
 }
 
 static void gpt_forward(GPT *model, int record_amax) {
@@ -1242,9 +1243,9 @@ static void gpt_forward(GPT *model, int record_amax) {
     size_t NC = (size_t)N * C;
     cudaStream_t stream = model->stream;
     int zero3 = model->zero_stage == 3, gathering = zero3 && !model->layers_resident;
-    int llama = model_is_llama(cfg);
+    int rms = model_parts(cfg).norm == NORM_RMSNORM;
     encoder_forward(model->encoded, model->tokens, weight_bf16(model, PT_WTE, 0),
-                    llama ? NULL : weight_bf16(model, PT_WPE, 0), B, T, C, stream);
+                    param_in_arch(cfg, PT_WPE) ? weight_bf16(model, PT_WPE, 0) : NULL, B, T, C, stream);
     for (int l = 0; l < L; l++) {
         if (gathering && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
         if (gathering && l >= 2) wait_for_layer(model, l);
@@ -1253,7 +1254,7 @@ static void gpt_forward(GPT *model, int record_amax) {
     }
     model->layers_resident = zero3 && model->weight_slots == L;
     nvtxRangePushA("lm head");
-    if (llama)
+    if (rms)
         residual_rmsnorm_forward(model->lnf, model->lnf_stats, NULL, model->residual3 + (L - 1) * NC, NULL,
                                  weight_bf16(model, PT_LNFW, 0), N, C, stream);
     else
@@ -1301,7 +1302,7 @@ static void gpt_loss(GPT *model, int write_dlogits, float *loss_sum) {
 // LayerNorm or Llama's RMSNorm; the norm's parameter gradients accumulate.
 static void norm_backward(GPT *model, int weight, int l, const bf16 *inp, const float *stats) {
     int N = model->B * model->T, C = model->config.channels;
-    if (model_is_llama(&model->config))
+    if (model_parts(&model->config).norm == NORM_RMSNORM)
         rmsnorm_backward(model->dresidual, grad_of(model, weight, l), model->dc, inp,
                          weight_bf16(model, weight, l), stats, N, C, model->reduce_scratch, model->stream);
     else
@@ -1317,7 +1318,7 @@ static void layer_backward(GPT *model, int l) {
     cudaStream_t stream = model->stream;
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d backward", l);
-    if (model_is_llama(cfg)) {
+    if (model_parts(cfg).mlp == MLP_SWIGLU) {
         // SwiGLU's output gradient (N,F) over its output, which only fcproj's weight gradient read (and with
         // casts_compute_inputs no kernel wrote: the buffer is free)
         int F = model_ffn_dim(cfg);
@@ -1343,7 +1344,7 @@ static void layer_backward(GPT *model, int l) {
     linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty, NULL);
     attention_backward(&model->attention, model->dqkv, model->att_delta, model->dc, a.qkv, a.atty, a.att_lse,
                        B, T, C, NH, stream);
-    if (model_is_llama(cfg))
+    if (model_has_rotary(cfg))
         rope_rotate(model->dqkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 1, stream);
     linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1, NULL);
     norm_backward(model, PT_LN1W, l, layer_input(model, l), a.ln1_stats);
@@ -1448,8 +1449,9 @@ static void gpt_backward(GPT *model) {
     }
     const int *buckets = model->tokens + 2 * N;
     encoder_backward(
-        grad_of(model, PT_WTE, 0), model_is_llama(cfg) ? NULL : grad_of(model, PT_WPE, 0), model->dresidual,
-        model->tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C, model->reduce_scratch,
+        grad_of(model, PT_WTE, 0), param_in_arch(cfg, PT_WPE) ? grad_of(model, PT_WPE, 0) : NULL,
+        model->dresidual, model->tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C,
+        model->reduce_scratch,
         stream); // N buckets: the unused ones are empty, so the launch does not depend on the batch
     if (zero3) reduce_scatter_global(model);
 }

@@ -201,7 +201,7 @@ typedef struct {
 // Elements of our tensor (of one layer's slice) in the file: Llama's files hold the vocabulary unpadded,
 // so the padding rows of wte and lmhead are zeros in memory that the file leaves out.
 static inline size_t model_file_tensor_size(const GPTConfig *cfg, int tensor) {
-    if (model_is_llama(cfg) && (tensor == PT_WTE || tensor == PT_LMHEAD))
+    if (cfg->arch == ARCH_LLAMA && (tensor == PT_WTE || tensor == PT_LMHEAD))
         return (size_t)cfg->vocab_size * cfg->channels;
     return param_tensor_size(cfg, tensor);
 }
@@ -242,7 +242,7 @@ static inline size_t model_file_header_bytes(ModelFileLayout layout) {
 
 // The layout this project writes for a model: llm.c's C readers' (train_gpt2.c, train_llama3.cu).
 static inline ModelFileLayout model_file_layout_written(const GPTConfig *cfg) {
-    return model_is_llama(cfg) ? FILE_LLAMA3 : FILE_GPT2;
+    return cfg->arch == ARCH_LLAMA ? FILE_LLAMA3 : FILE_GPT2;
 }
 
 static inline size_t model_file_param_count(const GPTConfig *cfg, ModelFileLayout layout) {
@@ -581,7 +581,7 @@ static inline GPTConfig read_model_header(FILE *f, const char *path, ModelFileFo
         fail("%s: header describes an invalid model (maxT %d V %d L %d NH %d C %d Vp %d)", path,
              cfg.max_seq_len, cfg.vocab_size, cfg.num_layers, cfg.num_heads, cfg.channels,
              cfg.padded_vocab_size);
-    if (model_is_llama(&cfg)) {
+    if (cfg.arch == ARCH_LLAMA) {
         if (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads != 0 ||
             (cfg.channels / cfg.num_heads) % 2 != 0)
             fail("%s: header describes an invalid Llama model (NH %d KVH %d C %d)", path, cfg.num_heads,
@@ -641,10 +641,10 @@ static inline void check_init_from_shape(const TrainOptions *opts, const GPTConf
         fail("--rope_theta %g: --init_from %s has rope_theta %g; leave the flag out (the file sets the "
              "model's shape)",
              (double)opts->rope_theta, opts->init_from, (double)cfg->rope_theta);
-    int arch = opts->arch == ARCH_CHOICE_LLAMA ? ARCH_LLAMA : ARCH_GPT2;
-    if (opts->arch != ARCH_CHOICE_AUTO && arch != cfg->arch)
+    int arch = arch_chosen(opts);
+    if (arch >= 0 && arch != cfg->arch)
         fail("--arch %s: --init_from %s is a %s model; leave the flag out (the file sets the model's shape)",
-             arch == ARCH_LLAMA ? "llama" : "gpt2", opts->init_from, model_is_llama(cfg) ? "llama" : "gpt2");
+             arch_parts(arch).name, opts->init_from, model_parts(cfg).name);
 }
 
 // Parameters [begin, begin + count) of a model just read, in values: a NaN or infinity would train on
@@ -680,8 +680,8 @@ static inline void check_model_shape(const char *path, const GPTConfig *cfg, con
         fail("%s: model shape (%s L %d C %d NH %d KVH %d F %d V %d maxT %d theta %g%s) differs from this "
              "run's "
              "flags",
-             path, model_is_llama(cfg) ? "llama" : "gpt2", cfg->num_layers, cfg->channels, cfg->num_heads,
-             model_kv_heads(cfg), model_ffn_dim(cfg), cfg->vocab_size, cfg->max_seq_len, cfg->rope_theta,
+             path, model_parts(cfg).name, cfg->num_layers, cfg->channels, cfg->num_heads, model_kv_heads(cfg),
+             model_ffn_dim(cfg), cfg->vocab_size, cfg->max_seq_len, cfg->rope_theta,
              cfg->scaled_rope ? " scaled" : "");
 }
 

@@ -43,8 +43,11 @@ static inline const char *plan_attention_label(int attention) {
 #endif
 }
 
-// --arch: auto takes the preset's architecture (GPT-2 for the tiny presets, which have both).
-typedef enum { ARCH_CHOICE_AUTO = 0, ARCH_CHOICE_GPT2 = 1, ARCH_CHOICE_LLAMA = 2 } ArchChoice;
+// --arch: auto takes the preset's architecture (GPT-2 for the tiny presets, which have both); then the
+// architectures of gpt_model.h's ARCH_TABLE by name, in its order: choice i > 0 is architecture i - 1.
+#define ARCH_CHOICE_NAME(id, name, ...) "|" name
+#define ARCH_CHOICES "auto" ARCH_TABLE(ARCH_CHOICE_NAME)
+#define ARCH_CHOICE_AUTO 0
 // --fp8_accumulation: how the CPU trainer's FP8 GEMMs sum (fp8_scaling.h's model of Hopper's tensor cores).
 typedef enum { FP8_ACCUMULATION_FP32 = 0, FP8_ACCUMULATION_HOPPER = 1 } Fp8Accumulation;
 // How a GPU of compute capability `major` sums its FP8 GEMMs, for the CPU reference a check compares it with:
@@ -146,7 +149,7 @@ static const OptionSpec OPTION_SPECS[] = {
     {"model_size", OPT_STRING, OPT_AT(model_size), "124M", 0, 0, NULL, "preset: " MODEL_PRESET_NAMES},
     {"debug_state", OPT_STRING, OPT_AT(debug_state), "", 0, 0, NULL,
      "write inputs, logits, loss and gradients of step 1 to this file (GPU test oracle)"},
-    {"arch", OPT_CHOICE, OPT_AT(arch), "auto", 0, 0, "auto|gpt2|llama",
+    {"arch", OPT_CHOICE, OPT_AT(arch), "auto", 0, 0, ARCH_CHOICES,
      "architecture (auto: the preset's; d2, d4 and d6 are GPT-2 unless llama is given; 7B, 13B and 70B are "
      "LLaMA-2's unless gpt2 is given)"},
     {"layers", OPT_INT, OPT_AT(layers), "0", 0, MODEL_MAX_LAYERS, NULL,
@@ -431,15 +434,21 @@ static inline void parse_options(TrainOptions *opts, int argc, char **argv) {
     }
 }
 
+// The architecture --arch names (a ModelArch), or -1 for auto.
+static inline int arch_chosen(const TrainOptions *opts) {
+    return opts->arch - 1;
+}
+
 // The model configuration the flags describe (when not loading a model file): the preset, then the
 // explicit overrides. Checks the combinations a single flag's range cannot express.
 static inline GPTConfig config_from_options(const TrainOptions *opts) {
-    const ModelPreset *preset = find_model_preset(opts->model_size, opts->arch == ARCH_CHOICE_GPT2);
+    const ModelPreset *preset = find_model_preset(opts->model_size, arch_chosen(opts) == ARCH_GPT2);
     if (!preset) fail("--model_size: unknown preset '%s' (%s)", opts->model_size, MODEL_PRESET_NAMES);
-    int arch = opts->arch == ARCH_CHOICE_AUTO ? (preset->arch == ARCH_LLAMA ? ARCH_LLAMA : ARCH_GPT2)
-                                              : (opts->arch == ARCH_CHOICE_LLAMA ? ARCH_LLAMA : ARCH_GPT2);
+    int arch = arch_chosen(opts) >= 0        ? arch_chosen(opts)
+               : preset->arch == ARCH_EITHER ? ARCH_GPT2
+                                             : preset->arch;
     if (preset->arch != ARCH_EITHER && preset->arch != arch)
-        fail("--arch: %s is a %s preset", preset->name, preset->arch == ARCH_LLAMA ? "llama" : "gpt2");
+        fail("--arch: %s is a %s preset", preset->name, arch_parts(preset->arch).name);
     GPTConfig cfg;
     memset(&cfg, 0, sizeof(cfg)); // not `= {0}`: C++ (the CUDA trainer) warns of the fields it leaves out
     cfg.arch = arch;

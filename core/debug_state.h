@@ -92,9 +92,9 @@ static inline void debug_state_read(const char *path, DebugState *d) {
     GPTConfig cfg = {header[11], header[9],  header[4],  header[7], header[10], header[8],
                      header[12], header[13], header[14], 0.0f,      header[16]};
     memcpy(&cfg.rope_theta, &header[15], sizeof(float));
-    if (cfg.num_layers <= 0 || cfg.channels <= 0 || cfg.num_heads <= 0 || cfg.arch < 0 || cfg.arch > 1 ||
-        cfg.scaled_rope < 0 || cfg.scaled_rope > 1 ||
-        (cfg.arch == ARCH_LLAMA &&
+    if (cfg.num_layers <= 0 || cfg.channels <= 0 || cfg.num_heads <= 0 || cfg.arch < 0 ||
+        cfg.arch >= NUM_ARCHS || cfg.scaled_rope < 0 || cfg.scaled_rope > 1 ||
+        (arch_parts(cfg.arch).grouped_kv &&
          (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads || cfg.ffn_dim <= 0)) ||
         cfg.padded_vocab_size < cfg.vocab_size || header[2] <= 0 || header[3] <= 0 || header[5] <= 0 ||
         header[17] < 0)

@@ -95,7 +95,9 @@ static inline double dry_run_gpu_bytes(const TrainOptions *opts) {
 // What a buffer holds, where the name alone does not say it; some depend on the ZeRO stage and the
 // architecture.
 static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, const PlanSettings *s) {
-    int z = s->zero_stage, keep = s->keep_gathered, llama = model_is_llama(cfg);
+    int z = s->zero_stage, keep = s->keep_gathered;
+    ArchParts parts = model_parts(cfg);
+    int rms = parts.norm == NORM_RMSNORM, swiglu = parts.mlp == MLP_SWIGLU;
     switch (id) {
     case BUF_PARAMS:
         return z ? "FP32 master weights, this rank's shard" : "FP32 master weights, all parameters";
@@ -122,7 +124,7 @@ static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, cons
     case BUF_WEIGHTS_FP8_T:
         return "E4M3 W^T for the data-gradient GEMMs";
     case BUF_ENCODED:
-        return llama ? "token embedding" : "token + position embedding";
+        return parts.position == POSITION_LEARNED ? "token + position embedding" : "token embedding";
     case BUF_RESIDUAL2:
         return "residual stream after attention";
     case BUF_RESIDUAL3:
@@ -130,22 +132,23 @@ static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, cons
     case BUF_LN1_STATS:
     case BUF_LN2_STATS:
     case BUF_LNF_STATS:
-        return llama ? "RMSNorm 1/rms per token" : "LayerNorm mean and 1/std per token";
+        return rms ? "RMSNorm 1/rms per token" : "LayerNorm mean and 1/std per token";
     case BUF_LN1:
     case BUF_LN2:
     case BUF_ATTY:
     case BUF_FCH_GELU:
         return s->dtype == DTYPE_FLOAT8 ? "BF16 GEMM input, one layer of scratch" : "BF16 GEMM input";
     case BUF_QKV:
-        return llama ? "attention q, k (rotated), v: grouped-query heads" : "attention q, k, v";
+        return parts.position == POSITION_ROTARY ? "attention q, k (rotated), v: grouped-query heads"
+                                                 : "attention q, k, v";
     case BUF_ATT_LSE:
         return "attention log-sum-exp per head";
     case BUF_FCH:
-        return llama ? "MLP before SwiGLU: up and gate projections" : "MLP before GELU";
+        return swiglu ? "MLP before SwiGLU: up and gate projections" : "MLP before GELU";
     case BUF_INPUT_FP8_T:
         return "every linear's input, transposed, E4M3";
     case BUF_LNF:
-        return llama ? "final RMSNorm output" : "final LayerNorm output";
+        return rms ? "final RMSNorm output" : "final LayerNorm output";
     case BUF_LOGITS:
         return "B*T x padded vocabulary, bf16";
     case BUF_LOSSES:
@@ -156,8 +159,8 @@ static inline const char *dry_run_buffer_note(int id, const GPTConfig *cfg, cons
     case BUF_DQKV:
         return "gradients of one layer's activations";
     case BUF_DFCH:
-        return llama ? "gradient of up and gate; SwiGLU's output gradient first, in place"
-                     : "gradients of one layer's activations";
+        return swiglu ? "gradient of up and gate; SwiGLU's output gradient first, in place"
+                      : "gradients of one layer's activations";
     case BUF_ATT_DELTA:
         return "attention backward row sums";
     case BUF_CAST_FP8:
@@ -221,7 +224,8 @@ static inline void dry_run_print_recompute(const GPTConfig *cfg, const MemoryPla
 // ZeRO's collectives work in place, in buffers of the plan: name them. What NCCL allocates for itself
 // is in the runtime reserve.
 static inline void dry_run_print_communication(const GPTConfig *cfg, const PlanSettings *s) {
-    int fp8 = s->dtype == DTYPE_FLOAT8, llama = model_is_llama(cfg);
+    int fp8 = s->dtype == DTYPE_FLOAT8;
+    ArchParts parts = model_parts(cfg);
     printf("communication (in place, no extra buffers in the plan):\n");
     if (s->world_size == 1) {
         printf("  one process: no collectives\n");
@@ -235,8 +239,9 @@ static inline void dry_run_print_communication(const GPTConfig *cfg, const PlanS
                    : "params_bf16");
     } else {
         const char *fp8_weights =
-            llama ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (RMSNorms)"
-                  : "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)";
+            !parts.biases
+                ? "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (RMSNorms)"
+                : "weights_fp8 and, of params_bf16, the tensors float8 reads in BF16 (biases, LayerNorms)";
         printf("  weights: each layer gathered into its slot of the %s, the next layer ahead on a\n"
                "    second stream: %s\n",
                s->keep_gathered ? "layer slots (one a layer, --keep_gathered: gathered once a step, in the "
@@ -246,7 +251,7 @@ static inline void dry_run_print_communication(const GPTConfig *cfg, const PlanS
         printf("  gradients: each layer reduce-scattered from the 2 layer slots of grads_fp32 into "
                "grad_shard\n");
         printf("  %s: gathered and reduced through their own part of params_bf16 and grads_fp32\n",
-               llama ? "wte, lmhead, lnf" : "wte, wpe, lnf");
+               parts.tied_head ? "wte, wpe, lnf" : "wte, lmhead, lnf");
     }
     if (s->zero_stage != 0 && plan_shard_ranks(s) < s->world_size)
         printf(

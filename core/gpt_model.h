@@ -21,7 +21,47 @@
 #define GPT_HD
 #endif
 
-typedef enum { ARCH_GPT2 = 0, ARCH_LLAMA = 1 } ModelArch;
+// An architecture is the parts it is made of. The layers, the plans and the files ask for a part (which norm,
+// which positions, which MLP, whether there are biases, whether the head is wte), never for the architecture
+// by name: another architecture made of these parts is one more row of ARCH_TABLE, and a new kind of part is
+// one more value below with its forward and backward in both trainers (docs/extending.md).
+// LayerNorm (weight and bias) or RMSNorm (weight); the position embedding added to the token's, or q and k
+// rotated; proj(gelu(fc x)) or proj(silu(gate x) * fc x)
+typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
+typedef enum { POSITION_LEARNED, POSITION_ROTARY } PositionKind;
+typedef enum { MLP_GELU, MLP_SWIGLU } MlpKind;
+
+// X(id, name, norm, position, mlp, biases (the linears'), tied_head (the LM head is wte), grouped_kv (KVH
+// key/value heads, each shared by NH/KVH query heads))
+#define ARCH_TABLE(X)                                                                                        \
+    X(ARCH_GPT2, "gpt2", NORM_LAYERNORM, POSITION_LEARNED, MLP_GELU, 1, 1, 0)                                \
+    X(ARCH_LLAMA, "llama", NORM_RMSNORM, POSITION_ROTARY, MLP_SWIGLU, 0, 0, 1)
+
+// The architectures' ids, in the table's order: debug-state files store them, so rows are only ever appended.
+#define ARCH_ID(id, name, norm, position, mlp, biases, tied_head, grouped_kv) id,
+typedef enum { ARCH_TABLE(ARCH_ID) NUM_ARCHS } ModelArch;
+#undef ARCH_ID
+
+typedef struct {
+    const char *name;
+    NormKind norm;
+    PositionKind position;
+    MlpKind mlp;
+    int biases, tied_head, grouped_kv;
+} ArchParts;
+
+// An architecture's row of ARCH_TABLE (a switch, so that device code reads it too); arch is one of ModelArch.
+#define ARCH_PARTS_CASE(id, name, norm, position, mlp, biases, tied_head, grouped_kv)                        \
+    case id: {                                                                                               \
+        ArchParts parts = {name, norm, position, mlp, biases, tied_head, grouped_kv};                        \
+        return parts;                                                                                        \
+    }
+GPT_HD static inline ArchParts arch_parts(int arch) {
+    switch (arch) { ARCH_TABLE(ARCH_PARTS_CASE) }
+    ArchParts unknown = {"unknown", NORM_LAYERNORM, POSITION_LEARNED, MLP_GELU, 0, 0, 0};
+    return unknown;
+}
+#undef ARCH_PARTS_CASE
 
 typedef struct {
     int max_seq_len;       // maxT: rows of the position embedding (Llama: the longest sequence)
@@ -38,26 +78,30 @@ typedef struct {
     int scaled_rope;  // 1: Llama 3.1's long-context rescaling of those wavelengths (llm.c's use_scaled_rope)
 } GPTConfig;
 
-GPT_HD static inline int model_is_llama(const GPTConfig *cfg) {
-    return cfg->arch == ARCH_LLAMA;
+GPT_HD static inline ArchParts model_parts(const GPTConfig *cfg) {
+    return arch_parts(cfg->arch);
+}
+
+GPT_HD static inline int model_has_rotary(const GPTConfig *cfg) {
+    return model_parts(cfg).position == POSITION_ROTARY;
 }
 
 GPT_HD static inline int model_kv_heads(const GPTConfig *cfg) {
-    return model_is_llama(cfg) ? cfg->num_kv_heads : cfg->num_heads;
+    return model_parts(cfg).grouped_kv ? cfg->num_kv_heads : cfg->num_heads;
 }
 
 // The MLP's hidden features: GPT-2's 4C, Llama's F (each of SwiGLU's two input projections).
 GPT_HD static inline int model_ffn_dim(const GPTConfig *cfg) {
-    return model_is_llama(cfg) ? cfg->ffn_dim : 4 * cfg->channels;
+    return model_parts(cfg).mlp == MLP_SWIGLU ? cfg->ffn_dim : 4 * cfg->channels;
 }
 
 // The model as every header line names it, its architecture first: "gpt2 L=12 C=768 NH=12 V=50257 maxT=1024",
 // "llama L=80 C=8192 NH=64 V=32000 maxT=4096 KVH=8 F=28672 theta=10000" (" scaled": Llama 3.1's rotary
 // wavelengths).
 static inline void model_description(const GPTConfig *cfg, char *out, size_t size) {
-    int n = snprintf(out, size, "%s L=%d C=%d NH=%d V=%d maxT=%d", model_is_llama(cfg) ? "llama" : "gpt2",
-                     cfg->num_layers, cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len);
-    if (model_is_llama(cfg) && n >= 0 && (size_t)n < size)
+    int n = snprintf(out, size, "%s L=%d C=%d NH=%d V=%d maxT=%d", model_parts(cfg).name, cfg->num_layers,
+                     cfg->channels, cfg->num_heads, cfg->vocab_size, cfg->max_seq_len);
+    if (model_has_rotary(cfg) && n >= 0 && (size_t)n < size)
         snprintf(out + n, size - n, " KVH=%d F=%d theta=%g%s", cfg->num_kv_heads, cfg->ffn_dim,
                  cfg->rope_theta, cfg->scaled_rope ? " scaled" : "");
 }
@@ -186,13 +230,29 @@ GPT_HD static inline int param_is_per_layer(int tensor) {
     return tensor >= PT_LN1W && tensor <= PT_FCPROJB;
 }
 
-// Llama has no position embedding, no biases and no LayerNorm biases; GPT-2 no separate head or gate.
+// The tensors of an architecture's parts: a position embedding for learned positions, norm biases for
+// LayerNorm, the linears' biases, the gate of SwiGLU, a head of its own when it is not tied to wte.
 GPT_HD static inline int param_in_arch(const GPTConfig *cfg, int tensor) {
-    if (model_is_llama(cfg))
-        return tensor == PT_WTE || tensor == PT_LN1W || tensor == PT_QKVW || tensor == PT_ATTPROJW ||
-               tensor == PT_LN2W || tensor == PT_FCW || tensor == PT_FCGATEW || tensor == PT_FCPROJW ||
-               tensor == PT_LNFW || tensor == PT_LMHEAD;
-    return tensor != PT_LMHEAD && tensor != PT_FCGATEW;
+    ArchParts parts = model_parts(cfg);
+    switch (tensor) {
+    case PT_WPE:
+        return parts.position == POSITION_LEARNED;
+    case PT_LN1B:
+    case PT_LN2B:
+    case PT_LNFB:
+        return parts.norm == NORM_LAYERNORM;
+    case PT_QKVB:
+    case PT_ATTPROJB:
+    case PT_FCB:
+    case PT_FCPROJB:
+        return parts.biases;
+    case PT_FCGATEW:
+        return parts.mlp == MLP_SWIGLU;
+    case PT_LMHEAD:
+        return !parts.tied_head;
+    default:
+        return 1;
+    }
 }
 
 // Elements of one tensor (for per-layer tensors: of one layer's slice); 0 for a tensor the architecture
@@ -343,7 +403,7 @@ GPT_HD static inline int linear_out_features(const GPTConfig *cfg, int linear) {
     case LIN_QKV:
         return model_qkv_features(cfg);
     case LIN_FC:
-        return (model_is_llama(cfg) ? 2 : 1) * model_ffn_dim(cfg);
+        return (model_parts(cfg).mlp == MLP_SWIGLU ? 2 : 1) * model_ffn_dim(cfg); // SwiGLU: fc and its gate
     default:
         return cfg->channels;
     }

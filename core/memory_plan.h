@@ -249,7 +249,7 @@ static inline size_t linear_bias_features_sum(const GPTConfig *cfg) {
 
 // Floats per token a norm keeps for its backward: LayerNorm's mean and 1/std, RMSNorm's 1/rms.
 static inline size_t norm_stats_floats(const GPTConfig *cfg) {
-    return model_is_llama(cfg) ? 1 : 2;
+    return model_parts(cfg).norm == NORM_RMSNORM ? 1 : 2;
 }
 
 // Scratch of the deterministic two-stage reductions (gpu/layers.cuh): per 128-row chunk of the batch,
@@ -449,7 +449,7 @@ static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, c
     b[BUF_TOKENS] = 2 * (5 * N + 2) * sizeof(int);
     // Llama: gpt_model.h's rope_table, (maxT, hs/2) pairs of cos and sin, uploaded once: the GPU rotates by
     // the CPU trainer's floats
-    b[BUF_ROPE_TABLE] = model_is_llama(cfg) ? (size_t)cfg->max_seq_len * (C / NH) * f32 : 0;
+    b[BUF_ROPE_TABLE] = model_has_rotary(cfg) ? (size_t)cfg->max_seq_len * (C / NH) * f32 : 0;
     b[BUF_GEMM_WORKSPACE] = GEMM_WORKSPACE_BYTES;
     b[BUF_ATTENTION_WORKSPACE] = s->fast_attention ? attention_workspace_bytes(s->B, s->T, (int)NH) : 0;
     size_t offset = 0;

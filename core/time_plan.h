@@ -353,7 +353,7 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
            output_grads = (double)linear_output_features_sum(cfg);
     double biases = (double)linear_bias_features_sum(cfg);
     // Llama's RoPE rotates the queries and keys of qkv in place (read, write), and their gradients back
-    double rope = model_is_llama(cfg)
+    double rope = model_has_rotary(cfg)
                       ? 2 * (double)(cfg->num_heads + model_kv_heads(cfg)) * (C / cfg->num_heads) * b
                       : 0;
     double activation = (FC + F) * b;              // GELU (read, write 4C); SwiGLU (read up, gate; write F)
@@ -383,7 +383,7 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
         // has yet to show): fc's GEMM writes the GELU beside its output (F written, no GELU pass), fcproj's
         // data-gradient GEMM reads fc's output for the GELU's backward (FC read, no GELU backward pass).
         // SwiGLU, which combines two columns of fc's output, has no epilogue: its passes stay.
-        if (!model_is_llama(cfg)) {
+        if (model_parts(cfg).mlp == MLP_GELU) {
             forward -= activation - F * b;
             backward -= activation_backward - FC * b;
         }

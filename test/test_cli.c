@@ -449,7 +449,7 @@ static void accum_fn(void *p) {
 // config_from_options of o is a Llama model with these L, C, NH, KVH and F.
 static void expect_llama_config(const TrainOptions *o, int L, int C, int NH, int KVH, int F) {
     GPTConfig c = config_from_options(o);
-    expect(model_is_llama(&c) && c.num_layers == L && c.channels == C && c.num_heads == NH &&
+    expect(c.arch == ARCH_LLAMA && c.num_layers == L && c.channels == C && c.num_heads == NH &&
                c.num_kv_heads == KVH && c.ffn_dim == F && c.rope_theta == 10000.0f,
            "llama config: L %d C %d NH %d KVH %d F %d theta %g (expected L %d C %d NH %d KVH %d F %d)",
            c.num_layers, c.channels, c.num_heads, c.num_kv_heads, c.ffn_dim, c.rope_theta, L, C, NH, KVH, F);
@@ -506,7 +506,7 @@ static void test_config(void) {
         TrainOptions o;
         parse(&o, 2, "--model_size", llama[i].name);
         GPTConfig c = config_from_options(&o);
-        expect(model_is_llama(&c) && c.num_layers == llama[i].L && c.channels == llama[i].C &&
+        expect(c.arch == ARCH_LLAMA && c.num_layers == llama[i].L && c.channels == llama[i].C &&
                    c.num_heads == llama[i].NH && c.num_kv_heads == llama[i].KVH && c.ffn_dim == llama[i].F &&
                    c.vocab_size == llama[i].V && c.padded_vocab_size == llama[i].V &&
                    c.max_seq_len == llama[i].maxT && c.rope_theta == llama[i].theta &&
@@ -530,7 +530,7 @@ static void test_config(void) {
         parse(&gpt, 2, "--model_size", gpt_name);
         GPTConfig a = config_from_options(&plain), b = config_from_options(&as_llama);
         GPTConfig g = config_from_options(&as_gpt), h = config_from_options(&gpt);
-        expect(model_is_llama(&a) && memcmp(&a, &b, sizeof(a)) == 0 && !model_is_llama(&g) &&
+        expect(a.arch == ARCH_LLAMA && memcmp(&a, &b, sizeof(a)) == 0 && g.arch == ARCH_GPT2 &&
                    memcmp(&g, &h, sizeof(g)) == 0,
                "--model_size %s is %s; with --arch gpt2, %s", sizes[i], llama_name, gpt_name);
     }

@@ -301,9 +301,9 @@ int main(int argc, char **argv) {
     parse_options(&opts, num_common + num_arch, flags);
     GPTConfig cfg = config_from_options(&opts);
     expect(cfg.num_layers == GC_L && cfg.channels == GC_C && cfg.vocab_size == GC_V &&
-               cfg.padded_vocab_size == 128 && cfg.max_seq_len == GC_MAXT && model_is_llama(&cfg) == llama &&
-               cfg.num_heads == (llama ? 4 : 2) && model_kv_heads(&cfg) == 2 &&
-               model_ffn_dim(&cfg) == (llama ? 24 : 4 * GC_C),
+               cfg.padded_vocab_size == 128 && cfg.max_seq_len == GC_MAXT &&
+               (cfg.arch == ARCH_LLAMA) == llama && cfg.num_heads == (llama ? 4 : 2) &&
+               model_kv_heads(&cfg) == 2 && model_ffn_dim(&cfg) == (llama ? 24 : 4 * GC_C),
            "config from options: L %d C %d NH %d KVH %d F %d V %d Vp %d maxT %d", cfg.num_layers,
            cfg.channels, cfg.num_heads, model_kv_heads(&cfg), model_ffn_dim(&cfg), cfg.vocab_size,
            cfg.padded_vocab_size, cfg.max_seq_len);

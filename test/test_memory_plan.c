@@ -327,7 +327,7 @@ static PlanSettings llama70_settings(int dtype, int recompute, int B, int shard_
 static void test_llama2_70b_memory(void) {
     GPTConfig cfg = preset_config("llama2-70B", 0);
     size_t P = param_count(&cfg), Lu = LLAMA70_LAYER, G = LLAMA70_GLOBAL, N = LLAMA70_N;
-    expect(model_is_llama(&cfg) && P == 80 * LLAMA70_LAYER + LLAMA70_GLOBAL && P == 68976648192ull,
+    expect(cfg.arch == ARCH_LLAMA && P == 80 * LLAMA70_LAYER + LLAMA70_GLOBAL && P == 68976648192ull,
            "llama2-70B: %zu parameters = 80 x 855,654,400 + 524,296,192", P);
     expect(linear_weights_per_layer(&cfg) == LLAMA70_LINEARS && param_layer_size(&cfg) == Lu &&
                param_global_size(&cfg) == G,

@@ -125,7 +125,7 @@ static int is_gemm_tensor(int tensor) {
 // Floats a norm's forward writes per token for its backward: LayerNorm's mean then rstd (stats, stats + N),
 // RMSNorm's rstd alone.
 static size_t norm_stats_per_token(const GPTConfig *cfg) {
-    return model_is_llama(cfg) ? 1 : 2;
+    return model_parts(cfg).norm == NORM_RMSNORM ? 1 : 2;
 }
 
 // The unit holding tensor (layer) and where the trainer gathers its weights and reduces its gradients:
@@ -182,7 +182,7 @@ static void check_linear_weights(GPT *m) {
             float *g = grad_of(m, tensor, l);
             GEMM_IN_BUFFER(m, BUF_PARAMS_BF16, w, n);
             GEMM_IN_BUFFER(m, BUF_GRADS, g, n);
-            if (model_is_llama(cfg) && lin == LIN_FC)
+            if (model_parts(cfg).mlp == MLP_SWIGLU && lin == LIN_FC)
                 expect_layout(weight_bf16(m, PT_FCGATEW, l) == w + F * C &&
                                   grad_of(m, PT_FCGATEW, l) == g + F * C,
                               "fc's gate rows do not follow its up rows");
@@ -315,8 +315,9 @@ static void check_model_buffers(GPT *m) {
     // the largest *_scratch_floats of a kernel the trainer gives it: the norms' backward (LayerNorm's or
     // RMSNorm's), the bias gradients of the linears that have one (the float8 casts' column sums alike),
     // global_norm_squared (doubles), encoder_backward
-    size_t scratch = model_is_llama(cfg) ? rmsnorm_backward_scratch_floats((int)N, (int)C)
-                                         : layernorm_backward_scratch_floats((int)N, (int)C);
+    size_t scratch = model_parts(cfg).norm == NORM_RMSNORM
+                         ? rmsnorm_backward_scratch_floats((int)N, (int)C)
+                         : layernorm_backward_scratch_floats((int)N, (int)C);
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
         if (param_tensor_size(cfg, linear_weight_tensor(lin) + 1))
             scratch = max_size(scratch, bias_backward_scratch_floats((int)N, linear_out_features(cfg, lin)));
@@ -326,7 +327,7 @@ static void check_model_buffers(GPT *m) {
                      sizeof(double));
     // gpt_alloc: rope_table writes (maxT, hs/2) pairs of cos and sin into a host buffer of the plan's
     // bytes, copied whole; the kernel reads its first T rows (cli.h refuses T > maxT)
-    if (model_is_llama(cfg))
+    if (model_has_rotary(cfg))
         IN_BUFFER(m, BUF_ROPE_TABLE, m->rope, (size_t)cfg->max_seq_len * (C / cfg->num_heads / 2) * 2);
     // upload_batch, gpt_loss, encoder_backward: inputs, targets, then the buckets' positions, tokens, starts
     // (N + 1) and count
@@ -505,9 +506,9 @@ static void carve(GPT *m, const GPTConfig *cfg, const TrainOptions *opts, int wo
     gpt_carve(m, FAKE_BASE);
     snprintf(config_label, sizeof(config_label),
              "%s L=%d C=%d NH=%d KVH=%d F=%d B=%d T=%d %s zero %d world %d rank %d recompute %d",
-             model_is_llama(cfg) ? "llama" : "gpt2", cfg->num_layers, cfg->channels, cfg->num_heads,
-             model_kv_heads(cfg), model_ffn_dim(cfg), opts->batch_size, opts->seq_len,
-             dtype_name(opts->dtype), opts->zero_stage, world_size, rank, opts->recompute);
+             model_parts(cfg).name, cfg->num_layers, cfg->channels, cfg->num_heads, model_kv_heads(cfg),
+             model_ffn_dim(cfg), opts->batch_size, opts->seq_len, dtype_name(opts->dtype), opts->zero_stage,
+             world_size, rank, opts->recompute);
 }
 
 // GPT-2, or Llama with half as many key/value heads (one head: its own) and F = 3C (fc's output 6C: wider
@@ -519,7 +520,7 @@ static GPTConfig small_config(int layers, int channels, int heads, int llama) {
     opts.heads = heads;
     if (llama) {
         snprintf(opts.model_size, sizeof(opts.model_size), "d2"); // a preset either architecture takes
-        opts.arch = ARCH_CHOICE_LLAMA;
+        opts.arch = 1 + ARCH_LLAMA;                               // --arch llama (choice 0 is auto)
         opts.kv_heads = heads / 2;
         opts.ffn_dim = 3 * channels;
     }
