@@ -275,7 +275,7 @@ for recipe in "${block_recipes[@]}"; do
         --fp8_stats_every 1 --output_dir "")
     device=h200; [ $recipe = mxfp8 ] && device=b200
     CUDA_EMU_DEVICE=$device "$TRAIN" "${still[@]}" --log_file "$tmp/blocks_gpu_$recipe.jsonl" >/dev/null
-    cpu_accumulation accumulation "${still[@]}"
+    CUDA_EMU_DEVICE=$device cpu_accumulation accumulation "${still[@]}"
     ./train_cpu "${still[@]}" "${accumulation[@]}" --log_file "$tmp/blocks_cpu_$recipe.jsonl" >/dev/null
     "$PY" test/gpu_checks.py block_scales "$tmp/blocks_gpu_$recipe.jsonl" "$tmp/blocks_cpu_$recipe.jsonl"
     result $? "$recipe block scales: the weights' equal the CPU's bit for bit, the others' within their bounds"
