@@ -370,7 +370,7 @@ result $? "an injected NaN is skipped and changes no weight"
 mapfile -d '' guard < <(merge_flags "${model[@]}" -- --train_data "$tmp/spike_train_000000.bin" --warmup_steps 0 \
     --dtype float8 --skip_norm_z 0.1 --guard_window 8 --lr_schedule constant --steps 16)
 "$TRAIN" "${guard[@]}" --ckpt_every 8 --output_dir "$tmp/guard" --log_file "$tmp/guard.jsonl" >"$tmp/guard.txt"
-"$PY" test/gpu_checks.py norm_guard "$tmp/guard.jsonl" 8 0.1 8
+"$PY" test/gpu_checks.py norm_guard "$tmp/guard.jsonl" 8 0.1 8 # --guard_window, --skip_norm_z, health.h's GUARD_MIN_SAMPLES
 result $? "the device's norm guard: each step's decision is the guard's rule on the logged norms, and one skips"
 cp -r "$tmp/guard" "$tmp/guard_half" && rm "$tmp/guard_half"/*_00000016* && echo 8 >"$tmp/guard_half/latest_checkpoint" &&
     "$TRAIN" "${guard[@]}" --output_dir "$tmp/guard_half" --resume 1 >/dev/null
