@@ -77,6 +77,7 @@ DATA ?= ../shared/data/tinyshakespeare.txt
 demo: check_blas train_cpu
 	bash scripts/demo.sh "$(DATA)"
 
+include test/c_tests.mk
 include test/fp8_test.mk
 include test/data_test.mk
 include test/train_test.mk
@@ -96,14 +97,7 @@ test/build/train_cpu_noblas: train_gpt.c $(HEADERS)
 test_compare_debug_state: train_cpu test/build/train_cpu_noblas test/build/compare_debug_state
 	DATA="$(DATA)" bash test/test_compare_debug_state.sh
 
-test/build/test_memory_plan: test/test_memory_plan.c test/test_util.h core/memory_plan.h $(HEADERS)
-	mkdir -p test/build
-	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_memory_plan.c $(LDLIBS)
-
-.PHONY: test_memory_plan test_gpu_host skip_nvcc_tests
-test_memory_plan: test/build/test_memory_plan
-	./test/build/test_memory_plan
-
+.PHONY: test_gpu_host skip_nvcc_tests
 test_gpu_host: train train_cpu
 	DATA="$(DATA)" bash test/test_gpu_host.sh
 
@@ -117,13 +111,7 @@ endif
 skip_nvcc_tests:
 	@echo "SKIPPED test_fp8_convert, test_gpu_host and test_plan_bounds: nvcc not found (install the CUDA toolkit to run them)"
 
-test/build/test_fp8_stats: test/test_fp8_stats.c test/test_util.h train_gpt.c $(HEADERS)
-	mkdir -p test/build
-	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_fp8_stats.c $(LDLIBS)
-
-.PHONY: test_fp8_stats test_health test_cpu_kernels
-test_fp8_stats: test/build/test_fp8_stats
-	./test/build/test_fp8_stats
+.PHONY: test_health test_cpu_kernels
 
 # The fast kernels with the trainer's own optimisation flags: the plain-C GEMM, and OpenBLAS's when present.
 test/build/test_cpu_kernels: test/test_cpu_kernels.c test/test_util.h train_gpt.c $(HEADERS)
@@ -147,7 +135,7 @@ test_study_report: train_cpu python_deps
 	DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_study_report.sh
 
 
-test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_memory_plan test_dry_run test_launch test_slurm test_compare_debug_state test_fp8_stats \
+test_cpu: $(NVCC_TESTS) test_layout test_doc_links test_dataloader test_prepare_data test_prepare_corpus test_dry_run test_launch test_slurm test_compare_debug_state \
           test_cpu_kernels test_health test_study_report test_export test_import test_compare test_follow_log test_torch_peer
 
 test: test_cpu
@@ -156,7 +144,7 @@ test: test_cpu
 # The quick tier: the tree's layering and the docs' links, the CPU trainer's layers against finite differences, its kernels, flags,
 # data and plans, and the first steps of bfloat16 and float8 on the emulated CUDA trainer against the CPU
 # reference (test_gpu_quick). Every part is also in make test.
-check: test_layout test_doc_links test_cli test_gradcheck test_cpu_kernels test_dataloader test_fp8_stats test_memory_plan test_gpu_quick
+check: test_layout test_doc_links $(C_TESTS_QUICK:%=test_%) test_cpu_kernels test_dataloader test_gpu_quick
 	@echo "quick checks passed (make test runs the whole suite)"
 
 .PHONY: check test_layout test_doc_links

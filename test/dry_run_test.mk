@@ -1,5 +1,5 @@
 # dry_run_test.mk: the tests of --dry_run, the per-process memory plan (dry_run.h over memory_plan.h).
-# Included by the main Makefile, which defines the targets train_cpu and test/build/test_memory_plan.
+# Included by the main Makefile, which defines the targets train_cpu and test/build/test_memory_plan (c_tests.mk).
 #   make test_dry_run    the plan's ZeRO / recompute sizes against first-principles expectations and the
 #                        report's verdicts (test_memory_plan), then `train_cpu --dry_run 1` end to end
 #                        (test_dry_run.sh; it says SKIPPED while train_cpu does not call dry_run_report), then
@@ -7,9 +7,6 @@
 #   make test_plan_vs_published)
 # This fragment leaves the including Makefile's default goal as it was.
 _dry_run_test_saved_goal := $(.DEFAULT_GOAL)
-
-# test_memory_plan.c includes dry_run.h.
-test/build/test_memory_plan: core/dry_run.h core/time_plan.h
 
 .PHONY: test_dry_run test_plan_vs_published
 test_dry_run: train_cpu test/build/test_memory_plan test/test_dry_run.sh test_plan_vs_published

@@ -12,6 +12,8 @@ import traceback
 
 import numpy as np
 
+from debug_state import read as read_debug_state
+
 TMP = None
 
 
@@ -51,12 +53,10 @@ def oracle(mode, x, margin=None):
 
 
 def debug_state(name):
-    """The trainer's first batch (B,T) and its float32 logits (B,T,V) (debug_state.h layout)."""
-    d = open(os.path.join(TMP, name), "rb").read()
-    h = np.frombuffer(d[:1024], dtype="<i4")
-    B, T, Vp, V = int(h[2]), int(h[3]), int(h[4]), int(h[9])
-    tokens = np.frombuffer(d, "<i4", B * T, 1024).reshape(B, T)
-    return tokens, np.frombuffer(d, "<f4", B * T * Vp, 1024 + 8 * B * T).reshape(B, T, Vp)[..., :V]
+    """The trainer's first batch (B,T) and its float32 logits (B,T,V) (debug_state.py)."""
+    d = read_debug_state(os.path.join(TMP, name))
+    tokens = np.frombuffer(d.inputs, "<i4").reshape(d.B, d.T)
+    return tokens, np.frombuffer(d.logits, "<f4").reshape(d.B, d.T, d.Vp)[..., :d.V]
 
 
 def fp8_weight_model(src, dst, slices, header_bytes, e4m3_decode, bf16_decode):

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import debug_state  # noqa: E402
 import export_checks as xc  # noqa: E402
 import gpt2_reference as ref  # noqa: E402
 import llama_reference as lref  # noqa: E402
@@ -353,13 +354,6 @@ def controls(tmp):
 TOL32 = 1e-5
 
 
-def debug_loss(tmp, name):
-    """The loss of a debug state's first step (debug_state.h: after inputs, targets and the (B,T,Vp) logits)."""
-    data = open(f"{tmp}/{name}", "rb").read()
-    h = np.frombuffer(data[:1024], dtype="<i4")
-    return float(np.frombuffer(data, "<f4", 1, 1024 + 8 * int(h[2]) * int(h[3]) + 4 * int(h[2] * h[3] * h[4]))[0])
-
-
 def tokenizer_table(path):
     """(V, eot, [bytes of each token]) of an llm.c tokenizer file."""
     data = open(path, "rb").read()
@@ -391,7 +385,8 @@ def check(tmp):
     # (1) the imported models' float32 logits and loss in train_cpu are transformers'
     for name in MODELS:
         tokens, ours = xc.debug_state(f"dbg_{name}.bin")
-        e, loss, hf_loss = xc.rel(ours, hf[name]["logits"]), debug_loss(tmp, f"dbg_{name}.bin"), float(hf[name]["loss"])
+        e, hf_loss = xc.rel(ours, hf[name]["logits"]), float(hf[name]["loss"])
+        loss = debug_state.read(f"{tmp}/dbg_{name}.bin").loss
         bound = 2 * TOL32 * float(np.abs(hf[name]["logits"]).max()) + B * T * 2.0**-24 * abs(hf_loss)
         xc.check(f"(1) {name}: train_cpu's batch is the tokens transformers read",
                  lambda: np.array_equal(tokens, hf[name]["inputs"]))

@@ -33,24 +33,37 @@
 #     identical weights (its backward is cuDNN's deterministic one).
 # GPT-2's bfloat16 comparisons count one more rounding site where cuBLASLt's GELU may be another form than the
 # reference's (gelu_sites below).
+# The comparisons of debug states (1, 2, 6, 8 and 9's) are the tables quick_cases, cases and fast_cases below, a
+# line each; the checks on logs and files are test/gpu_checks.py's, which reads debug states with
+# test/debug_state.py.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 test_init
 TRAIN=${TRAIN:-./train} # ./train_emu: the same suite on the CPU emulation of CUDA (make test_gpu_emu)
 test_tmpdir tmp test_gpu
 test_data_dir "$tmp/data" text
-# hs = 32 (the attention kernels' minimum), B*T and C multiples of 16 (FP8 GEMMs). The exact attention (the
-# CPU's arithmetic) for the comparisons with the CPU reference; the fast one is section 8.
+# The models, each a flags array that the table below names. hs = 32 (the attention kernels' minimum), B*T and C
+# multiples of 16 (FP8 GEMMs). The exact attention (the CPU's arithmetic) for the comparisons with the CPU
+# reference; the fast one is section 9.
 common=(--model_size d2 --channels 128 --heads 4 --vocab 256 --seq_len 64 --batch_size 8
         --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2)
 model=("${common[@]}" --attention exact)
-# the model run_pair compares: the name of its flags' array, and its float32 run on the CPU
-pair_model=model pair_float32=$tmp/cpu_float32.bin
+# C = 96: layer 1's biases lie 64 bytes off the 256-byte alignment of layer 0's (section 6)
+model96=(--model_size d2 --channels 96 --heads 3 --vocab 1000 --seq_len 32 --batch_size 2
+         --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)
+llama=(--arch llama --model_size d2 --channels 128 --heads 4 --kv_heads 2 --vocab 256 --seq_len 64 --batch_size 8
+       --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)
+# Llama 3.1's scaled rotary wavelengths, the flag of an llm.c file (hs = 32, theta 10000: pairs 0-10 keep their
+# frequency, 11-12 blend, 13-15 turn 8 times slower): the llama model after one float32 step on the CPU, its
+# file's flag set (below)
+llama_scaled=("${llama[@]}" --init_from "$tmp/llama_scaled.bin")
+fast=("${common[@]}" --attention fast)
+mapfile -d '' llama_fast < <(merge_flags "${llama[@]}" -- --attention fast)
 # An FP8 GEMM on Hopper sums as its tensor cores do (fp8_scaling.h's model): the CPU reference for a GPU run sums
 # the same way (--fp8_accumulation hopper), else its error alone, 4x the bounds' at 128 channels, fails the
 # comparison. Blackwell accumulates in FP32, as train_cpu does by default. The device says which: the trainer's
 # versions line names its model (cli.h's fp8_accumulation_of_device), asked once per device (CUDA_EMU_DEVICE
-# picks the emulated one; a GPU ignores it).
+# picks the emulated one, h200 unless set; a GPU ignores it).
 # cuBLASLt documents no formula for the GELU epilogues GPT-2's bfloat16 runs use (GELU_AUX_BIAS, DGELU); the
 # reference computes the tanh form. The tanh and erf forms differ by at most 4.8e-4 (GELU) and 8.7e-4 (its
 # derivative), at every x under 5% of one BF16 unit of the GELU's input (max |erf - tanh| / (2^-8 |x|) = 0.046,
@@ -61,12 +74,9 @@ pair_model=model pair_float32=$tmp/cpu_float32.bin
 # test_first_contact.sh). Llama (SwiGLU) and float8 (no fused GELU) keep one site.
 gelu_sites=1
 if [ "$TRAIN" != ./train_emu ] || [ -n "${CUDA_EMU_GELU:-}" ]; then gelu_sites=2; fi
-sites_of() { # the run's flags...: the rounding sites of its comparisons with the CPU reference
-    if [[ " $* " == *" --dtype bfloat16 "* && " $* " != *" --arch llama "* ]]; then echo "$gelu_sites"; else echo 1; fi
-}
-declare -A device_sums=() # CUDA_EMU_DEVICE (or "default") -> the device's FP8 accumulation
+declare -A device_sums=() # CUDA_EMU_DEVICE (h200 unless set) -> the device's FP8 accumulation
 device_accumulation() { # sets device_sums for the current CUDA_EMU_DEVICE, from a one-step run's versions line
-    local key=${CUDA_EMU_DEVICE:-default}
+    local key=${CUDA_EMU_DEVICE:-h200}
     [ -n "${device_sums[$key]:-}" ] && return
     device_sums[$key]=$("$TRAIN" "${model[@]}" --steps 1 --output_dir "" --dtype bfloat16 2>/dev/null |
         sed -n 's/^versions | .* | FP8 accumulation \([a-z0-9]*\)$/\1/p')
@@ -76,111 +86,96 @@ cpu_accumulation() { # VAR, the run's flags...: VAR=(the CPU reference's accumul
     local -n _out=$1; shift
     _out=()
     device_accumulation
-    if [[ " $* " == *" --dtype float8 "* ]]; then _out=(--fp8_accumulation "${device_sums[${CUDA_EMU_DEVICE:-default}]}"); fi
+    if [[ " $* " == *" --dtype float8 "* ]]; then _out=(--fp8_accumulation "${device_sums[${CUDA_EMU_DEVICE:-h200}]}"); fi
 }
-run_pair() { # name, extra flags...
-    local name="$1"; shift
-    local -n flags=$pair_model
-    local accumulation; cpu_accumulation accumulation "$@"
-    ./train_cpu "${flags[@]}" --steps 6 --output_dir "" --debug_state "$tmp/cpu_$name.bin" "$@" "${accumulation[@]}" \
-        >/dev/null
-    "$TRAIN" "${flags[@]}" --steps 6 --output_dir "" --debug_state "$tmp/gpu_$name.bin" "$@" >/dev/null
-    ./test/build/compare_debug_state --rounding_sites "$(sites_of "${flags[@]}" "$@")" "$tmp/gpu_$name.bin" \
-        "$tmp/cpu_$name.bin" "$pair_float32" >"$tmp/cmp_$name.txt" 2>&1
+
+# The comparisons of debug states (core/debug_state.h: a run's first step's logits, loss and every gradient, and
+# the loss of each step), one a line: what runs, on which model and device, and what is compared within which
+# bound. A new case is a new line.
+#   check    pair    the GPU's run of 6 steps against train_cpu's with the same flags (section 1)
+#            forced  the steps 2 and 4, teacher-forced, against train_cpu's and AdamW recomputed (case_forced)
+#            twice   the GPU's run again, against the pair of the same name's GPU run (section 2)
+#   model    the flags array of the model (above); device: CUDA_EMU_DEVICE, h200 or b200 (a GPU ignores it)
+#   bound    sites=F: test/compare_debug_state --rounding_sites F (its distances, scaled by F: one rounding site,
+#            gelu = gelu_sites above, + 1 for the fast attention's BF16 probabilities and their gradients);
+#            exact: compare_debug_state --exact, bit for bit
+#   flags    the run's own flags (over the model's); a --fp8_recipe mxfp8 line runs where the device has mxfp8
+# make check's quick tier (TEST_GPU_QUICK=1): the first step of the three main paths against the CPU.
+quick_cases=(
+#  check   name                     model         device  bound        flags
+  "pair    bfloat16                 model         h200    sites=gelu   --dtype bfloat16"
+  "pair    float8_delayed           model         h200    sites=1      --dtype float8 --fp8_recipe delayed"
+  "pair    float8_current           model         h200    sites=1      --dtype float8 --fp8_recipe current"
+)
+cases=(
+#  check   name                     model         device  bound        flags
+  "pair    float8_precise_accum     model         h200    sites=1      --dtype float8 --fp8_recipe delayed --fp8_fast_accum 0"
+  "pair    float8_fast_all          model         h200    sites=1      --dtype float8 --fp8_recipe delayed --fp8_fast_accum 2"
+  # on a Blackwell (emulated: CUDA_EMU_DEVICE), against the reference its accumulation selects
+  "pair    float8_delayed_b200      model         b200    sites=1      --dtype float8 --fp8_recipe delayed"
+  "pair    float8_blockwise         model         h200    sites=1      --dtype float8 --fp8_recipe blockwise"
+  "pair    float8_blockwise_pow2    model         h200    sites=1      --dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1"
+  "pair    float8_mxfp8             model         b200    sites=1      --dtype float8 --fp8_recipe mxfp8"
+  "forced  bfloat16                 model         h200    sites=gelu   --dtype bfloat16"
+  "forced  float8_delayed           model         h200    sites=1      --dtype float8 --fp8_recipe delayed"
+  "forced  float8_current           model         h200    sites=1      --dtype float8 --fp8_recipe current"
+  "forced  float8_blockwise         model         h200    sites=1      --dtype float8 --fp8_recipe blockwise"
+  # C = 96: biases of layer 1 less aligned than layer 0's (section 6)
+  "pair    c96_bfloat16             model96       h200    sites=gelu   --dtype bfloat16 --steps 3"
+  "pair    c96_float8               model96       h200    sites=1      --dtype float8 --steps 3"
+  "pair    llama_bfloat16           llama         h200    sites=1      --dtype bfloat16"
+  "pair    llama_float8_delayed     llama         h200    sites=1      --dtype float8 --fp8_recipe delayed"
+  "pair    llama_float8_current     llama         h200    sites=1      --dtype float8 --fp8_recipe current"
+  # F = 384: every linear's features (qkv 256 out, fc 768 out, fcproj 384 in) tile the 128-element blocks
+  "pair    llama_float8_blockwise   llama         h200    sites=1      --dtype float8 --fp8_recipe blockwise --ffn_dim 384"
+  "pair    llama_float8_mxfp8       llama         b200    sites=1      --dtype float8 --fp8_recipe mxfp8 --ffn_dim 384"
+  "pair    llama_scaled_bfloat16    llama_scaled  h200    sites=1      --dtype bfloat16"
+  "twice   bfloat16                 model         h200    exact        --dtype bfloat16"
+  "twice   float8_delayed           model         h200    exact        --dtype float8 --fp8_recipe delayed"
+  "twice   llama_bfloat16           llama         h200    exact        --dtype bfloat16"
+  "twice   llama_float8_delayed     llama         h200    exact        --dtype float8 --fp8_recipe delayed"
+)
+# the fast attention's, where it runs (section 9); the CPU's attention is the exact one whatever the flag
+fast_cases=(
+#  check   name                     model         device  bound        flags
+  "pair    fast_llama_bfloat16      llama_fast    h200    sites=2      --dtype bfloat16"
+  "pair    fast_bfloat16            fast          h200    sites=gelu+1 --dtype bfloat16"
+  "pair    fast_float8              fast          h200    sites=2      --dtype float8 --fp8_recipe delayed"
+)
+compare_states() { # BOUND CANDIDATE REFERENCE [FLOAT32_REFERENCE]: test/compare_debug_state within a case's bound
+    local bound=$1; shift
+    if [ "$bound" = exact ]; then
+        ./test/build/compare_debug_state --exact "$@"
+    else
+        local sites=${bound#sites=}
+        ./test/build/compare_debug_state --rounding_sites $((${sites//gelu/$gelu_sites})) "$@"
+    fi
+}
+float32_reference() { # MODEL: $tmp/cpu_MODEL_float32.bin, train_cpu's float32 run of the model (once)
+    local -n _base=$1
+    [ -f "$tmp/cpu_$1_float32.bin" ] ||
+        ./train_cpu "${_base[@]}" --steps 6 --output_dir "" --dtype float32 --debug_state "$tmp/cpu_$1_float32.bin" >/dev/null
+}
+case_pair() { # NAME MODEL BOUND FLAGS...
+    local name=$1 of=$2 bound=$3 run accumulation; shift 3
+    local -n base=$of
+    mapfile -d '' run < <(merge_flags "${base[@]}" --steps 6 --output_dir "" -- "$@")
+    cpu_accumulation accumulation "${run[@]}"
+    float32_reference "$of"
+    ./train_cpu "${run[@]}" --debug_state "$tmp/cpu_$name.bin" "${accumulation[@]}" >/dev/null
+    "$TRAIN" "${run[@]}" --debug_state "$tmp/gpu_$name.bin" >/dev/null
+    compare_states "$bound" "$tmp/gpu_$name.bin" "$tmp/cpu_$name.bin" "$tmp/cpu_${of}_float32.bin" \
+        >"$tmp/cmp_$name.txt" 2>&1
     result $? "GPU $name matches the CPU reference"; tail -n 1 "$tmp/cmp_$name.txt"
     grep FAIL "$tmp/cmp_$name.txt" || true
 }
-./train_cpu "${model[@]}" --steps 6 --output_dir "" --dtype float32 --debug_state "$tmp/cpu_float32.bin" >/dev/null
-set +e
-run_pair bfloat16 --dtype bfloat16
-run_pair float8_delayed --dtype float8 --fp8_recipe delayed
-run_pair float8_current --dtype float8 --fp8_recipe current
-# the model by device: on the emulation an H200 (sm_90) sums as Hopper, a B200 (sm_100) in FP32 (emu/cublaslt.cpp)
-if [ "$TRAIN" = ./train_emu ]; then
-    CUDA_EMU_DEVICE=b200 device_accumulation
-    [ "${device_sums[default]}" = hopper ] && [ "${device_sums[b200]}" = fp32 ]
-    result $? "FP8 accumulation by device: H200 ${device_sums[default]}, B200 ${device_sums[b200]} (hopper, fp32)"
-fi
-# make check's quick tier (TEST_GPU_QUICK=1) ends here: the first step of the three main paths against the CPU
-if [ "${TEST_GPU_QUICK:-0}" = 1 ]; then finish; exit; fi
-run_pair float8_precise_accum --dtype float8 --fp8_recipe delayed --fp8_fast_accum 0
-# on a Blackwell (emulated: CUDA_EMU_DEVICE), against the reference its accumulation selects
-CUDA_EMU_DEVICE=b200 run_pair float8_delayed_b200 --dtype float8 --fp8_recipe delayed
-run_pair float8_blockwise --dtype float8 --fp8_recipe blockwise
-run_pair float8_blockwise_pow2 --dtype float8 --fp8_recipe blockwise --fp8_pow2_scales 1
-# mxfp8 needs Blackwell's cuBLASLt mode: on the emulation a B200 (CUDA_EMU_DEVICE, which a GPU ignores); a
-# Hopper GPU refuses it with one line, and the mxfp8 checks are skipped
-mx_refusal=$(CUDA_EMU_DEVICE=b200 "$TRAIN" "${model[@]}" --steps 1 --output_dir "" --dtype float8 --fp8_recipe mxfp8 \
-    2>&1 >/dev/null | tail -n 1)
-block_recipes=(blockwise)
-if [[ "$mx_refusal" == *"need Blackwell"* ]]; then
-    echo "skip: GPU mxfp8 on this device: $mx_refusal"
-else
-    block_recipes+=(mxfp8)
-    CUDA_EMU_DEVICE=b200 run_pair float8_mxfp8 --dtype float8 --fp8_recipe mxfp8
-fi
-# a block recipe's casts of the same weights give the same block scales, bit for bit (one rule, fp8_scaling.h,
-# on identical FP32 masters: --lr 0 keeps them). The other tensors' amaxes and scales, to bounds from what they
-# have passed through: layer 0's qkv input only the BF16 LayerNorm of the embeddings (each value to BF16
-# rounding, 2^-8 relative in each of the two: 2^-7); every later input at least one FP8 GEMM, whose E4M3
-# operands may round a product's factor the other way, one E4M3 spacing (2^-3 relative), which bounds the
-# change of a sum dominated by one product: 2^-3; the output gradients the E5M2 casts above (2^-2). The
-# smallest block's scale (scale_max) has no such bound (a block near zero); it is checked for order only.
-for recipe in "${block_recipes[@]}"; do
-    mapfile -d '' still < <(merge_flags "${model[@]}" -- --lr 0 --steps 1 --dtype float8 --fp8_recipe $recipe \
-        --fp8_stats_every 1 --output_dir "")
-    device=h200; [ $recipe = mxfp8 ] && device=b200
-    CUDA_EMU_DEVICE=$device "$TRAIN" "${still[@]}" --log_file "$tmp/blocks_gpu_$recipe.jsonl" >/dev/null
-    CUDA_EMU_DEVICE=$device cpu_accumulation accumulation "${still[@]}"
-    ./train_cpu "${still[@]}" "${accumulation[@]}" --log_file "$tmp/blocks_cpu_$recipe.jsonl" >/dev/null
-    python3 - "$tmp/blocks_gpu_$recipe.jsonl" "$tmp/blocks_cpu_$recipe.jsonl" <<'PY'
-import json, sys
-rec = lambda p: {r["tensor"]: r for r in (json.loads(l) for l in open(p) if '"fp8_stats"' in l)}
-gpu, cpu = rec(sys.argv[1]), rec(sys.argv[2])
-keys = ("amax", "scale", "scale_min")
-ok = len(gpu) == len(cpu) == 24
-for t, c in cpu.items():
-    g = gpu[t]
-    if t.endswith("weight"):
-        ok &= all(g[k] == c[k] for k in keys + ("scale_max", "saturated", "flushed", "elements"))
-    else:
-        bound = 2**-2 if t.endswith("grad_output") else 2**-7 if t == "layer 0 qkv input" else 2**-3
-        ok &= all(abs(g[k] - c[k]) <= bound * abs(c[k]) for k in keys) and g["elements"] == c["elements"]
-    ok &= g["scale_min"] <= g["scale_max"]
-sys.exit(0 if ok else 1)
-PY
-    result $? "$recipe block scales: the weights' equal the CPU's bit for bit, the others' within their bounds"
-done
-# Each step's casts use that step's scale: in the current recipe every cast's scale is the exact scale of the
-# amax the same cast recorded (the same tensor, measured twice on the device), and in both recipes every
-# weight's; a scale kept from an earlier step (an amax not reset) differs wherever an amax went down, which
-# the check requires to happen. train_cpu is the control. The quotient of two floats in double arithmetic,
-# rounded to float, is the correctly rounded float quotient (53 >= 2 x 24 + 2 bits), as __fdiv_rn and C's.
-for recipe in current delayed; do
-    mapfile -d '' stats < <(merge_flags "${model[@]}" -- --steps 6 --dtype float8 --fp8_recipe $recipe \
-        --fp8_stats_every 1 --output_dir "")
-    for trainer in gpu:"$TRAIN" cpu:./train_cpu; do
-        "${trainer#*:}" "${stats[@]}" --log_file "$tmp/stats_${recipe}_${trainer%%:*}.jsonl" >/dev/null
-        python3 - "$tmp/stats_${recipe}_${trainer%%:*}.jsonl" $recipe <<'PY'
-import json, struct, sys
-f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
-records = [json.loads(l) for l in open(sys.argv[1]) if '"fp8_stats"' in l]
-fmax = {"e4m3": 448.0, "e5m2": 57344.0}  # --fp8_margin 0
-checked, decreased, last = 0, 0, {}
-for r in records:
-    if sys.argv[2] == "current" or r["tensor"].endswith("weight"):
-        amax = f32(r["amax"])  # %.9g: the float, to the nearest float
-        exact = f32(fmax[r["format"]] / amax) if amax > 0 else 1.0
-        if f32(r["scale"]) != exact:
-            sys.exit(f"step {r['step']} {r['tensor']}: scale {r['scale']}, its amax {r['amax']} gives {exact}")
-        checked += 1
-        decreased += r["tensor"] in last and amax < last[r["tensor"]]
-        last[r["tensor"]] = amax
-sys.exit(0 if checked >= 6 * 8 and decreased > 0 else f"{checked} scales checked, {decreased} amaxes went down")
-PY
-        result $? "$recipe recipe (${trainer%%:*}): every step's scales are the exact scales of that step's amaxes"
-    done
-done
+case_twice() { # NAME MODEL BOUND FLAGS...
+    local name=$1 of=$2 bound=$3; shift 3
+    local -n base=$of
+    "$TRAIN" "${base[@]}" --steps 6 --output_dir "" --debug_state "$tmp/again_$name.bin" "$@" >/dev/null
+    compare_states "$bound" "$tmp/gpu_$name.bin" "$tmp/again_$name.bin" >/dev/null
+    result $? "GPU $name: two runs give bitwise-identical results"
+}
 # The steps after the first, teacher-forced: train_cpu writes a checkpoint after each of 4 steps, and at steps
 # 2 and 4 both trainers resume from the CPU's checkpoint before it for one step, so that the GPU's step
 # starts from the reference's weights, moments and FP8 histories and is held to the same bounds as step 1
@@ -188,18 +183,10 @@ done
 # repeats one batch, so that its first batch is theirs). check_state then recomputes AdamW from each
 # trainer's gradients bit for bit (weight decay on the 2-D weights only, the moments' bias corrections) and
 # holds the GPU's new amax histories against the CPU's; train_cpu's own step is the control.
-python3 - "$tmp"/data/text_train_000000.bin "$tmp/repeat_train_000000.bin" $((8 * 64)) <<'PY'
-import struct, sys
-shard, period = open(sys.argv[1], "rb").read(), int(sys.argv[3])
-header = bytearray(shard[:1024])  # llm.c's shard: 256 int32 (magic, version, tokens), then uint16 tokens
-tokens = shard[1024:1024 + 2 * period] * 64
-struct.pack_into("<i", header, 8, period * 64)
-open(sys.argv[2], "wb").write(header + tokens)
-PY
-teacher_forced() { # name, extra flags...
-    local name="$1" k dir who; shift
-    local -n base=$pair_model
-    local accumulation tf f32; cpu_accumulation accumulation "$@"
+case_forced() { # NAME MODEL BOUND FLAGS...
+    local name=$1 of=$2 bound=$3 k dir who accumulation tf f32; shift 3
+    local -n base=$of
+    cpu_accumulation accumulation "$@"
     mapfile -d '' tf < <(merge_flags "${base[@]}" -- --train_data "$tmp/repeat_train_000000.bin" --grad_clip 0 "$@")
     ./train_cpu "${tf[@]}" "${accumulation[@]}" --steps 4 --ckpt_every 1 --output_dir "$tmp/tf_$name" >/dev/null
     for k in 2 4; do
@@ -214,7 +201,7 @@ teacher_forced() { # name, extra flags...
         mapfile -d '' f32 < <(merge_flags "${base[@]}" -- --train_data "$tmp/repeat_train_000000.bin" --dtype float32 \
             --init_from "$tmp/tf_$name/model_0000000$((k - 1)).bin" --steps 1 --output_dir "")
         ./train_cpu "${f32[@]}" --debug_state "$tmp/tf_${name}_f32_$k.bin" >/dev/null
-        ./test/build/compare_debug_state --rounding_sites "$(sites_of "${tf[@]}")" "$tmp/tf_${name}_gpu_$k.bin" \
+        compare_states "$bound" "$tmp/tf_${name}_gpu_$k.bin" \
             "$tmp/tf_${name}_cpu_$k.bin" "$tmp/tf_${name}_f32_$k.bin" >"$tmp/tf_cmp_${name}_$k.txt" 2>&1 &&
             ./test/build/check_state "$tmp/tf_$name" $((k - 1)) "$tmp/tf_${name}_gpu_$k" "$tmp/tf_${name}_gpu_$k.bin" \
                 "$tmp/tf_${name}_cpu_$k" -- "${tf[@]}" --steps $k >>"$tmp/tf_cmp_${name}_$k.txt" 2>&1 &&
@@ -224,10 +211,40 @@ teacher_forced() { # name, extra flags...
         grep FAIL "$tmp/tf_cmp_${name}_$k.txt" || true
     done
 }
-teacher_forced bfloat16 --dtype bfloat16
-teacher_forced float8_delayed --dtype float8 --fp8_recipe delayed
-teacher_forced float8_current --dtype float8 --fp8_recipe current
-teacher_forced float8_blockwise --dtype float8 --fp8_recipe blockwise
+run_cases() { # LINE...: each case, in order
+    local line check name of device bound rest flags
+    for line in "$@"; do
+        read -r check name of device bound rest <<<"$line"
+        read -r -a flags <<<"$rest"
+        if [[ " $rest " == *" --fp8_recipe mxfp8 "* && " ${block_recipes[*]} " != *" mxfp8 "* ]]; then continue; fi
+        CUDA_EMU_DEVICE=$device "case_$check" "$name" "$of" "$bound" "${flags[@]}"
+    done
+}
+block_recipes=(blockwise) # and mxfp8 where the device has it (below)
+set +e
+run_cases "${quick_cases[@]}"
+# the model by device: on the emulation an H200 (sm_90) sums as Hopper, a B200 (sm_100) in FP32 (emu/cublaslt.cpp)
+if [ "$TRAIN" = ./train_emu ]; then
+    CUDA_EMU_DEVICE=b200 device_accumulation
+    [ "${device_sums[h200]}" = hopper ] && [ "${device_sums[b200]}" = fp32 ]
+    result $? "FP8 accumulation by device: H200 ${device_sums[h200]}, B200 ${device_sums[b200]} (hopper, fp32)"
+fi
+# make check's quick tier (TEST_GPU_QUICK=1) ends here
+if [ "${TEST_GPU_QUICK:-0}" = 1 ]; then finish; exit; fi
+# mxfp8 needs Blackwell's cuBLASLt mode: on the emulation a B200 (CUDA_EMU_DEVICE, which a GPU ignores); a
+# Hopper GPU refuses it with one line, and the mxfp8 checks are skipped
+mx_refusal=$(CUDA_EMU_DEVICE=b200 "$TRAIN" "${model[@]}" --steps 1 --output_dir "" --dtype float8 --fp8_recipe mxfp8 \
+    2>&1 >/dev/null | tail -n 1)
+if [[ "$mx_refusal" == *"need Blackwell"* ]]; then
+    echo "skip: GPU mxfp8 on this device: $mx_refusal"
+else
+    block_recipes+=(mxfp8)
+fi
+# the teacher-forced cases' shard (case_forced), and llama_scaled's file
+"$PY" test/gpu_checks.py repeat_shard "$tmp"/data/text_train_000000.bin "$tmp/repeat_train_000000.bin" $((8 * 64))
+./train_cpu "${llama[@]}" --steps 1 --dtype float32 --output_dir "$tmp/llama_init" >/dev/null
+"$PY" test/gpu_checks.py scaled_rope "$tmp/llama_init/model_00000001.bin" "$tmp/llama_scaled.bin"
+run_cases "${cases[@]}"
 # Which GEMMs accumulate without promotion: --fp8_fast_accum 0 none, 1 the forward's, 2 the gradients' too. Step
 # 1's logits come from the forward alone and its gradients from both, so in each trainer 1 and 2 give the same
 # logits bit for bit and different gradients, and 0 and 1 different logits: every GEMM here has K > 128 somewhere
@@ -236,83 +253,48 @@ teacher_forced float8_blockwise --dtype float8 --fp8_recipe blockwise
 # any difference is the setting's. Against the CPU reference alone this cannot be seen: the E5M2 casts' rounding
 # flips (a median 0.6% per gradient element) hide the truncation's few 1e-3. A device that sums FP8 in FP32
 # (Blackwell) has no promotion to skip: there the three settings give the same bits.
-run_pair float8_fast_all --dtype float8 --fp8_recipe delayed --fp8_fast_accum 2
 for who in gpu cpu; do
-    python3 - "${device_sums[default]}" "$tmp"/${who}_float8_{precise_accum,delayed,fast_all}.bin <<'PY'
-import struct, sys
-def parts(path):  # debug_state.h: header, inputs and targets, logits, loss, gradients, the later steps' losses
-    data = open(path, "rb").read()
-    B, T, Vp, steps = struct.unpack_from("<4i", data, 8)
-    logits = 4 * (256 + 2 * B * T)
-    grads = logits + 4 * (B * T * Vp + 1)
-    return data[logits:grads - 4], data[grads:len(data) - 4 * steps]
-none, forward, every = (parts(p) for p in sys.argv[2:])
-if sys.argv[1] == "fp32":
-    problems = ["the settings give different bits"] if not none == forward == every else []
-else:
-    problems = [what for what, wrong in (("0 and 1 give the same logits", none[0] == forward[0]),
-                                         ("1 and 2 give different logits", forward[0] != every[0]),
-                                         ("1 and 2 give the same gradients", forward[1] == every[1])) if wrong]
-sys.exit("; ".join(problems) if problems else 0)
-PY
-    result $? "--fp8_fast_accum 0, 1, 2 ($who, FP8 accumulation ${device_sums[default]}): the forward's GEMMs fast from 1, the gradients' only at 2 (FP32 sums: no change)"
+    "$PY" test/gpu_checks.py fast_accum "${device_sums[h200]}" "$tmp"/${who}_float8_{precise_accum,delayed,fast_all}.bin
+    result $? "--fp8_fast_accum 0, 1, 2 ($who, FP8 accumulation ${device_sums[h200]}): the forward's GEMMs fast from 1, the gradients' only at 2 (FP32 sums: no change)"
 done
-model96=(--model_size d2 --channels 96 --heads 3 --vocab 1000 --seq_len 32 --batch_size 2
-         --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)
-./train_cpu "${model96[@]}" --steps 3 --output_dir "" --dtype float32 --debug_state "$tmp/cpu96_float32.bin" >/dev/null
-for dtype in bfloat16 float8; do
-    cpu_accumulation accumulation --dtype $dtype
-    ./train_cpu "${model96[@]}" --steps 3 --output_dir "" --dtype $dtype --debug_state "$tmp/cpu96_$dtype.bin" \
-        "${accumulation[@]}" >/dev/null
-    "$TRAIN" "${model96[@]}" --steps 3 --output_dir "" --dtype $dtype --debug_state "$tmp/gpu96_$dtype.bin" >/dev/null &&
-        ./test/build/compare_debug_state --rounding_sites "$(sites_of --dtype $dtype)" "$tmp/gpu96_$dtype.bin" \
-            "$tmp/cpu96_$dtype.bin" "$tmp/cpu96_float32.bin" >"$tmp/cmp96_$dtype.txt" 2>&1
-    result $? "C = 96 (biases of layer 1 less aligned than layer 0's): GPU $dtype matches the CPU reference"
-done
-llama=(--arch llama --model_size d2 --channels 128 --heads 4 --kv_heads 2 --vocab 256 --seq_len 64 --batch_size 8
-       --train_data "$tmp/data/text_train_*.bin" --val_data "" --lr 1e-3 --warmup_steps 2 --attention exact)
-./train_cpu "${llama[@]}" --steps 6 --output_dir "" --dtype float32 --debug_state "$tmp/cpu_llama_float32.bin" >/dev/null
-pair_model=llama pair_float32=$tmp/cpu_llama_float32.bin
-run_pair llama_bfloat16 --dtype bfloat16
-run_pair llama_float8_delayed --dtype float8 --fp8_recipe delayed
-run_pair llama_float8_current --dtype float8 --fp8_recipe current
-# F = 384: every linear's features (qkv 256 out, fc 768 out, fcproj 384 in) tile the 128-element blocks
-for recipe in "${block_recipes[@]}"; do
-    device=h200; [ $recipe = mxfp8 ] && device=b200
-    CUDA_EMU_DEVICE=$device run_pair llama_float8_$recipe --dtype float8 --fp8_recipe $recipe --ffn_dim 384
-done
-# Llama 3.1's scaled rotary wavelengths, the flag of an llm.c file (hs = 32, theta 10000: pairs 0-10 keep their
-# frequency, 11-12 blend, 13-15 turn 8 times slower): the GPU run of the flagged file matches the CPU's, and
-# its logits differ from the GPU run of the same weights unflagged (the flag reaches the GPU's table)
-./train_cpu "${llama[@]}" --steps 1 --dtype float32 --output_dir "$tmp/llama_init" >/dev/null
-python3 - "$tmp/llama_init/model_00000001.bin" "$tmp/llama_scaled.bin" <<'PY'
-import sys
-model = bytearray(open(sys.argv[1], "rb").read())
-model[4 * 9:4 * 10] = (1).to_bytes(4, "little")  # use_scaled_rope
-open(sys.argv[2], "wb").write(model)
-PY
-llama_scaled=("${llama[@]}" --init_from "$tmp/llama_scaled.bin")
-./train_cpu "${llama_scaled[@]}" --steps 6 --output_dir "" --dtype float32 --debug_state "$tmp/cpu_scaled_float32.bin" >/dev/null
-pair_model=llama_scaled pair_float32=$tmp/cpu_scaled_float32.bin
-run_pair llama_scaled_bfloat16 --dtype bfloat16
+# the scaled rotary wavelengths reach the GPU's table: its logits differ from the GPU run of the same weights
+# unflagged
 "$TRAIN" "${llama[@]}" --init_from "$tmp/llama_init/model_00000001.bin" --steps 1 --output_dir "" --dtype bfloat16 \
     --debug_state "$tmp/gpu_llama_unscaled_bfloat16.bin" >/dev/null
-python3 - "$tmp/gpu_llama_scaled_bfloat16.bin" "$tmp/gpu_llama_unscaled_bfloat16.bin" <<'PY'
-import struct, sys
-def logits(path):  # debug_state.h: 256 ints (B, T, Vp at 2, 3, 4), the inputs and targets, then the logits
-    data = open(path, "rb").read()
-    B, T, Vp = struct.unpack_from("<3i", data, 8)
-    start = 4 * (256 + 2 * B * T)
-    return data[start:start + 4 * B * T * Vp]
-sys.exit(0 if logits(sys.argv[1]) != logits(sys.argv[2]) else 1)
-PY
+"$PY" test/gpu_checks.py logits_differ "$tmp/gpu_llama_scaled_bfloat16.bin" "$tmp/gpu_llama_unscaled_bfloat16.bin"
 result $? "Llama 3.1 scaled rotary embeddings: the GPU's logits differ from the unscaled file's"
-pair_model=model pair_float32=$tmp/cpu_float32.bin
+# a block recipe's casts of the same weights give the same block scales, bit for bit (one rule, fp8_scaling.h,
+# on identical FP32 masters: --lr 0 keeps them). The other tensors' amaxes and scales, to bounds from what they
+# have passed through: layer 0's qkv input only the BF16 LayerNorm of the embeddings (each value to BF16
+# rounding, 2^-8 relative in each of the two: 2^-7); every later input at least one FP8 GEMM, whose E4M3
+# operands may round a product's factor the other way, one E4M3 spacing (2^-3 relative), which bounds the
+# change of a sum dominated by one product: 2^-3; the output gradients the E5M2 casts above (2^-2). The
+# smallest block's scale (scale_max) has no such bound (a block near zero); it is checked for order only.
+for recipe in "${block_recipes[@]}"; do
+    mapfile -d '' still < <(merge_flags "${model[@]}" -- --lr 0 --steps 1 --dtype float8 --fp8_recipe $recipe \
+        --fp8_stats_every 1 --output_dir "")
+    device=h200; [ $recipe = mxfp8 ] && device=b200
+    CUDA_EMU_DEVICE=$device "$TRAIN" "${still[@]}" --log_file "$tmp/blocks_gpu_$recipe.jsonl" >/dev/null
+    CUDA_EMU_DEVICE=$device cpu_accumulation accumulation "${still[@]}"
+    ./train_cpu "${still[@]}" "${accumulation[@]}" --log_file "$tmp/blocks_cpu_$recipe.jsonl" >/dev/null
+    "$PY" test/gpu_checks.py block_scales "$tmp/blocks_gpu_$recipe.jsonl" "$tmp/blocks_cpu_$recipe.jsonl"
+    result $? "$recipe block scales: the weights' equal the CPU's bit for bit, the others' within their bounds"
+done
+# Each step's casts use that step's scale: in the current recipe every cast's scale is the exact scale of the
+# amax the same cast recorded (the same tensor, measured twice on the device), and in both recipes every
+# weight's; a scale kept from an earlier step (an amax not reset) differs wherever an amax went down, which
+# the check requires to happen. train_cpu is the control. The quotient of two floats in double arithmetic,
+# rounded to float, is the correctly rounded float quotient (53 >= 2 x 24 + 2 bits), as __fdiv_rn and C's.
+for recipe in current delayed; do
+    mapfile -d '' stats < <(merge_flags "${model[@]}" -- --steps 6 --dtype float8 --fp8_recipe $recipe \
+        --fp8_stats_every 1 --output_dir "")
+    for trainer in gpu:"$TRAIN" cpu:./train_cpu; do
+        "${trainer#*:}" "${stats[@]}" --log_file "$tmp/stats_${recipe}_${trainer%%:*}.jsonl" >/dev/null
+        "$PY" test/gpu_checks.py exact_scales "$tmp/stats_${recipe}_${trainer%%:*}.jsonl" $recipe
+        result $? "$recipe recipe (${trainer%%:*}): every step's scales are the exact scales of that step's amaxes"
+    done
+done
 for dtype in bfloat16 float8; do
-    "$TRAIN" "${llama[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/llama_again_$dtype.bin" >/dev/null
-    ./test/build/compare_debug_state --exact "$tmp/gpu_llama_$dtype$([ $dtype = float8 ] && echo _delayed).bin" \
-        "$tmp/llama_again_$dtype.bin" >/dev/null
-    result $? "Llama: two GPU runs give bitwise-identical results ($dtype)"
     "$TRAIN" "${llama[@]}" --steps 6 --output_dir "$tmp/llama_zero_0_0_$dtype" --dtype $dtype >/dev/null
     for run in 1:0 3:0 0:1; do
         IFS=: read -r zero recompute <<<"$run"
@@ -323,10 +305,6 @@ for dtype in bfloat16 float8; do
     done
 done
 for dtype in bfloat16 float8; do
-    "$TRAIN" "${model[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/again_$dtype.bin" >/dev/null
-    ./test/build/compare_debug_state --exact "$tmp/gpu_$dtype$([ $dtype = float8 ] && echo _delayed).bin" \
-        "$tmp/again_$dtype.bin" >/dev/null
-    result $? "two GPU runs give bitwise-identical results ($dtype)"
     "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/graph_$dtype" --dtype $dtype --cuda_graph 1 \
         --log_file "$tmp/graph_$dtype.jsonl" >/dev/null
     "$TRAIN" "${model[@]}" --steps 6 --output_dir "$tmp/eager_$dtype" --dtype $dtype --cuda_graph 0 \
@@ -388,46 +366,11 @@ result $? "an injected NaN is skipped and changes no weight"
 # travels through the state file). Constant learning rate: the resumed half must see the same schedule.
 # The shard's first 8 batches are random tokens, the rest text: at step 9, the first the guard may judge, the
 # norm jumps (about 0.6 to 3.7 in a CPU run), far above the window's mean + 0.1 sd, whatever the text is.
-python3 - "$tmp"/data/text_train_000000.bin "$tmp/spike_train_000000.bin" $((8 * 512)) <<'PY'
-import random, struct, sys
-shard, n = open(sys.argv[1], "rb").read(), int(sys.argv[3])
-rng = random.Random(1)
-noise = struct.pack(f"<{n}H", *(rng.randrange(256) for _ in range(n)))
-text = shard[1024:1024 + 2 * (n + 1)]
-header = bytearray(shard[:1024])  # llm.c's shard: 256 int32 (magic, version, tokens), then uint16 tokens
-struct.pack_into("<i", header, 8, (len(noise) + len(text)) // 2)
-open(sys.argv[2], "wb").write(header + noise + text)
-PY
+"$PY" test/gpu_checks.py spike_shard "$tmp"/data/text_train_000000.bin "$tmp/spike_train_000000.bin" $((8 * 512))
 mapfile -d '' guard < <(merge_flags "${model[@]}" -- --train_data "$tmp/spike_train_000000.bin" --warmup_steps 0 \
     --dtype float8 --skip_norm_z 0.1 --guard_window 8 --lr_schedule constant --steps 16)
 "$TRAIN" "${guard[@]}" --ckpt_every 8 --output_dir "$tmp/guard" --log_file "$tmp/guard.jsonl" >"$tmp/guard.txt"
-python3 - "$tmp/guard.jsonl" <<'PY'
-import json, math, struct, sys
-f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
-window, z, min_samples = 8, 0.1, 8  # --guard_window, --skip_norm_z, health.h's GUARD_MIN_SAMPLES
-norms, skipped_any = [0.0] * window, False
-count = 0
-for step in (json.loads(l) for l in open(sys.argv[1]) if '"type":"step"' in l):
-    n = min(count, window)
-    threshold = math.inf
-    if n >= min_samples:
-        mean = 0.0
-        for v in norms[:n]:
-            mean += v
-        mean /= n
-        var = 0.0
-        for v in norms[:n]:
-            var += (v - mean) * (v - mean)
-        threshold = f32(mean + z * math.sqrt(var / (n - 1)))
-    skip = step["grad_norm"] > threshold
-    if skip != bool(step["skipped"]):
-        sys.exit(f"step {step['step']}: norm {step['grad_norm']}, threshold {threshold}, skipped {step['skipped']}")
-    skipped_any |= skip
-    if not skip:
-        norms[count % window] = step["grad_norm"]
-        count += 1
-sys.exit(0 if skipped_any else "no step skipped")
-PY
+"$PY" test/gpu_checks.py norm_guard "$tmp/guard.jsonl" 8 0.1 8 # --guard_window, --skip_norm_z, health.h's GUARD_MIN_SAMPLES
 result $? "the device's norm guard: each step's decision is the guard's rule on the logged norms, and one skips"
 cp -r "$tmp/guard" "$tmp/guard_half" && rm "$tmp/guard_half"/*_00000016* && echo 8 >"$tmp/guard_half/latest_checkpoint" &&
     "$TRAIN" "${guard[@]}" --output_dir "$tmp/guard_half" --resume 1 >/dev/null
@@ -442,22 +385,9 @@ for run in bfloat16:delayed float8:current; do
     "$TRAIN" "${health[@]}" --init_from "$tmp/nan/model_00000005.bin" --dtype "${run%%:*}" --fp8_recipe "${run#*:}" \
         --lr 0 --steps 1 --output_dir "" --log_file "$tmp/lr0_${run%%:*}.jsonl" >/dev/null
 done
-python3 - "$tmp/eval.jsonl" "$tmp/lr0_bfloat16.jsonl" "$tmp/lr0_float8.jsonl" <<'PY'
-import json, sys
-ev = [json.loads(l) for l in open(sys.argv[1]) if '"eval_only"' in l][0]
-val = lambda p: [json.loads(l) for l in open(p) if '"type":"val"' in l][-1]["val_loss"]
-sys.exit(0 if ev["bf16_val_loss"] == val(sys.argv[2]) and ev["fp8_val_loss"] == val(sys.argv[3]) else 1)
-PY
+"$PY" test/gpu_checks.py eval_only "$tmp/eval.jsonl" "$tmp/lr0_bfloat16.jsonl" "$tmp/lr0_float8.jsonl"
 result $? "--eval_only equals the validation losses of unchanged models"
-python3 - "$tmp/nan/model_00000005.bin" "$tmp/hot.bin" <<'PY'
-import struct, sys
-data = bytearray(open(sys.argv[1], "rb").read())
-h = struct.unpack("<256i", data[:1024])
-maxT, V, L, NH, C, Vp = h[2], h[3], h[4], h[5], h[6], h[7]
-offset = 1024 + 4 * (Vp * C + maxT * C)
-data[offset:offset + 4 * L * C] = struct.pack(f"<{L * C}f", *([1000.0] * (L * C)))
-open(sys.argv[2], "wb").write(data)
-PY
+"$PY" test/gpu_checks.py hot_gains "$tmp/nan/model_00000005.bin" "$tmp/hot.bin"
 # each trainer's own checkpoint of an ordinary first step, its weights swapped for the hot ones: at step 2
 # the delayed scales (from step 1's history) saturate the qkv input
 for trainer in gpu:"$TRAIN" cpu:./train_cpu; do
@@ -466,49 +396,22 @@ for trainer in gpu:"$TRAIN" cpu:./train_cpu; do
     "${trainer#*:}" "${health[@]}" --steps 2 --resume 1 --fp8_stats_every 1 --output_dir "$tmp/warm_${trainer%%:*}" \
         --log_file "$tmp/hot_${trainer%%:*}.jsonl" >/dev/null
 done
-python3 - "$tmp/hot_gpu.jsonl" "$tmp/hot_cpu.jsonl" <<'PY'
-import json, sys
-rec = lambda p: {r["tensor"]: r for r in (json.loads(l) for l in open(p) if '"fp8_stats"' in l) if r["step"] == 2}
-gpu, cpu = rec(sys.argv[1]), rec(sys.argv[2])
-q_gpu, q_cpu = gpu["layer 0 qkv input"], cpu["layer 0 qkv input"]
-# the same cast of nearly the same values at nearly the same scale: the counts may differ only by values
-# that sit within FP32 summation noise of the threshold, a tiny fraction
-ok = q_gpu["saturated"] > 0 and abs(q_gpu["saturated"] - q_cpu["saturated"]) <= 0.01 * q_cpu["saturated"] + 2
-ok &= all(gpu[t]["elements"] == cpu[t]["elements"] for t in cpu)
-sys.exit(0 if ok else 1)
-PY
+"$PY" test/gpu_checks.py saturation "$tmp/hot_gpu.jsonl" "$tmp/hot_cpu.jsonl"
 result $? "the GPU's saturation counts agree with the CPU's"
 "$TRAIN" "${health[@]}" --steps 1 --fp8_stats_every 1 --output_dir "" --log_file "$tmp/fresh_gpu.jsonl" >/dev/null
-python3 - "$tmp/fresh_gpu.jsonl" <<'PY'
-import json, sys
-records = [json.loads(l) for l in open(sys.argv[1]) if '"fp8_stats"' in l]
-fmax = {"e4m3": 448.0, "e5m2": 57344.0}
-# no history yet: every cast measured, scale = fmax / amax in float32 (the max over the ranks)
-ok = len(records) > 0 and all(abs(r["amax"] * r["scale"] / fmax[r["format"]] - 1) < 1e-6
-                              for r in records if r["amax"] > 0)
-sys.exit(0 if ok else 1)
-PY
+"$PY" test/gpu_checks.py fresh_scales "$tmp/fresh_gpu.jsonl"
 result $? "delayed recipe, a fresh run's step 1 on the GPU: every activation and gradient cast measured"
 "$TRAIN" "${health[@]}" --steps 2 --dtype float8 --tokenizer "$tmp/data/text_tokenizer.bin" --sample_every 2 \
     --sample_len 16 --output_dir "" >"$tmp/sample.txt"
 grep -q '^sample | ' "$tmp/sample.txt"
 result $? "the GPU trainer samples text"
 
-fast=("${common[@]}" --attention fast)
-mapfile -d '' llama_fast < <(merge_flags "${llama[@]}" -- --attention fast)
 mapfile -d '' llama_auto < <(merge_flags "${llama[@]}" -- --attention auto)
 fast_refusal=$("$TRAIN" "${fast[@]}" --steps 1 --output_dir "" 2>&1 >/dev/null | tail -n 1)
 # Where it must run, a refusal is a failure, not a skip: a build with cuDNN on Hopper, or on Blackwell from
 # cuDNN 9.18 (its first deterministic fused backward there), as the run's versions line names them.
 versions=$(grep -m1 '^versions |' "$tmp/sample.txt" || true)
-fast_expected=$(python3 - "$versions" <<'PY'
-import re, sys
-cc = re.search(r"compute capability (\d+)\.(\d+)", sys.argv[1])
-cudnn = re.search(r"cuDNN (\d+)\.(\d+)", sys.argv[1])
-major = int(cc.group(1)) if cc else 0
-print(int(bool(cudnn) and (major == 9 or (major >= 10 and tuple(map(int, cudnn.groups())) >= (9, 18)))))
-PY
-)
+fast_expected=$("$PY" test/gpu_checks.py fast_expected "$versions")
 if [ "$fast_expected" = 1 ] && [[ "$fast_refusal" == *"--attention fast:"* ]]; then
     bad "the fast attention must run here ($versions) but is refused: $fast_refusal"
 elif [[ "$fast_refusal" == *"--attention fast:"* ]]; then
@@ -521,19 +424,8 @@ elif [[ "$fast_refusal" == *"--attention fast:"* ]]; then
     result $? "the fast attention is refused with one line where it cannot run, auto says which runs (GPT-2, Llama)"
     echo "skip: the fast attention: $fast_refusal"
 else
-    "$TRAIN" "${llama_fast[@]}" --steps 6 --output_dir "" --dtype bfloat16 --debug_state "$tmp/fast_llama.bin" >/dev/null
-    ./test/build/compare_debug_state --rounding_sites 2 "$tmp/fast_llama.bin" "$tmp/cpu_llama_bfloat16.bin" \
-        "$tmp/cpu_llama_float32.bin" >"$tmp/cmp_fast_llama.txt" 2>&1
-    result $? "Llama bfloat16 with the fast attention (grouped-query heads) matches the CPU reference (--rounding_sites 2)"
-    tail -n 1 "$tmp/cmp_fast_llama.txt"; grep FAIL "$tmp/cmp_fast_llama.txt" || true
-    for run in bfloat16:bfloat16 float8:float8_delayed; do
-        dtype=${run%%:*}
-        "$TRAIN" "${fast[@]}" --steps 6 --output_dir "" --dtype $dtype --debug_state "$tmp/fast_$dtype.bin" >/dev/null
-        fast_sites=$(($(sites_of --dtype $dtype) + 1))
-        ./test/build/compare_debug_state --rounding_sites $fast_sites "$tmp/fast_$dtype.bin" "$tmp/cpu_${run#*:}.bin" \
-            "$tmp/cpu_float32.bin" >"$tmp/cmp_fast_$dtype.txt" 2>&1
-        result $? "GPU $dtype with the fast attention matches the CPU reference (--rounding_sites $fast_sites)"
-        tail -n 1 "$tmp/cmp_fast_$dtype.txt"; grep FAIL "$tmp/cmp_fast_$dtype.txt" || true
+    run_cases "${fast_cases[@]}"
+    for dtype in bfloat16 float8; do
         for variant in graph:"--cuda_graph 1" eager:"--cuda_graph 0" half:"--ckpt_every 2"; do
             read -r -a extra <<<"${variant#*:}"
             "$TRAIN" "${fast[@]}" --steps 4 --dtype $dtype --output_dir "$tmp/fast_${dtype}_${variant%%:*}" \

@@ -15,15 +15,12 @@ test_tmpdir TMP test_llmc_llama
 FIX=test/llmc_llama
 run=(--dtype float32 --train_data "$FIX/batch_train_000000.bin" --val_data "" --batch_size 2 --seq_len 16 --steps 1)
 
-first_loss() { # MODEL: train_cpu's float32 loss of the fixture's batch (debug_state.h: after B*T inputs and
-    # targets and B*T*Vp logits), printed with every digit of the float
+first_loss() { # MODEL: train_cpu's float32 loss of the fixture's batch (test/debug_state.py), printed with every
+    # digit of the float
     ./train_cpu --init_from "$1" "${run[@]}" --output_dir "" --debug_state "$TMP/state.bin" >"$TMP/run.txt" 2>&1 ||
         { cat "$TMP/run.txt" >&2; return 1; }
-    "$PY" -c '
-import struct, sys
-d = open(sys.argv[1], "rb").read()
-h = struct.unpack("<256i", d[:1024])
-print(repr(struct.unpack_from("<f", d, 1024 + 8 * h[2] * h[3] + 4 * h[2] * h[3] * h[4])[0]))' "$TMP/state.bin"
+    "$PY" -c 'import sys; sys.path.insert(0, "test"); import debug_state; print(repr(debug_state.read(sys.argv[1]).loss))' \
+        "$TMP/state.bin"
 }
 
 # Both sides compute the loss in float32 from the same (bfloat16-valued) weights, in other orders: dot products

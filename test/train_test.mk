@@ -1,10 +1,6 @@
 # train_test.mk: tests of the CPU reference trainer (train_gpt.c) and its host-side headers.
-# Included by the main Makefile, which defines CC, BASE_CFLAGS, LDLIBS, HEADERS, DATA and the targets
-# train_cpu and test/build/train_cpu_asan.
-#   make test_gradcheck    analytic gradients against finite differences (float32, every tensor and layer,
-#                          GPT-2 and Llama)
-#   make test_recipe_grads bfloat16 and every FP8 recipe's gradients against float32's (the precision ratio bound)
-#   make test_cli          schedule, parameter layout, flags, presets, model and state files (no training)
+# Included by the main Makefile, which defines DATA, PYTHON, C_TESTS (test/c_tests.mk: the C unit tests) and
+# the targets train_cpu and test/build/train_cpu_asan.
 #   make test_train        learning on tinyshakespeare; bfloat16 / float8 against the float32 seed spread (GPT-2
 #                          and Llama)
 #   make test_resume       stop + resume is bit-identical, for every dtype; refusals of foreign checkpoints
@@ -23,31 +19,8 @@
 # This fragment leaves the including Makefile's default goal as it was.
 _train_test_saved_goal := $(.DEFAULT_GOAL)
 
-test/build/test_gradcheck: test/test_gradcheck.c test/test_util.h train_gpt.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_gradcheck.c $(LDLIBS)
-
-test/build/test_recipe_grads: test/test_recipe_grads.c test/test_util.h train_gpt.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_recipe_grads.c $(LDLIBS)
-
-test/build/test_cli: test/test_cli.c test/test_util.h $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/test_cli.c $(LDLIBS)
-
-.PHONY: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs test_llmc_llama test_eval \
+.PHONY: test_train test_resume test_recompute test_bad_inputs test_llmc_llama test_eval \
         test_run_files test_verify_resume test_trainer
-test_gradcheck: test/build/test_gradcheck
-	./test/build/test_gradcheck gpt2
-	./test/build/test_gradcheck llama
-
-test_recipe_grads: test/build/test_recipe_grads
-	./test/build/test_recipe_grads gpt2
-	./test/build/test_recipe_grads llama
-
-test_cli: test/build/test_cli
-	./test/build/test_cli
-
 test_train: train_cpu test/test_train.sh
 	ARCH=gpt2 DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_train.sh
 	ARCH=llama DATA="$(DATA)" PYTHON=$(PYTHON) bash test/test_train.sh
@@ -73,8 +46,8 @@ test_eval: train_cpu train_emu test/test_eval.sh
 test_llmc_llama: train_cpu test/test_llmc_llama.sh
 	PYTHON=$(PYTHON) bash test/test_llmc_llama.sh
 
-# all of the above
-test_trainer: test_gradcheck test_recipe_grads test_cli test_train test_resume test_recompute test_bad_inputs \
+# all of the above, and the C unit tests
+test_trainer: $(C_TESTS:%=test_%) test_train test_resume test_recompute test_bad_inputs \
               test_run_files test_verify_resume test_llmc_llama test_eval
 
 test_cpu: test_trainer
