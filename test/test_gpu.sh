@@ -393,6 +393,7 @@ result $? "--eval_only equals the validation losses of unchanged models"
 for trainer in gpu:"$TRAIN" cpu:./train_cpu; do
     "${trainer#*:}" "${health[@]}" --steps 1 --ckpt_every 1 --output_dir "$tmp/warm_${trainer%%:*}" >/dev/null
     cp "$tmp/hot.bin" "$tmp/warm_${trainer%%:*}/model_00000001.bin"
+    "$PY" test/checkpoint_manifest.py "$tmp/warm_${trainer%%:*}" 1 # the swap made on purpose: its manifest follows
     "${trainer#*:}" "${health[@]}" --steps 2 --resume 1 --fp8_stats_every 1 --output_dir "$tmp/warm_${trainer%%:*}" \
         --log_file "$tmp/hot_${trainer%%:*}.jsonl" >/dev/null
 done
