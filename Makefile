@@ -198,8 +198,9 @@ ifeq ($(USE_CUDNN),1)
   CUDNN_OBJ := build/attention_cudnn.o
   CUDNN_LIBS := $(CUDNN_OBJ) -L$(CUDNN_HOME)/lib -l:libcudnn.so.9 -Xlinker -rpath=$(abspath $(CUDNN_HOME))/lib -lnvrtc
 endif
-GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layers.cuh gpu/attention.cuh gpu/rope.cuh gpu/attention_cudnn.h \
-               gpu/nccl.cuh gpu/zero.cuh
+GPU_HEADERS := gpu/common.cuh gpu/gemm.cuh gpu/fp8.cuh gpu/gelu.cuh gpu/layer_common.cuh gpu/encoder.cuh gpu/norms.cuh \
+               gpu/activations.cuh gpu/crossentropy.cuh gpu/reductions.cuh gpu/attention.cuh gpu/rope.cuh \
+               gpu/attention_cudnn.h gpu/nccl.cuh gpu/zero.cuh
 
 .PHONY: train test_gpu compile_gpu
 build/attention_cudnn.o: gpu/attention_cudnn.cpp gpu/attention_cudnn.h gpu/common.cuh core/common.h
@@ -243,7 +244,7 @@ include test/plan_bounds_test.mk
 include emu/emu.mk
 include test/emu_test.mk
 
-test/build/compare_debug_state: test/compare_debug_state.c core/debug_state.h core/checkpoint.h core/gpt_model.h
+test/build/compare_debug_state: test/compare_debug_state.c core/debug_state.h core/atomic_file.h core/gpt_model.h
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/compare_debug_state.c $(LDLIBS)
 

@@ -17,8 +17,6 @@
 #include "cli.h"
 #include "common.h"
 #include "manifest.h"
-#include "model_file.h"
-#include "state_reshard.h"
 #include "train_state.h"
 
 // ----------------------------------------------------------------------------

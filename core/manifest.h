@@ -1,6 +1,6 @@
 // core/manifest.h: a checkpoint verified before it is trusted, shared by both trainers.
 //  - `manifest_<step>.txt`: each file's size and digest, read back from disk once written; a resume checks
-//    them before it trusts the checkpoint, and falls back to an older one that passes (the digests' section).
+//    them before it trusts the checkpoint, and falls back to an older one that passes.
 #ifndef MANIFEST_H
 #define MANIFEST_H
 

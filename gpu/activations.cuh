@@ -9,7 +9,7 @@
 namespace layers_impl {
 
 // ---------------------------------------------------------------------------------------------------------
-// Residual and GELU, elementwise: one thread per W elements.
+// GELU, elementwise: one thread per W elements.
 
 template <int W> static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
@@ -85,7 +85,7 @@ static __global__ void swiglu_backward_kernel(bf16 *dfch, const bf16 *dout, cons
 } // namespace layers_impl
 
 // ---------------------------------------------------------------------------------------------------------
-// Residual and GELU (elementwise over n)
+// GELU (elementwise over n)
 
 // out = bf16(gelu(inp)), tanh approximation
 inline void gelu_forward(bf16 *out, const bf16 *inp, size_t n, cudaStream_t stream) {

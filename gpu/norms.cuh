@@ -14,7 +14,7 @@ namespace layers_impl {
 // passes hit in L1/L2) rather than held in registers, which would not fit for C = 8192.
 
 constexpr int LN_WARPS = 8;          // rows per block
-constexpr float RMSNORM_EPS = 1e-5f; // checkpoint.h's LLAMA_NORM_EPS (train_gpt_fp8.cu checks)
+constexpr float RMSNORM_EPS = 1e-5f; // model_file.h's LLAMA_NORM_EPS (train_gpt_fp8.cu checks)
 
 // y = x * rstd * weight, in the CPU's order
 __device__ __forceinline__ float rmsnorm_value(float x, float rstd, bf16 weight) {
@@ -156,6 +156,9 @@ static __global__ void __launch_bounds__(32 * LN_WARPS)
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Residual, elementwise: one thread per W elements.
+
 template <int W>
 static __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n) {
     const size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
@@ -257,6 +260,9 @@ inline void rmsnorm_backward(bf16 *dresidual, float *dweight, const bf16 *dout, 
                                                              dresidual, dout, inp, weight, rstd, N, C);
     layers_impl::column_sums(dweight, nullptr, dout, inp, nullptr, rstd, N, C, scratch, stream);
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// Residual (elementwise over n)
 
 // out = bf16(a + b)
 inline void residual_forward(bf16 *out, const bf16 *a, const bf16 *b, size_t n, cudaStream_t stream) {
