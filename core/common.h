@@ -1,4 +1,5 @@
-// core/common.h: error reporting and checked allocation / file I/O shared by both trainers and the tools.
+// core/common.h: error reporting, checked allocation / file I/O, the monotonic clock and FNV-1a digests,
+// shared by both trainers and the tools.
 // Every failure ends the process with one line "error: <what>: <why>" on stderr and exit status 1,
 // so scripts and users see one clear cause and no partial state is ever written in its place.
 #ifndef COMMON_H

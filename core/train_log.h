@@ -20,7 +20,6 @@
 #include "atomic_file.h"
 #include "cli.h"
 #include "common.h"
-#include "dist.h"
 
 // Learning rate of optimizer step `step` (0-based), as llm.c computes it (llmc/schedulers.h; train_gpt2.py's
 // get_lr the same in double), so that a run lines up step for step with llm.c's of the same settings: linear
