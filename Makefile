@@ -242,7 +242,7 @@ include test/plan_bounds_test.mk
 include emu/emu.mk
 include test/emu_test.mk
 
-test/build/compare_debug_state: test/compare_debug_state.c core/debug_state.h core/checkpoint.h core/gpt_model.h
+test/build/compare_debug_state: test/compare_debug_state.c core/debug_state.h core/atomic_file.h core/gpt_model.h
 	mkdir -p test/build
 	$(CC) $(BASE_CFLAGS) -O2 -o $@ test/compare_debug_state.c $(LDLIBS)
 

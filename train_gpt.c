@@ -31,6 +31,7 @@
 #include <cblas.h>
 #endif
 
+#include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/cli.h"
 #include "core/common.h"
@@ -42,11 +43,15 @@
 #include "core/fp8_scaling.h"
 #include "core/gpt_model.h"
 #include "core/health.h"
+#include "core/manifest.h"
+#include "core/model_file.h"
 #include "core/run_control.h"
 #include "core/run_files.h"
 #include "core/sampling.h"
+#include "core/state_reshard.h"
 #include "core/tokenizer.h"
 #include "core/train_log.h"
+#include "core/train_state.h"
 
 // ----------------------------------------------------------------------------
 // Precision emulation
@@ -1458,7 +1463,7 @@ static void state_blocks(GPT *model, StepGuard *guard, StateBlock blocks[NUM_STA
     blocks[STATE_GUARD_HISTORY] = (StateBlock){guard->history, 2 * (size_t)guard->window};
 }
 
-// Every rank holds the whole model: each writes an equal share of the file (checkpoint.h's parallel write).
+// Every rank holds the whole model: each writes an equal share of the file (model_file.h's parallel write).
 static void save_model(GPT *model, const char *path) {
     const Dist *dist = model->dist;
     char tmp[CHECKPOINT_PATH_LEN];

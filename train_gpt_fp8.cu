@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/atomic_file.h"
 #include "core/checkpoint.h"
 #include "core/cli.h"
 #include "core/common.h"
@@ -48,17 +49,25 @@
 #include "gpu/attention.cuh"
 #include "gpu/common.cuh"
 #include "core/health.h"
+#include "core/manifest.h"
+#include "core/model_file.h"
 #include "core/run_control.h"
 #include "core/run_files.h"
 #include "gpu/fp8.cuh"
 #include "gpu/gemm.cuh"
-#include "gpu/layers.cuh"
+#include "gpu/activations.cuh"
+#include "gpu/crossentropy.cuh"
+#include "gpu/encoder.cuh"
+#include "gpu/norms.cuh"
+#include "gpu/reductions.cuh"
 #include "gpu/nccl.cuh"
 #include "gpu/rope.cuh"
 #include "gpu/zero.cuh"
 #include "core/memory_plan.h"
 #include "core/sampling.h"
+#include "core/state_reshard.h"
 #include "core/train_log.h"
+#include "core/train_state.h"
 
 // ----------------------------------------------------------------------------
 // The model on the device
@@ -139,7 +148,7 @@ typedef struct {
 static_assert(sizeof(StepParams) <= PLAN_ALIGN && sizeof(StepResults) <= PLAN_ALIGN,
               "memory_plan.h: BUF_STEP is too small for StepParams and StepResults");
 
-static_assert(layers_impl::RMSNORM_EPS == LLAMA_NORM_EPS, "gpu/layers.cuh: RMSNorm's epsilon is not Llama's");
+static_assert(layers_impl::RMSNORM_EPS == LLAMA_NORM_EPS, "gpu/norms.cuh: RMSNorm's epsilon is not Llama's");
 
 #define RESULTS_NOW 2 // the pinned results slot of reads that wait at once (validation, the shadow check)
 
@@ -1720,7 +1729,7 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
 }
 
 // A sum over the ranks with a buffer of its own, for any n: before the model's buffers exist (run_control.h's
-// agreement of the settings) and for a checkpoint's digests (checkpoint.h), off the steps' path. Both copies
+// agreement of the settings) and for a checkpoint's digests (manifest.h), off the steps' path. Both copies
 // go on the collective's stream, from and to pinned memory: a cudaMemcpy from pageable memory may return
 // before its data reaches the device, on the legacy stream, which a non-blocking stream does not wait for, so
 // NCCL could read the buffer before it is written. The device is idle first: a collective still queued on
@@ -1794,7 +1803,7 @@ static void barrier_all_ranks(GPT *model, const Dist *dist) {
     sum_over_ranks(model, &token, 1);
 }
 
-// Every rank writes its own part of the file (checkpoint.h's parallel write): with ZeRO-1/3 its chunk of
+// Every rank writes its own part of the file (model_file.h's parallel write): with ZeRO-1/3 its chunk of
 // every unit, straight from its shard (nothing is gathered; with shard groups, the first group's ranks);
 // with ZeRO-0, where every rank holds the whole master, an equal share.
 static void write_model_part(GPT *model, FILE *f, const char *tmp, size_t begin, size_t count,

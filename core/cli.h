@@ -10,39 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention_choice.h"
 #include "common.h"
 #include "fp8_scaling.h"
 #include "gpt_model.h"
 
 typedef enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1, DTYPE_FLOAT8 = 2 } Dtype;
 typedef enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2 } LrSchedule;
-// The CUDA trainer's attention (gpu/attention.cuh); the CPU trainer has one, which `exact` matches.
-typedef enum { ATTENTION_AUTO = 0, ATTENTION_FAST = 1, ATTENTION_EXACT = 2 } AttentionChoice;
-// Which attention this binary runs for --attention (AttentionChoice), the one answer the memory plan, the
-// time plan and the trainer (gpu/attention.cuh's attention_setup) take: cuDNN's fused attention for fast, or
-// for auto in a build with cuDNN (USE_CUDNN: the CUDA trainer built with it); else the exact kernels (a `make
-// train` without cuDNN's headers, and the CPU trainer's and the emulator's --dry_run: --attention fast plans
-// the fused one there). The trainer plans auto without it where the plan with it does not fit the device
-// (gpt_alloc), or cuDNN declines the shape (attention_setup), and says so at start.
-static inline int plan_fast_attention(int attention) {
-#ifdef USE_CUDNN
-    return attention != ATTENTION_EXACT;
-#else
-    return attention == ATTENTION_FAST;
-#endif
-}
-
-// The planned attention and why, for the plan's and the start-up lines.
-static inline const char *plan_attention_label(int attention) {
-    if (attention == ATTENTION_EXACT) return "exact kernels: --attention exact";
-    if (attention == ATTENTION_FAST) return "cuDNN's fused attention: --attention fast";
-#ifdef USE_CUDNN
-    return "cuDNN's fused attention: --attention auto in a build with cuDNN";
-#else
-    return "exact kernels: --attention auto in a build without cuDNN (--attention fast plans cuDNN's)";
-#endif
-}
-
 // --arch: auto takes the preset's architecture (GPT-2 for the tiny presets, which have both); then the
 // architectures of gpt_model.h's ARCH_TABLE by name, in its order: choice i > 0 is architecture i - 1.
 #define ARCH_CHOICE_NAME(id, name, ...) "|" name
@@ -85,7 +59,7 @@ typedef struct {
     char model_size[OPTION_STRING_LEN];
     char debug_state[OPTION_STRING_LEN];
     char plan_rates[OPTION_STRING_LEN];
-    int arch; // ArchChoice
+    int arch; // --arch's choice: ARCH_CHOICE_AUTO, or 1 + a ModelArch
     int layers, channels, heads, kv_heads, ffn_dim, vocab, max_seq_len;
     float rope_theta;
     int dtype;                                                     // Dtype

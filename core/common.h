@@ -1,4 +1,5 @@
-// core/common.h: error reporting and checked allocation / file I/O shared by both trainers and the tools.
+// core/common.h: error reporting, checked allocation / file I/O, the monotonic clock and FNV-1a digests,
+// shared by both trainers and the tools.
 // Every failure ends the process with one line "error: <what>: <why>" on stderr and exit status 1,
 // so scripts and users see one clear cause and no partial state is ever written in its place.
 #ifndef COMMON_H
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #ifdef FUZZING
 // The fuzz harnesses (test/fuzz/fuzz.h) feed the readers one input after another in one process: a refused
@@ -92,6 +94,14 @@ static inline FILE *fopen_regular(const char *path) {
 // 4 KiB buffer fills.
 static inline void line_buffer_stdout(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+// Milliseconds on the monotonic clock (POSIX: the trainers build with _GNU_SOURCE): step times, and the
+// deadlines of waits on other processes.
+static inline double wall_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
 // Reads exactly count elements or fails naming the file: a short read means a truncated file.

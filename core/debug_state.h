@@ -11,7 +11,7 @@
 #ifndef DEBUG_STATE_H
 #define DEBUG_STATE_H
 
-#include "checkpoint.h"
+#include "atomic_file.h"
 #include "common.h"
 #include "gpt_model.h"
 

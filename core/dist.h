@@ -37,14 +37,6 @@ typedef struct {
 
 #define DIST_DEFAULT_TIMEOUT_S 300 // until the flags are read (cli.h's default)
 
-// Milliseconds on the monotonic clock (POSIX: the trainers build with _GNU_SOURCE): step times, and the
-// deadlines of waits on other processes.
-static inline double wall_time_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 // An environment variable as a non-negative int, or -1 when unset; a malformed value is an error.
 static inline int dist_env_int(const char *name) {
     const char *s = getenv(name);

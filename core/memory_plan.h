@@ -252,7 +252,7 @@ static inline size_t norm_stats_floats(const GPTConfig *cfg) {
     return model_parts(cfg).norm == NORM_RMSNORM ? 1 : 2;
 }
 
-// Scratch of the deterministic two-stage reductions (gpu/layers.cuh): per 128-row chunk of the batch,
+// Scratch of the deterministic two-stage reductions (gpu/reductions.cuh): per 128-row chunk of the batch,
 // a partial sum per column of the widest per-column gradient (a norm's weight and bias gradients: GPT-2's
 // LayerNorm 2C, Llama's RMSNorm C; a bias gradient: GPT-2 up to 4C, Llama none), or one double per block
 // (at most 1024) of the gradient norm. The trainer checks each kernel's own *_scratch_floats against this

@@ -25,8 +25,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "atomic_file.h"
 #include "cli.h"
+#include "dataloader.h"
 #include "dist.h"
 #include "dry_run.h"
 #include "train_log.h"
@@ -131,7 +132,7 @@ static inline int stopped_in_set_up(int rank, int world_size, RankSum sum, void 
 }
 
 // Until a checkpoint has been timed, --time_limit_s reserves the time of one at a disk speed few filesystems
-// fall below: this rank's share of the bytes a checkpoint writes and reads back (checkpoint.h's digests).
+// fall below: this rank's share of the bytes a checkpoint writes and reads back (manifest.h's digests).
 // With nothing reserved, the first stop came only once the time left was under two steps, however long the
 // checkpoint then took.
 #define ASSUMED_DISK_BYTES_PER_S 200e6

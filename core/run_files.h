@@ -13,7 +13,7 @@
 //  - Every rank reads back a token rank 0 wrote (<dir>/.run_token, unique to the run) before any
 //    training: ranks that see another directory of the same name (node-local paths) are named on every rank
 //    in one line, where otherwise they would train to the end and fail at the final checkpoint.
-//  - The run tag in that token names this run's temp files (checkpoint.h's temp_path).
+//  - The run tag in that token names this run's temp files (atomic_file.h's temp_path).
 //  - --log_file may name no input: it would be truncated or appended to.
 #ifndef RUN_FILES_H
 #define RUN_FILES_H
@@ -28,11 +28,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "atomic_file.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "common.h"
 #include "dataloader.h"
 #include "dist.h"
+#include "manifest.h"
 
 #define RUN_LOCK_NAME ".run_lock"
 #define RUN_TOKEN_NAME ".run_token"
@@ -121,7 +123,7 @@ static inline void run_dir_check_owned(const TrainOptions *opts, int rank, long 
             lost == 1.0 ? "is another directory (renamed or replaced)" : "was removed or replaced", step);
 }
 
-// Temp files of a killed run: what checkpoint.h writes in the directory, with any run's tag.
+// Temp files of a killed run: what atomic_file.h's writes leave in the directory, with any run's tag.
 static inline int is_leftover_temp(const char *name) {
     size_t n = strlen(name);
     return n > 4 && strcmp(name + n - 4, ".tmp") == 0 &&

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
+#include "atomic_file.h"
 #include "cli.h"
 #include "common.h"
 

@@ -1,4 +1,5 @@
-// dev/bench_kernels.cu: checks the kernels of gpu/layers.cuh, both attentions (gpu/attention.cuh) and AdamW
+// dev/bench_kernels.cu: checks the layers' kernels (gpu/encoder.cuh, norms.cuh, activations.cuh,
+// crossentropy.cuh, reductions.cuh), both attentions (gpu/attention.cuh) and AdamW
 // (gpu/fp8.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm,
 // RMSNorm, GELU and SwiGLU outputs (and the GELU's and SwiGLU's backward) on the way against the kernels and
 // the casts they replace, and the residual add fused with the LayerNorm after it against the two kernels.
@@ -61,9 +62,13 @@
 #include <array>
 #include <vector>
 
+#include "../gpu/activations.cuh"
 #include "../gpu/attention.cuh"
+#include "../gpu/crossentropy.cuh"
+#include "../gpu/encoder.cuh"
 #include "../gpu/fp8.cuh"
-#include "../gpu/layers.cuh"
+#include "../gpu/norms.cuh"
+#include "../gpu/reductions.cuh"
 
 typedef std::vector<float> Vec;
 

@@ -257,7 +257,7 @@ def load_model(path):
 
 
 def write_model(cfg, model, path):
-    """A version 3 model file (checkpoint.h's layout), written to a temp name and renamed."""
+    """A version 3 model file (core/model_file.h's layout), written to a temp name and renamed."""
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:8] = [MODEL_MAGIC, 3, cfg["maxT"], cfg["V"], cfg["L"], cfg["NH"], cfg["C"], cfg["Vp"]]
     tmp = path + ".tmp"

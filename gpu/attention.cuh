@@ -30,8 +30,8 @@
 #include <type_traits>
 
 #include "attention_cudnn.h"
-#include "../core/cli.h" // AttentionChoice, plan_fast_attention
-#include "layers.cuh"
+#include "../core/attention_choice.h"
+#include "layer_common.cuh"
 
 namespace layers_impl {
 
@@ -403,17 +403,17 @@ typedef struct {
     const char *declined;   // auto planned without it: why (the banner says so); NULL otherwise
 } AttentionMemory;
 
-// Picks the attention for --attention (AttentionChoice, cli.h) at shape (B,T,C,NH,KVH) and builds what it
-// needs (cuDNN's graphs, here, never in a step; they run in the plan's workspace, memory). auto: fast where
-// this build has cuDNN, the plan holds its workspace and cuDNN runs the shape on this device in it, else
-// exact, saying why; fast: that or a one-line error. Grouped-query heads (KVH < NH) alike: cuDNN's graphs
-// take them.
+// Picks the attention for --attention (AttentionChoice, attention_choice.h) at shape (B,T,C,NH,KVH) and
+// builds what it needs (cuDNN's graphs, here, never in a step; they run in the plan's workspace, memory).
+// auto: fast where this build has cuDNN, the plan holds its workspace and cuDNN runs the shape on this device
+// in it, else exact, saying why; fast: that or a one-line error. Grouped-query heads (KVH < NH) alike:
+// cuDNN's graphs take them.
 inline void attention_setup(Attention *att, int choice, int B, int T, int C, int NH, int KVH,
                             const AttentionMemory *memory) {
     memset(att, 0, sizeof(*att));
     att->B = B, att->T = T, att->C = C, att->NH = NH, att->KVH = KVH;
     check_attention_shape(C, NH);       // the exact kernels' shapes: the fallback must exist
-    if (!plan_fast_attention(choice)) { // the plan's answer (cli.h): --attention exact, or auto without cuDNN
+    if (!plan_fast_attention(choice)) { // the plan's answer: --attention exact, or auto without cuDNN
         snprintf(att->description, sizeof att->description,
                  choice == ATTENTION_EXACT ? "exact" : "exact (built without cuDNN)");
         return;

@@ -1,6 +1,6 @@
 // gpu/gelu.cuh: the tanh GELU and its derivative, the one definition that the GELU kernels
-// (gpu/layers.cuh) and the emulated cuBLASLt's GELU epilogues (emu/cublaslt.cpp, host code: __device__ is
-// empty there) share. train_gpt.c's gelu_forward and gelu_backward arithmetic, operation for operation,
+// (gpu/activations.cuh) and the emulated cuBLASLt's GELU epilogues (emu/cublaslt.cpp, host code: __device__
+// is empty there) share. train_gpt.c's gelu_forward and gelu_backward arithmetic, operation for operation,
 // spelled with the _rn intrinsics so that no compiler fuses a multiply and an add the CPU does not.
 // cuBLASLt documents its GELU epilogues only as x := GELU(x); the tanh form is what PyTorch's addmm falls
 // back to where it cannot use them (at::gelu_(result, "tanh")) and what llm.c's own kernel, which they

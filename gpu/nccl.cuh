@@ -23,7 +23,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
-#include "../core/checkpoint.h"
+#include "../core/atomic_file.h"
 #include "../core/dist.h"
 #include "common.cuh"
 

@@ -1,6 +1,6 @@
 // gpu/rope.cuh: Llama's rotary position embeddings on the CUDA trainer's qkv (train_gpt.c's rope_rotate, same
-// rounding points: gpu/layers.cuh's contract). The table of (cos, sin) is gpt_model.h's rope_table, computed
-// on the host in double and uploaded once, so both trainers rotate by the same floats.
+// rounding points: gpu/layer_common.cuh's contract). The table of (cos, sin) is gpt_model.h's rope_table,
+// computed on the host in double and uploaded once, so both trainers rotate by the same floats.
 // Why a pass of its own, in place, rather than fused into the QKV GEMM or the attention's input: cuBLASLt has
 // no rotary epilogue, and cuDNN's fused attention reads q and k as they lie in memory, so the fast path needs
 // them rotated there. The pass reads and writes the query and key columns of each qkv row once ((NH + KVH) hs
@@ -8,7 +8,7 @@
 #ifndef GPU_ROPE_CUH
 #define GPU_ROPE_CUH
 
-#include "layers.cuh"
+#include "layer_common.cuh"
 
 namespace layers_impl {
 

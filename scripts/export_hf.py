@@ -31,7 +31,7 @@ transformers' GPT2LMHeadModel:
 The LM head is tied to wte (tie_word_embeddings), so there is no lm_head.weight.
 
 Llama (magic 20240803): llm.c's Llama 3 files in either layout llm.c writes, told apart by the header as
-checkpoint.h tells them. The layout of llm.c's train_llama3.cu (its llama3 branch's train_llama3.py writes it,
+model_file.h tells them. The layout of llm.c's train_llama3.cu (its llama3 branch's train_llama3.py writes it,
 and the trainers do): 256 x int32 [2]=maxT [3]=V [4]=L [5]=NH [6]=KVH [7]=C [8]=multiple_of [9]=use_scaled_rope
 (0 or 1) [10,11]=Llama version 3.x, then 256 x float32 [0]=ffn_dim_multiplier [1]=norm_eps [2]=rope_theta, then
 GPT-2's 16 slots: wte (V,C), lmhead (V,C), ln1w (L,C), zeros (L,C), qkvw (L,(NH+2KVH)hs,C), zeros, attprojw
@@ -232,7 +232,7 @@ def fp8_quantize_weight(w, margin):
 
 def read_model(path):
     """(config dict, dict of float32 arrays in llm.c shapes) of a version 3 or 5 model file of either
-    architecture, in any layout checkpoint.h reads; config["arch"] is "gpt2" or "llama"."""
+    architecture, in any layout model_file.h reads; config["arch"] is "gpt2" or "llama"."""
     try:
         size = os.path.getsize(path)
         f = open(path, "rb")
@@ -292,7 +292,7 @@ def gpt2_header(path, h):
 
 
 def llama_layout(path, h):
-    """Which of llm.c's Llama layouts the integer header h has (checkpoint.h's llama_file_layout): the llama3
+    """Which of llm.c's Llama layouts the integer header h has (model_file.h's llama_file_layout): the llama3
     branch's ends at [11], the Llama version at [10, 11]; master's at [15], [10] its epsilon truncated to 0."""
     if h[10] == 3 and not h[12:].any():
         return "llama3"
@@ -303,7 +303,7 @@ def llama_layout(path, h):
 
 
 def llama_dims(path, h, F, eps, theta, scaled_rope):
-    """The config dict of a Llama header's dimensions (h[2:8]) and the rest, checked as checkpoint.h does."""
+    """The config dict of a Llama header's dimensions (h[2:8]) and the rest, checked as model_file.h does."""
     maxT, V, L, NH, KVH, C = (int(v) for v in h[2:8])
     if scaled_rope not in (0, 1):
         raise ExportError(f"{path}: use_scaled_rope {scaled_rope} in the header is neither 0 nor 1")
@@ -335,7 +335,7 @@ def llama3_master_header(path, h, values):
     """(config, tensor shapes) of a header of llm.c master's train_llama3.py, all ints as its writer truncated
     them ([8] ffn_dim_multiplier, [9] multiple_of, [10] norm_eps, [11] rope_theta, [12] use_scaled_rope): F is
     what the file's `values` leave for the three SwiGLU weights, a width llm.c's formula gives with multiple_of
-    and a multiplier in [h[8], h[8] + 1); the epsilon is llm.c's 1e-5 (checkpoint.h's llama3_master_ffn_dim)."""
+    and a multiplier in [h[8], h[8] + 1); the epsilon is llm.c's 1e-5 (model_file.h's llama3_master_ffn_dim)."""
     cfg = llama_dims(path, h, 1, np.float32(1e-5), np.float32(h[11]), int(h[12]))
     V, L, C, k, multiple_of = cfg["V"], cfg["L"], cfg["C"], int(h[8]), int(h[9])
     QKV = (cfg["NH"] + 2 * cfg["KVH"]) * (C // cfg["NH"])

@@ -3,11 +3,11 @@ Hugging Face) and import_hf.py (Hugging Face to llm.c) share, so that each is th
 
     from hf_layout import gpt2_file_slots, llama3_file_slots, GPT2_BLOCK, LLAMA_BLOCK, ...
 
-- The model files' tensor slots in file order, as core/checkpoint.h lays them out: GPT-2's 16 tensors (wte with
+- The model files' tensor slots in file order, as core/model_file.h lays them out: GPT-2's 16 tensors (wte with
   the padded vocabulary Vp), and Llama in llm.c's llama3-branch layout (GPT-2's 16 slots, the head in wpe's,
   zeros in the bias slots, fc holding each layer's SwiGLU up projection then its gate).
 - Llama's SwiGLU width F as llm.c computes it from a header's multiple_of and ffn_dim_multiplier, and the pair
-  checkpoint.h writes for a given F.
+  model_file.h writes for a given F.
 - The Hugging Face names: GPT2LMHeadModel's (Conv1D weights, stored (in, out): the transpose of ours) and
   LlamaForCausalLM's (nn.Linear weights, (out, in) as ours).
 - The rotary row order: the trainers rotate the interleaved pairs (x[2i], x[2i+1]) of each query and key head
@@ -23,7 +23,7 @@ import numpy as np
 MODEL_MAGIC = 20240326  # GPT-2 model file
 LLAMA_MAGIC = 20240803  # Llama model file
 HEADER_INTS = 256
-LLAMA_NORM_EPS = np.float32(1e-5)  # checkpoint.h's LLAMA_NORM_EPS: the only RMSNorm epsilon the trainers compute with
+LLAMA_NORM_EPS = np.float32(1e-5)  # model_file.h's LLAMA_NORM_EPS: the only RMSNorm epsilon the trainers compute with
 
 # core/gpt_model.h's MODEL_MAX_*: the largest dimensions the trainers read from a model file
 MAX_LAYERS, MAX_CHANNELS, MAX_HEADS, MAX_VOCAB, MAX_SEQ_LEN = 1024, 65536, 1024, 1 << 24, 1 << 20
@@ -65,7 +65,7 @@ def llama_ffn_dim(C, multiple_of, multiplier):
 
 
 def llama_header_ffn(C, F):
-    """(multiple_of, ffn_dim_multiplier) of the header checkpoint.h's llama_file_header writes for F: multiple_of
+    """(multiple_of, ffn_dim_multiplier) of the header model_file.h's llama_file_header writes for F: multiple_of
     F, and a multiplier (1, or F / int(8C/3) in float32 when F is smaller) that gives F back through llm.c's
     formula; None when none does."""
     hidden = 8 * C // 3

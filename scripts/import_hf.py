@@ -421,7 +421,7 @@ def file_version(choice, tensors, plan):
 
 
 def header_bytes(cfg, version):
-    """The model file's header: GPT-2's 256 ints, or the llama3 branch's 256 ints and 256 floats (checkpoint.h's
+    """The model file's header: GPT-2's 256 ints, or the llama3 branch's 256 ints and 256 floats (model_file.h's
     model_file_create and llama_file_header)."""
     h = np.zeros(HEADER_INTS, dtype="<i4")
     if cfg["arch"] == "gpt2":

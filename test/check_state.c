@@ -28,10 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/checkpoint.h"
+#include "../core/atomic_file.h"
 #include "../core/cli.h"
 #include "../core/debug_state.h"
+#include "../core/model_file.h"
 #include "../core/train_log.h"
+#include "../core/train_state.h"
 
 typedef struct {
     GPTConfig cfg;

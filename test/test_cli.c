@@ -25,10 +25,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/checkpoint.h"
+#include "../core/atomic_file.h"
 #include "../core/cli.h"
 #include "../core/gpt_model.h"
+#include "../core/model_file.h"
+#include "../core/state_reshard.h"
 #include "../core/train_log.h"
+#include "../core/train_state.h"
 
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 // range of it as a ZeRO rank reads its shard, against the shape the header claims.
 #include "fuzz.h"
 
-#include "../../core/checkpoint.h"
+#include "../../core/model_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(data, size);

@@ -6,7 +6,9 @@
 
 #include "fuzz.h"
 
-#include "../../core/checkpoint.h"
+#include "../../core/atomic_file.h"
+#include "../../core/state_reshard.h"
+#include "../../core/train_state.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static char dir[64];
