@@ -2140,6 +2140,16 @@ static void select_device(const Dist *dist, cudaDeviceProp *props) {
     cuda_check(image);
 }
 
+// The recipes whose GEMMs a cuBLAS of this version (10000 major + 100 minor + patch) has, "delayed, current".
+static const char *recipes_of_cublas(int version, char out[OPTION_STRING_LEN]) {
+    *out = '\0';
+    for (int r = 0; r < FP8_RECIPE_COUNT; r++)
+        if (fp8_recipe(r).cublaslt <= version)
+            snprintf(out + strlen(out), OPTION_STRING_LEN - strlen(out), "%s%s", *out ? ", " : "",
+                     fp8_recipe_name(r));
+    return out;
+}
+
 // The versions of the libraries this process loaded (not of the headers it was built with), the line a first
 // contact's failure is read against; and what needs a newer one, refused now rather than at its first use.
 static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props) {
@@ -2159,16 +2169,19 @@ static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props
            runtime % 1000 / 10, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, nccl / 10000,
            nccl / 100 % 100, nccl % 100, cudnn,
            fp8_accumulation_name(fp8_accumulation_of_device(props->major)));
-    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && !GEMM_BLOCK_SCALING)
-        fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no block-scaled GEMMs (cuBLAS 12.9 or "
-             "newer: rebuild against that toolkit; the delayed and current recipes run here)",
-             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", CUBLAS_VERSION / 10000,
-             CUBLAS_VERSION / 100 % 100);
-    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && cublaslt < 120900)
-        fail("--fp8_recipe %s: the loaded cuBLASLt %zu.%zu.%zu has no block-scaled GEMMs "
-             "(cuBLAS 12.9 or newer)",
-             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", cublaslt / 10000,
-             cublaslt / 100 % 100, cublaslt % 100);
+    if (opts->dtype != DTYPE_FLOAT8) return;
+    const Fp8RecipeInfo recipe = fp8_recipe(opts->fp8_recipe);
+    char others[OPTION_STRING_LEN];
+    if (recipe.cublaslt > CUBLAS_VERSION)
+        fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no %s, which need cuBLAS %d.%d or "
+             "newer: "
+             "rebuild against that toolkit (%s run here)",
+             recipe.name, CUBLAS_VERSION / 10000, CUBLAS_VERSION / 100 % 100, recipe.gemms,
+             recipe.cublaslt / 10000, recipe.cublaslt / 100 % 100, recipes_of_cublas(CUBLAS_VERSION, others));
+    if ((size_t)recipe.cublaslt > cublaslt)
+        fail("--fp8_recipe %s: the loaded cuBLASLt %zu.%zu.%zu has no %s, which need cuBLAS %d.%d or newer",
+             recipe.name, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, recipe.gemms,
+             recipe.cublaslt / 10000, recipe.cublaslt / 100 % 100);
 }
 
 // What the block recipes need of the CUDA trainer: ZeRO-0 (a weight block would span the ranks' shards of
@@ -2179,7 +2192,7 @@ static void check_gpu_recipe(const TrainOptions *opts) {
         fail("--fp8_recipe %s: needs --zero_stage 0 in the CUDA trainer for now (a weight block spans the "
              "ranks' "
              "shards with ZeRO-%d)",
-             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", opts->zero_stage);
+             fp8_recipe_name(opts->fp8_recipe), opts->zero_stage);
 }
 
 // CUDA Graphs capture one micro-step (one process only). With --keep_gathered, ZeRO-3 gathers the layers in
@@ -2277,22 +2290,20 @@ static void open_inputs(Run *r) {
     r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
 }
 
-// What the device can run of this run's recipe: FP8 tensor cores, Hopper's block scaling, Blackwell's MXFP8.
+// What the device can run of this run's recipe: the compute capabilities whose cuBLASLt has its GEMMs (FP8
+// tensor cores, Hopper's block scaling, Blackwell's MXFP8).
 static void check_device_recipe(const TrainOptions *opts, const cudaDeviceProp *props) {
     if (opts->dtype != DTYPE_FLOAT8) return;
-    if (props->major * 10 + props->minor < 89)
-        fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props->name,
-             props->major, props->minor);
-    if (opts->fp8_recipe == FP8_RECIPE_BLOCKWISE && props->major != 9)
-        fail("--fp8_recipe blockwise: %s (sm_%d%d): cuBLASLt's 1x128/128x128 block scaling runs on Hopper "
-             "(sm_90) "
-             "only (mxfp8 is Blackwell's)",
-             props->name, props->major, props->minor);
-    if (opts->fp8_recipe == FP8_RECIPE_MXFP8 && props->major < 10)
-        fail("--fp8_recipe mxfp8: %s (sm_%d%d): cuBLASLt's MXFP8 GEMMs (VEC32_UE8M0) need Blackwell (sm_100) "
-             "or "
-             "newer (blockwise runs on Hopper; train_cpu runs every recipe)",
-             props->name, props->major, props->minor);
+    const Fp8RecipeInfo recipe = fp8_recipe(opts->fp8_recipe);
+    int cc = props->major * 10 + props->minor;
+    if (cc >= recipe.min_cc && (!recipe.max_cc || cc <= recipe.max_cc)) return;
+    char range[32];
+    if (recipe.max_cc)
+        snprintf(range, sizeof range, "sm_%d to sm_%d", recipe.min_cc, recipe.max_cc);
+    else
+        snprintf(range, sizeof range, "sm_%d or newer", recipe.min_cc);
+    fail("--fp8_recipe %s: %s (sm_%d): cuBLASLt's %s need %s (%s); train_cpu runs every recipe", recipe.name,
+         props->name, cc, recipe.gemms, recipe.gpu, range);
 }
 
 // Set-up 3: this process's GPU and libraries, NCCL, the ranks' agreement and their shard groups.
