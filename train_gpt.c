@@ -431,10 +431,6 @@ typedef struct {
     float mean_loss; // of the last forward with targets
 } GPT;
 
-static int fp8_tensor_index(int layer, int linear, Fp8Role role) {
-    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + (role == FP8_ROLE_GRAD_OUTPUT);
-}
-
 static Fp8Format fp8_tensor_format(const Fp8State *s, int index) {
     return fp8_role_format(s->recipe, index % 2 ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT);
 }

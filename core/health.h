@@ -127,6 +127,10 @@ static inline void step_guard_record(StepGuard *g, float loss, float norm) {
 // FP8 telemetry. Tensor t < L*4*2 is an activation (even) or output gradient (odd) of linear
 // (t/2) % 4 of layer t/8; the L*4 weights follow.
 
+static inline int fp8_tensor_index(int layer, int linear, Fp8Role role) {
+    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + (role == FP8_ROLE_GRAD_OUTPUT);
+}
+
 typedef struct {
     int num_layers, num_tensors;  // activations and gradients: L*4*2; then L*4 weights
     int recipe;                   // Fp8Recipe: which format the gradients have
