@@ -432,7 +432,7 @@ typedef struct {
 } GPT;
 
 static Fp8Format fp8_tensor_format(const Fp8State *s, int index) {
-    return fp8_role_format(s->recipe, index % 2 ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT);
+    return fp8_role_format(s->recipe, fp8_tensor_role(index));
 }
 
 static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts) {

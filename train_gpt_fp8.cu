@@ -852,7 +852,7 @@ static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Loa
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), w = layer * NUM_BLOCK_LINEARS + linear;
     cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
                           record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
                           (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->stream);
@@ -883,7 +883,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
     const bf16 *bias = linear_bias(model, layer, linear);
     if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
         // tiles along IC for this GEMM, along the tokens into the saved transpose for the weight gradient
-        int index = fp8_tensor_index(layer, linear, 0), recipe = model->recipe;
+        int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), recipe = model->recipe;
         fp8_block_cast(model, index, inp, N, IC, model->cast_fp8, model->cast_factors,
                        saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear),
                        record_amax, FP8_E4M3);
@@ -900,7 +900,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
               .epilogue = gemm_bias(bias)},
              model->stream);
     } else if (model->dtype == DTYPE_FLOAT8) {
-        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC, FP8_E4M3);
         fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
     } else {
         GemmOperand x = bf16_operand(inp), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
@@ -947,12 +947,12 @@ static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp
     if (model->dtype != DTYPE_FLOAT8) return;
     int N = model->B * model->T, IC = linear_in_features(&model->config, linear);
     if (fp8_recipe_is_block(model->recipe)) {
-        fp8_block_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, NULL, NULL,
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC, NULL, NULL,
                        saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear), 0,
                        FP8_E4M3);
         return;
     }
-    fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
+    fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC, FP8_E4M3);
     fp8_linear_forward(model, layer, linear, NULL, StoredValues<bf16>{inp}, 0);
 }
 
@@ -966,8 +966,8 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
-    int input_index = fp8_tensor_index(layer, linear, 0), weight_tensor = linear_weight_tensor(linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), w = layer * NUM_BLOCK_LINEARS + linear;
+    int input_index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), weight_tensor = linear_weight_tensor(linear);
     float *dbias = linear_bias_grad(model, layer, linear);
     cast_transpose_values(model->cast_fp8, model->cast_fp8_t, &s->amax_current[index], &s->counts[2 * index],
                           dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index], FP8_E5M2,
@@ -1016,7 +1016,7 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->recipe)) {
-        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 1), dout, (size_t)N * OC, FP8_E5M2);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, (size_t)N * OC, FP8_E5M2);
         fp8_linear_backward(model, layer, linear, dinp, StoredValues<bf16>{dout});
         return 0;
     }
@@ -1026,7 +1026,7 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
         if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
         // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
         // weight gradient
-        int index = fp8_tensor_index(layer, linear, 1), recipe = model->recipe;
+        int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), recipe = model->recipe;
         Fp8Format format = fp8_role_format(recipe, FP8_ROLE_GRAD_OUTPUT);
         fp8_block_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_factors, model->cast_fp8_t,
                        model->cast_factors_t, 1, format);
@@ -1959,11 +1959,9 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     for (int t = 0; t < n + w; t++) {
         int linear = t < n ? (t / 2) % NUM_BLOCK_LINEARS : (t - n) % NUM_BLOCK_LINEARS;
         size_t OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-        Fp8Role role = t < n && (t % 2) ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT;
         if (block)
-            stats->scale[t] =
-                fp8_block_scale(stats->amax[t], model->recipe, fp8_role_format(model->recipe, role),
-                                model->margin, model->pow2_scales);
+            stats->scale[t] = fp8_block_scale(stats->amax[t], model->recipe, fp8_stats_format(stats, t),
+                                              model->margin, model->pow2_scales);
         else
             stats->scale_min[t] = stats->scale_max[t] = stats->scale[t]; // one scale per tensor
         stats->saturated[t] = counts[2 * t];

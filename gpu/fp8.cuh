@@ -84,11 +84,6 @@ static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layer
         (unsigned long long *)(s->scale_last + s->num_tensors + (s->num_tensors % 2)); // 8-byte aligned
 }
 
-// Index of a (layer, linear, role) tensor: input (E4M3) even, output gradient (E5M2) odd, as the CPU.
-static inline int fp8_tensor_index(int layer, int linear, int is_grad) {
-    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + is_grad;
-}
-
 // |x| >= 0, so the IEEE order of non-negative floats is the order of their bit patterns: an integer
 // atomicMax is an exact, order-independent float max.
 __device__ static inline void atomic_max_nonneg(float *address, float value) {
