@@ -464,7 +464,7 @@ static void fp8_scales_from_history(Fp8State *s) {
 // Once per optimizer step: the step's amaxes enter the histories (delayed recipe) and the scales move on.
 // A skipped step's amaxes are dropped.
 static void fp8_end_step(Fp8State *s, long step, int skipped) {
-    if (s->recipe != FP8_RECIPE_DELAYED || skipped) {
+    if (!fp8_recipe_uses_history(s->recipe) || skipped) {
         memset(s->amax_current, 0, s->num_tensors * sizeof(float));
         return;
     }
@@ -482,9 +482,10 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
 static float fp8_cast(Fp8State *s, const Dist *dist, int index, const float *x, size_t n, float *out,
                       int record) {
     Fp8Format format = fp8_tensor_format(s, index);
-    int unrecorded = s->recipe == FP8_RECIPE_DELAYED &&
-                     fp8_history_empty(s->amax_history + (size_t)index * s->history_len, s->history_len);
-    if (s->recipe == FP8_RECIPE_CURRENT || unrecorded) {
+    int history = fp8_recipe_uses_history(s->recipe),
+        unrecorded =
+            history && fp8_history_empty(s->amax_history + (size_t)index * s->history_len, s->history_len);
+    if (!history || unrecorded) {
         float amax = abs_max(x, n);
         if (unrecorded) dist_max_floats(dist, &amax, 1);
         s->scale[index] = fp8_compute_scale(amax, format, s->margin);
@@ -504,10 +505,10 @@ static void cast_weight_blocks(GPT *model, int linear, size_t offset, int tensor
         b = fp8_block_size(s->recipe);
     Fp8Stats *stats = (Fp8Stats *)&s->stats;
     const float *w = model->params + offset;
-    int forward_rows = s->recipe == FP8_RECIPE_MXFP8 ? 1 : b;
+    int forward_rows = fp8_recipe(s->recipe).weight_rows;
     stats->amax[tensor] = quantize_blocks(model->weights_fp8 + offset, w, OC, IC, forward_rows, b, s->recipe,
                                           FP8_E4M3, s->margin, s->pow2_scales, stats, tensor);
-    if (s->recipe == FP8_RECIPE_MXFP8)
+    if (fp8_weight_casts(s->recipe) == 2)
         quantize_blocks(model->weights_fp8_t + offset, w, OC, IC, b, 1, s->recipe, FP8_E4M3, s->margin,
                         s->pow2_scales, stats, tensor);
 }
@@ -573,7 +574,7 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
     model->weights_fp8 = dtype == DTYPE_FLOAT8 ? arena_take(arena, P) : NULL;
     model->weights_fp8_t =
-        dtype == DTYPE_FLOAT8 && model->fp8.recipe == FP8_RECIPE_MXFP8 ? arena_take(arena, P) : NULL;
+        dtype == DTYPE_FLOAT8 && fp8_weight_casts(model->fp8.recipe) == 2 ? arena_take(arena, P) : NULL;
     model->grads = arena_take(arena, P);
     size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= W) or Vp
     model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > W ? widest : W));
@@ -895,7 +896,7 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
         int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
         float *dout_q = model->dacts.dout_q, *dout_qc = model->dacts.dout_qc;
         const float *w_dgrad =
-            model->fp8.recipe == FP8_RECIPE_MXFP8 ? model->weights_fp8_t : model->weights_fp8;
+            fp8_weight_casts(model->fp8.recipe) == 2 ? model->weights_fp8_t : model->weights_fp8;
         cast_blocks(model, index, dout, N, OC, 0, dout_q, 1);
         cast_blocks(model, index, dout, N, OC, 1, dout_qc, 1);
         fp8_gemm(model, 0, 0, 0, N, IC, OC, 1.0f, dout_q, w_dgrad + weight_offset, 0.0f, dinp);

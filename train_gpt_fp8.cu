@@ -539,8 +539,8 @@ static void cast_weight_blocks(GPT *model) {
                                &model->block_scale_min[t], &model->block_scale_max[t]};
             const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
             fp8 *w_q = weight_fp8(model, l, lin), *w_q_t = weight_fp8_t(model, l, lin);
-            if (model->recipe == FP8_RECIPE_MXFP8) {
-                block_cast<float>(FP8_RECIPE_MXFP8, w_q, weight_factors(model, l, lin, 0), w_q_t,
+            if (fp8_weight_casts(model->recipe) == 2) {
+                block_cast<float>(model->recipe, w_q, weight_factors(model, l, lin, 0), w_q_t,
                                   weight_factors(model, l, lin, 1), rec, master, OC, IC, FP8_E4M3,
                                   model->margin, 0, model->stream);
                 continue;
@@ -737,7 +737,7 @@ static void publish_weights(GPT *model, int end_step) {
         }
         if (end_step) {
             launch<fp8_end_step_kernel>({ceil_div(s->num_tensors, 128), 128, 0, stream}, *s,
-                                        model->recipe == FP8_RECIPE_DELAYED, model->step_params,
+                                        fp8_recipe_uses_history(model->recipe), model->step_params,
                                         model->step_results);
         }
     }
@@ -774,10 +774,11 @@ static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const void *de
 static GemmOperand block_operand(const fp8 *data, Fp8Format format, const void *factors, int recipe,
                                  int weight) {
     GemmOperand op = fp8_operand(data, format, factors);
-    if (recipe == FP8_RECIPE_MXFP8)
+    const Fp8RecipeInfo r = fp8_recipe(recipe);
+    if (r.scale_format == FP8_SCALE_E8M0)
         op.scale_mode = GEMM_SCALE_MX_32;
     else
-        op.scale_mode = weight ? GEMM_SCALE_BLOCK_128x128 : GEMM_SCALE_TILE_128;
+        op.scale_mode = weight && r.weight_rows == r.tile ? GEMM_SCALE_BLOCK_128x128 : GEMM_SCALE_TILE_128;
     return op;
 }
 
@@ -800,7 +801,7 @@ static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int c
 // the host only knows whether any is empty); current: x's amax measured first, the exact scale.
 static void fp8_prepare_scale(GPT *model, int index, const bf16 *x, size_t n, Fp8Format format) {
     Fp8DeviceState *s = &model->scaling;
-    if (model->recipe == FP8_RECIPE_CURRENT) {
+    if (!fp8_recipe_uses_history(model->recipe)) {
         measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x, n, format,
                             model->margin, model->stream);
     } else if (model->histories_empty) {
@@ -938,7 +939,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
 // written nor read back. The current recipe and a first step measure the stored tensor's amax before casting:
 // two passes there.
 static int casts_compute_inputs(const GPT *model) {
-    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty;
+    return model->dtype == DTYPE_FLOAT8 && fp8_recipe_uses_history(model->recipe) && !model->histories_empty;
 }
 
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
@@ -1947,7 +1948,7 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     copy_to_host(model, stats->amax + n, s->weight_amax, w * sizeof(float));
     copy_to_host(model, stats->scale + n, s->weight_scale, w * sizeof(float));
     copy_to_host(model, counts, s->counts, num_counts * sizeof(unsigned long long));
-    int block = fp8_recipe_is_block(model->recipe), weight_casts = model->recipe == FP8_RECIPE_MXFP8 ? 2 : 1;
+    int block = fp8_recipe_is_block(model->recipe), weight_casts = fp8_weight_casts(model->recipe);
     if (block) { // each tensor's spread of block scales; its scale is that of the block holding its amax
         copy_to_host(model, stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
         copy_to_host(model, stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));

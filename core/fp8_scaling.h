@@ -26,6 +26,12 @@
 #else
 #define FP8_HD
 #endif
+// What C++ can evaluate at compile time (a kernel's tile size from the recipe table), plain C at run time.
+#ifdef __cplusplus
+#define FP8_CONSTEXPR constexpr
+#else
+#define FP8_CONSTEXPR
+#endif
 
 typedef enum { FP8_E4M3 = 0, FP8_E5M2 = 1 } Fp8Format;
 
@@ -254,7 +260,7 @@ typedef struct {
         const Fp8RecipeInfo row = {__VA_ARGS__};                                                             \
         return row;                                                                                          \
     }
-FP8_HD static inline Fp8RecipeInfo fp8_recipe(int recipe) {
+FP8_HD static inline FP8_CONSTEXPR Fp8RecipeInfo fp8_recipe(int recipe) {
     switch (recipe) {
     default:
         FP8_RECIPES(FP8_RECIPE_CASE)
@@ -368,14 +374,15 @@ FP8_HD static inline int fp8_history_empty(const float *amax_history, int histor
 // blocks serve both of its GEMMs. The GEMM multiplies each block's products by the two blocks' dequantization
 // factors (1/scale). Every block is measured: no history.
 
-FP8_HD static inline int fp8_block_size(int recipe) {
+FP8_HD static inline FP8_CONSTEXPR int fp8_block_size(int recipe) {
     return fp8_recipe(recipe).tile;
 }
 
-// A weight in square blocks is cast once for both GEMMs that read it (forward and data gradient); in 1-D
-// tiles, once per GEMM, along the reduction dimension of each.
-FP8_HD static inline int fp8_recipe_square_weights(int recipe) {
-    return fp8_recipe(recipe).weight_rows > 1;
+// The casts of a weight: one, whose scale (per tensor) or square blocks serve both GEMMs that read it (the
+// forward and the data gradient); or, in 1-D tiles, one per GEMM, along the reduction dimension of each.
+FP8_HD static inline int fp8_weight_casts(int recipe) {
+    const Fp8RecipeInfo r = fp8_recipe(recipe);
+    return r.weight_rows == r.tile ? 1 : 2;
 }
 
 // The largest power of two at or below a positive normal float: its exponent field alone.
@@ -456,8 +463,8 @@ FP8_HD static inline size_t fp8_tile_factor_bytes(int recipe, size_t rows, size_
 }
 
 FP8_HD static inline size_t fp8_weight_factor_bytes(int recipe, size_t rows, size_t K) {
-    return fp8_recipe_square_weights(recipe) ? fp8_square_factors(rows, K) * sizeof(float)
-                                             : fp8_tile_factor_bytes(recipe, rows, K);
+    return fp8_weight_casts(recipe) == 1 ? fp8_square_factors(rows, K) * sizeof(float)
+                                         : fp8_tile_factor_bytes(recipe, rows, K);
 }
 
 // E8M0, the MX scale format: eight exponent bits, value 2^(code - 127); code 0xFF is NaN. A power-of-two
