@@ -796,6 +796,25 @@ static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int c
                      model->pow2_scales, model->stream);
 }
 
+// The FP8 operands of a linear's GEMMs in the recipe's scaling: per tensor (a pointer to 1/scale) or per block
+// (the factors, block_operand's scale modes). Tensor `index`'s cast in cast_fp8 (tiles along its features), or
+// transposed in cast_fp8_t (tiles along the tokens).
+static GemmOperand cast_operand(GPT *model, int index, int transposed) {
+    Fp8Format format = fp8_role_format(model->recipe, fp8_tensor_role(index));
+    const fp8 *data = transposed ? model->cast_fp8_t : model->cast_fp8;
+    if (!fp8_recipe_is_block(model->recipe)) return fp8_operand(data, format, &model->scaling.descale[index]);
+    return block_operand(data, format, transposed ? model->cast_factors_t : model->cast_factors, model->recipe,
+                         0);
+}
+
+// W (OC, IC) as the forward reads it, or W^T (IC, OC) as the data gradient does.
+static GemmOperand weight_operand(GPT *model, int layer, int linear, int transposed) {
+    const fp8 *data = transposed ? weight_fp8_t(model, layer, linear) : weight_fp8(model, layer, linear);
+    if (!fp8_recipe_is_block(model->recipe))
+        return fp8_operand(data, FP8_E4M3, &model->scaling.weight_descale[layer * NUM_BLOCK_LINEARS + linear]);
+    return block_operand(data, FP8_E4M3, weight_factors(model, layer, linear, transposed), model->recipe, 1);
+}
+
 // The scale of tensor `index`'s cast of x (n). delayed: this step's scale, or while the tensor's history is
 // empty the exact scale of x's amax, the max over the ranks (the kernels check the history on the device;
 // the host only knows whether any is empty); current: x's amax measured first, the exact scale.
@@ -844,6 +863,69 @@ static char *saved_input_factors_t(GPT *model, int layer, int linear) {
            input_factor_offset(cfg, model->recipe, N, linear);
 }
 
+// The forward's input saved for the weight gradient, x^T (IC, N).
+static GemmOperand saved_input_operand(GPT *model, int layer, int linear) {
+    const fp8 *data = saved_input_t(model, layer, linear);
+    if (!fp8_recipe_is_block(model->recipe))
+        return fp8_operand(data, FP8_E4M3,
+                           &model->scaling.descale[fp8_tensor_index(layer, linear, FP8_ROLE_INPUT)]);
+    return block_operand(data, FP8_E4M3, saved_input_factors_t(model, layer, linear), model->recipe, 0);
+}
+
+// A linear's FP8 GEMMs, one form for every recipe, once its casts are in place: the forward's out (N,OC) =
+// x . W^T + bias, from the input's cast in cast_fp8.
+static void fp8_forward_gemm(GPT *model, int layer, int linear, bf16 *out) {
+    const GPTConfig *cfg = &model->config;
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    gemm(&model->gemm,
+         {.D = out,
+          .d_type = CUDA_R_16BF,
+          .A = cast_operand(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), 0),
+          .B = weight_operand(model, layer, linear, 0),
+          .trans_b = 1,
+          .M = N,
+          .N = OC,
+          .K = IC,
+          .epilogue = gemm_bias(linear_bias(model, layer, linear)),
+          .fast_accum = fp8_gemm_fast_accum(model->recipe, model->fast_accum, FAST_ACCUM_FORWARD)},
+         model->stream);
+}
+
+// The backward's dinp (N,IC) = dout . W and dW (OC,IC) += dout^T . x, from the output gradient's casts in
+// cast_fp8 and (transposed) cast_fp8_t, and the forward's saved input.
+static void fp8_backward_gemms(GPT *model, int layer, int linear, bf16 *dinp) {
+    const GPTConfig *cfg = &model->config;
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
+    // only with --fp8_fast_accum 2, a study's choice: fast accumulation costs the gradients precision
+    const int fast = fp8_gemm_fast_accum(model->recipe, model->fast_accum, FAST_ACCUM_ALL);
+    // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
+    gemm(&model->gemm,
+         {.D = dinp,
+          .d_type = CUDA_R_16BF,
+          .A = cast_operand(model, index, 0),
+          .B = weight_operand(model, layer, linear, 1),
+          .trans_b = 1,
+          .M = N,
+          .N = IC,
+          .K = OC,
+          .fast_accum = fast},
+         model->stream);
+    // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
+    gemm(&model->gemm,
+         {.D = grad_of(model, linear_weight_tensor(linear), layer),
+          .d_type = CUDA_R_32F,
+          .A = cast_operand(model, index, 1),
+          .B = saved_input_operand(model, layer, linear),
+          .trans_b = 1,
+          .M = OC,
+          .N = IC,
+          .K = N,
+          .accumulate = 1,
+          .fast_accum = fast},
+         model->stream);
+}
+
 // The per-tensor recipes, the scale prepared (fp8_prepare_scale): the input (N,IC) from `load` cast to E4M3
 // into cast_fp8 (with out; without, the backward's replay, not) and the saved transpose the weight gradient
 // reads, then out (N,OC) = input . W^T + bias. In training (record) the cast adds to the step's amax and
@@ -852,24 +934,12 @@ template <typename Load>
 static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Load load, int record) {
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
-    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), w = layer * NUM_BLOCK_LINEARS + linear;
+    int N = model->B * model->T, IC = linear_in_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
     cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
                           record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
                           (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->stream);
-    if (!out) return;
-    gemm(&model->gemm,
-         {.D = out,
-          .d_type = CUDA_R_16BF,
-          .A = fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]),
-          .B = fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]),
-          .trans_b = 1,
-          .M = N,
-          .N = OC,
-          .K = IC,
-          .epilogue = gemm_bias(linear_bias(model, layer, linear)),
-          .fast_accum = model->fast_accum >= FAST_ACCUM_FORWARD},
-         model->stream);
+    if (out) fp8_forward_gemm(model, layer, linear, out);
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias. With gelu_out (fc's GELU output), in bfloat16: the GEMM also
@@ -884,22 +954,10 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
     const bf16 *bias = linear_bias(model, layer, linear);
     if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
         // tiles along IC for this GEMM, along the tokens into the saved transpose for the weight gradient
-        int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), recipe = model->recipe;
-        fp8_block_cast(model, index, inp, N, IC, model->cast_fp8, model->cast_factors,
-                       saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear),
-                       record_amax, FP8_E4M3);
-        gemm(&model->gemm,
-             {.D = out,
-              .d_type = CUDA_R_16BF,
-              .A = block_operand(model->cast_fp8, FP8_E4M3, model->cast_factors, recipe, 0),
-              .B = block_operand(weight_fp8(model, layer, linear), FP8_E4M3,
-                                 weight_factors(model, layer, linear, 0), recipe, 1),
-              .trans_b = 1,
-              .M = N,
-              .N = OC,
-              .K = IC,
-              .epilogue = gemm_bias(bias)},
-             model->stream);
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC, model->cast_fp8,
+                       model->cast_factors, saved_input_t(model, layer, linear),
+                       saved_input_factors_t(model, layer, linear), record_amax, FP8_E4M3);
+        fp8_forward_gemm(model, layer, linear, out);
     } else if (model->dtype == DTYPE_FLOAT8) {
         fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC, FP8_E4M3);
         fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
@@ -966,43 +1024,14 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
                   "the cast's column sums must be bias_backward's partial sums");
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
-    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), w = layer * NUM_BLOCK_LINEARS + linear;
-    int input_index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), weight_tensor = linear_weight_tensor(linear);
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
     float *dbias = linear_bias_grad(model, layer, linear);
     cast_transpose_values(model->cast_fp8, model->cast_fp8_t, &s->amax_current[index], &s->counts[2 * index],
-                          dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index], FP8_E5M2,
-                          model->stream);
+                          dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index],
+                          fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT), model->stream);
     if (dbias) bias_backward_from_partials(dbias, model->reduce_scratch, N, OC, model->stream);
-    GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &s->descale[index]);
-    GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &s->descale[index]);
-    const int fast =
-        model->fast_accum == FAST_ACCUM_ALL; // a study's choice: it costs the gradients precision
-    // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-    gemm(&model->gemm,
-         {.D = dinp,
-          .d_type = CUDA_R_16BF,
-          .A = dout_q,
-          .B = fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &s->weight_descale[w]),
-          .trans_b = 1,
-          .M = N,
-          .N = IC,
-          .K = OC,
-          .fast_accum = fast},
-         model->stream);
-    // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-    gemm(&model->gemm,
-         {.D = grad_of(model, weight_tensor, layer),
-          .d_type = CUDA_R_32F,
-          .A = dout_q_t,
-          .B = fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &s->descale[input_index]),
-          .trans_b = 1,
-          .M = OC,
-          .N = IC,
-          .K = N,
-          .accumulate = 1,
-          .fast_accum = fast},
-         model->stream);
+    fp8_backward_gemms(model, layer, linear, dinp);
 }
 
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias (if any) += column sums of dout. With gelu_pre
@@ -1017,7 +1046,8 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->recipe)) {
-        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, (size_t)N * OC, FP8_E5M2);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, (size_t)N * OC,
+                          fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT));
         fp8_linear_backward(model, layer, linear, dinp, StoredValues<bf16>{dout});
         return 0;
     }
@@ -1027,35 +1057,10 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
         if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
         // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
         // weight gradient
-        int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), recipe = model->recipe;
-        Fp8Format format = fp8_role_format(recipe, FP8_ROLE_GRAD_OUTPUT);
-        fp8_block_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_factors, model->cast_fp8_t,
-                       model->cast_factors_t, 1, format);
-        // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-        gemm(&model->gemm,
-             {.D = dinp,
-              .d_type = CUDA_R_16BF,
-              .A = block_operand(model->cast_fp8, format, model->cast_factors, recipe, 0),
-              .B = block_operand(weight_fp8_t(model, layer, linear), FP8_E4M3,
-                                 weight_factors(model, layer, linear, 1), recipe, 1),
-              .trans_b = 1,
-              .M = N,
-              .N = IC,
-              .K = OC},
-             model->stream);
-        // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-        gemm(&model->gemm,
-             {.D = dweight,
-              .d_type = CUDA_R_32F,
-              .A = block_operand(model->cast_fp8_t, format, model->cast_factors_t, recipe, 0),
-              .B = block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
-                                 saved_input_factors_t(model, layer, linear), recipe, 0),
-              .trans_b = 1,
-              .M = OC,
-              .N = IC,
-              .K = N,
-              .accumulate = 1},
-             model->stream);
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, N, OC,
+                       model->cast_fp8, model->cast_factors, model->cast_fp8_t, model->cast_factors_t, 1,
+                       fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT));
+        fp8_backward_gemms(model, layer, linear, dinp);
         return 0;
     }
     GemmOperand g = bf16_operand(dout), w = bf16_operand(weight_bf16(model, weight_tensor, layer));

@@ -61,6 +61,11 @@ static inline const char *fp8_accumulation_name(Fp8Accumulation a) {
 typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
+// Whether the GEMMs named by `gemms` (FAST_ACCUM_FORWARD: the forward's, FAST_ACCUM_ALL: the gradients')
+// accumulate fast: --fp8_fast_accum (`setting`) reaches them and the recipe's GEMMs have fast accumulation.
+static inline int fp8_gemm_fast_accum(int recipe, int setting, FastAccum gemms) {
+    return fp8_recipe(recipe).fast_accum && setting >= (int)gemms;
+}
 // --stop_signal: the signal that, besides SIGTERM, SIGINT and SIGHUP, stops a run with a checkpoint
 // (run_control.h).
 typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 } StopSignalChoice;

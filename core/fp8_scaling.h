@@ -222,18 +222,20 @@ FP8_HD static inline float bf16_round(float x) {
 //   amax            where an activation's or gradient's scale comes from: a history of past steps, or the
 //                   tensor itself, measured before its cast
 //   grad_format     the output gradient's FP8 format (inputs and weights are E4M3 in every recipe)
+//   fast_accum      whether --fp8_fast_accum applies to its GEMMs (block-scaled GEMMs promote the partial
+//                   sums to FP32 at every block, so they have no fast accumulation)
 //   min_cc, max_cc  the compute capabilities (10 major + minor) whose cuBLASLt runs the recipe's GEMMs;
 //                   max_cc 0: no upper bound
 //   cublaslt        the oldest cuBLASLt (10000 major + 100 minor) with those GEMMs; 0: any
 //   gemms, gpu      what a refusal names: the GEMMs, and the GPUs they run on
 #define FP8_RECIPES(X)                                                                                       \
-    X(DELAYED, "delayed", 0, 0, FP8_SCALE_FP32, FP8_AMAX_HISTORY, FP8_E5M2, 89, 0, 0, "FP8 GEMMs",           \
+    X(DELAYED, "delayed", 0, 0, FP8_SCALE_FP32, FP8_AMAX_HISTORY, FP8_E5M2, 1, 89, 0, 0, "FP8 GEMMs",        \
       "FP8 tensor cores")                                                                                    \
-    X(CURRENT, "current", 0, 0, FP8_SCALE_FP32, FP8_AMAX_CURRENT, FP8_E5M2, 89, 0, 0, "FP8 GEMMs",           \
+    X(CURRENT, "current", 0, 0, FP8_SCALE_FP32, FP8_AMAX_CURRENT, FP8_E5M2, 1, 89, 0, 0, "FP8 GEMMs",        \
       "FP8 tensor cores")                                                                                    \
     X(BLOCKWISE, "blockwise", FP8_BLOCKWISE_TILE, FP8_BLOCKWISE_TILE, FP8_SCALE_FP32, FP8_AMAX_CURRENT,      \
-      FP8_E5M2, 90, 99, 120900, "block-scaled GEMMs (1x128/128x128)", "Hopper")                              \
-    X(MXFP8, "mxfp8", FP8_MX_BLOCK, 1, FP8_SCALE_E8M0, FP8_AMAX_CURRENT, FP8_E4M3, 100, 0, 120900,           \
+      FP8_E5M2, 0, 90, 99, 120900, "block-scaled GEMMs (1x128/128x128)", "Hopper")                           \
+    X(MXFP8, "mxfp8", FP8_MX_BLOCK, 1, FP8_SCALE_E8M0, FP8_AMAX_CURRENT, FP8_E4M3, 0, 100, 0, 120900,        \
       "MXFP8 GEMMs (VEC32_UE8M0)", "Blackwell")
 
 typedef enum { FP8_SCALE_FP32 = 0, FP8_SCALE_E8M0 = 1 } Fp8ScaleFormat;
@@ -249,6 +251,7 @@ typedef struct {
     Fp8ScaleFormat scale_format;
     Fp8AmaxSource amax;
     Fp8Format grad_format;
+    int fast_accum;
     int min_cc, max_cc, cublaslt;
     const char *gemms, *gpu;
 } Fp8RecipeInfo;
