@@ -436,12 +436,8 @@ typedef struct {
     float mean_loss; // of the last forward with targets
 } GPT;
 
-static int fp8_tensor_index(int layer, int linear, Fp8Role role) {
-    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + (role == FP8_ROLE_GRAD_OUTPUT);
-}
-
 static Fp8Format fp8_tensor_format(const Fp8State *s, int index) {
-    return fp8_role_format(s->recipe, index % 2 ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT);
+    return fp8_role_format(s->recipe, fp8_tensor_role(index));
 }
 
 static void fp8_state_init(Fp8State *s, int num_layers, const TrainOptions *opts) {
@@ -473,7 +469,7 @@ static void fp8_scales_from_history(Fp8State *s) {
 // Once per optimizer step: the step's amaxes enter the histories (delayed recipe) and the scales move on.
 // A skipped step's amaxes are dropped.
 static void fp8_end_step(Fp8State *s, long step, int skipped) {
-    if (s->recipe != FP8_RECIPE_DELAYED || skipped) {
+    if (!fp8_recipe_uses_history(s->recipe) || skipped) {
         memset(s->amax_current, 0, s->num_tensors * sizeof(float));
         return;
     }
@@ -491,9 +487,10 @@ static void fp8_end_step(Fp8State *s, long step, int skipped) {
 static float fp8_cast(Fp8State *s, const Dist *dist, int index, const float *x, size_t n, float *out,
                       int record) {
     Fp8Format format = fp8_tensor_format(s, index);
-    int unrecorded = s->recipe == FP8_RECIPE_DELAYED &&
-                     fp8_history_empty(s->amax_history + (size_t)index * s->history_len, s->history_len);
-    if (s->recipe == FP8_RECIPE_CURRENT || unrecorded) {
+    int history = fp8_recipe_uses_history(s->recipe),
+        unrecorded =
+            history && fp8_history_empty(s->amax_history + (size_t)index * s->history_len, s->history_len);
+    if (!history || unrecorded) {
         float amax = abs_max(x, n);
         if (unrecorded) dist_max_floats(dist, &amax, 1);
         s->scale[index] = fp8_compute_scale(amax, format, s->margin);
@@ -513,10 +510,10 @@ static void cast_weight_blocks(GPT *model, int linear, size_t offset, int tensor
         b = fp8_block_size(s->recipe);
     Fp8Stats *stats = (Fp8Stats *)&s->stats;
     const float *w = model->params + offset;
-    int forward_rows = s->recipe == FP8_RECIPE_MXFP8 ? 1 : b;
+    int forward_rows = fp8_recipe(s->recipe).weight_rows;
     stats->amax[tensor] = quantize_blocks(model->weights_fp8 + offset, w, OC, IC, forward_rows, b, s->recipe,
                                           FP8_E4M3, s->margin, s->pow2_scales, stats, tensor);
-    if (s->recipe == FP8_RECIPE_MXFP8)
+    if (fp8_weight_casts(s->recipe) == 2)
         quantize_blocks(model->weights_fp8_t + offset, w, OC, IC, b, 1, s->recipe, FP8_E4M3, s->margin,
                         s->pow2_scales, stats, tensor);
 }
@@ -582,7 +579,7 @@ static void carve_buffers(GPT *model, Arena *arena) {
     model->params_compute = dtype == DTYPE_FLOAT32 ? model->params : arena_take(arena, P);
     model->weights_fp8 = dtype == DTYPE_FLOAT8 ? arena_take(arena, P) : NULL;
     model->weights_fp8_t =
-        dtype == DTYPE_FLOAT8 && model->fp8.recipe == FP8_RECIPE_MXFP8 ? arena_take(arena, P) : NULL;
+        dtype == DTYPE_FLOAT8 && fp8_weight_casts(model->fp8.recipe) == 2 ? arena_take(arena, P) : NULL;
     model->grads = arena_take(arena, P);
     size_t widest = BT > Vp ? BT : Vp; // every GEMM's M and N: B*T, a layer's features (<= W) or Vp
     model->gemm_pack = arena_take(arena, gemm_pack_floats(widest > W ? widest : W));
@@ -800,13 +797,38 @@ static void cast_blocks(GPT *model, int index, const float *x, int rows, int col
     if (record) s->amax_current[index] = fmaxf(s->amax_current[index], amax);
 }
 
-// An FP8 GEMM, C (M,N) = alpha * op(A) op(B) + beta * C, as the GPU's: gemm() in FP32, or with
-// --fp8_accumulation hopper as Hopper's tensor cores sum it (fp8_scaling.h): gemm() adds each MMA's FP8_MMA_K
-// products (exact, FP8 values summed in FP32: the one rounding the model leaves to FP32, far below its
-// truncation), the partial sums keep 13 fraction bits and go into the FP32 accumulators where
-// fp8_mma_promotes says (fast: only at the end). Then alpha * acc + beta * C, as cuBLASLt's epilogue.
-static void fp8_gemm(const GPT *model, int fast, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                     const float *A, const float *B, float beta, float *C) {
+// An FP8 GEMM operand as the CPU computes with it: the values the GEMM multiplies (a per-tensor cast's FP8
+// values, still multiplied by its scale; a block cast's, already divided by their blocks' scales) and the
+// scale the product is divided by (1 for a block cast).
+typedef struct {
+    const float *data;
+    float scale;
+} Fp8Operand;
+
+// One FP8 GEMM, its operands and options named as the CUDA trainer's GemmCall (gpu/gemm.cuh):
+// C (M,N) = op(A) (M,K) . op(B) (K,N) / (A.scale B.scale) [+ C when accumulate]; op(A) = A^T when trans_a
+// (A stored (K,M)), op(B) = B^T when trans_b (B stored (N,K)).
+typedef struct {
+    float *C;
+    Fp8Operand A;
+    int trans_a;
+    Fp8Operand B;
+    int trans_b;
+    int M, N, K;
+    int accumulate; // C += the result (the weight gradients); else C = the result
+    int fast_accum; // --fp8_accumulation hopper: the partial sums are promoted only at the end
+} Fp8GemmCall;
+
+// An FP8 GEMM as the GPU's: gemm() in FP32, or with --fp8_accumulation hopper as Hopper's tensor cores sum it
+// (fp8_scaling.h): gemm() adds each MMA's FP8_MMA_K products (exact, FP8 values summed in FP32: the one
+// rounding the model leaves to FP32, far below its truncation), the partial sums keep 13 fraction bits and go
+// into the FP32 accumulators where fp8_mma_promotes says (fast: only at the end). Then alpha * acc + beta * C
+// (alpha the inverse scales, beta 1 when accumulating), as cuBLASLt's epilogue.
+static void fp8_gemm(const GPT *model, Fp8GemmCall c) {
+    const int trans_a = c.trans_a, trans_b = c.trans_b, M = c.M, N = c.N, K = c.K, fast = c.fast_accum;
+    const float alpha = 1.0f / (c.A.scale * c.B.scale), beta = c.accumulate ? 1.0f : 0.0f;
+    const float *A = c.A.data, *B = c.B.data;
+    float *C = c.C;
     if (model->fp8_accumulation != FP8_ACCUMULATION_HOPPER) {
         gemm(model->gemm_pack, trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
         return;
@@ -842,6 +864,61 @@ static void fp8_gemm(const GPT *model, int fast, int trans_a, int trans_b, int M
     for (size_t i = 0; i < MN; i++) C[i] = beta == 0.0f ? alpha * t->acc[i] : alpha * t->acc[i] + beta * C[i];
 }
 
+// The FP8 operands of a linear's GEMMs in the recipe's scaling. The forward's input: cast into input_q, kept
+// for the weight gradient, and, for a block recipe, whose tiles must run along each GEMM's reduction, in
+// tiles along IC into the scratch dout_q for this GEMM and along the tokens into input_q. In training
+// (record) the casts add to the step's amax and telemetry.
+static Fp8Operand cast_linear_input(GPT *model, int layer, int linear, const float *inp, float *input_q,
+                                    int N, int record) {
+    int IC = linear_in_features(&model->config, linear),
+        index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
+    if (fp8_recipe_is_block(model->fp8.recipe)) {
+        float *x_tiles = model->dacts.dout_q;
+        cast_blocks(model, index, inp, N, IC, 0, x_tiles, record);
+        cast_blocks(model, index, inp, N, IC, 1, input_q, record);
+        return (Fp8Operand){x_tiles, 1.0f};
+    }
+    float scale = fp8_cast(&model->fp8, model->dist, index, inp, (size_t)N * IC, input_q, record);
+    model->fp8.input_scale_used[layer * NUM_BLOCK_LINEARS + linear] = scale;
+    return (Fp8Operand){input_q, scale};
+}
+
+// That input as the weight gradient reads it.
+static Fp8Operand saved_input_operand(const GPT *model, int layer, int linear, const float *input_q) {
+    if (fp8_recipe_is_block(model->fp8.recipe)) return (Fp8Operand){input_q, 1.0f};
+    return (Fp8Operand){input_q, model->fp8.input_scale_used[layer * NUM_BLOCK_LINEARS + linear]};
+}
+
+// The weight (OC,IC): as the forward reads it, or (transposed) as the data gradient does, which a recipe
+// with two weight casts reads from its own cast (weights_fp8_t, blocks along OC).
+static Fp8Operand weight_operand(const GPT *model, int layer, int linear, int transposed) {
+    size_t offset = param_offset(&model->config, linear_weight_tensor(linear), layer);
+    if (fp8_recipe_is_block(model->fp8.recipe)) {
+        const float *w = transposed && fp8_weight_casts(model->fp8.recipe) == 2 ? model->weights_fp8_t
+                                                                                : model->weights_fp8;
+        return (Fp8Operand){w + offset, 1.0f};
+    }
+    return (Fp8Operand){model->weights_fp8 + offset,
+                        model->fp8.weight_scale[layer * NUM_BLOCK_LINEARS + linear]};
+}
+
+// The output gradient dout (N,OC), cast once (per tensor) into dout_q for both GEMMs, or (block recipes) in
+// tiles along OC into dout_q for the data gradient and along the tokens into dout_qc for the weight gradient.
+static void cast_linear_output_grad(GPT *model, int layer, int linear, const float *dout, int N,
+                                    Fp8Operand *k_oc, Fp8Operand *k_tokens) {
+    int OC = linear_out_features(&model->config, linear),
+        index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
+    float *dout_q = model->dacts.dout_q, *dout_qc = model->dacts.dout_qc;
+    if (fp8_recipe_is_block(model->fp8.recipe)) {
+        cast_blocks(model, index, dout, N, OC, 0, dout_q, 1);
+        cast_blocks(model, index, dout, N, OC, 1, dout_qc, 1);
+        *k_oc = (Fp8Operand){dout_q, 1.0f}, *k_tokens = (Fp8Operand){dout_qc, 1.0f};
+        return;
+    }
+    float scale = fp8_cast(&model->fp8, model->dist, index, dout, (size_t)N * OC, dout_q, 1);
+    *k_oc = *k_tokens = (Fp8Operand){dout_q, scale};
+}
+
 // Linear layer `linear` of block `layer`: out (N,OC) = inp (N,IC) . W^T (IC,OC) + bias (Llama: none),
 // rounded to storage (with keep_fp32 left in FP32 for the caller). In float8 the input is cast to E4M3 into
 // input_q (kept for the weight gradient) and the GEMM multiplies FP8 values, its FP32 result divided by both
@@ -855,22 +932,17 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
     const float *bias = param_tensor_size(cfg, weight_tensor + 1)
                             ? model->params_compute + param_offset(cfg, weight_tensor + 1, layer)
                             : NULL;
-    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)) {
-        // tiles along IC for this GEMM into the scratch, along the tokens into input_q for the weight
-        // gradient
-        int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
-        float *x_tiles = model->dacts.dout_q;
-        cast_blocks(model, index, inp, N, IC, 0, x_tiles, record_amax);
-        cast_blocks(model, index, inp, N, IC, 1, input_q, record_amax);
-        fp8_gemm(model, 0, 0, 1, N, OC, IC, 1.0f, x_tiles, model->weights_fp8 + weight_offset, 0.0f, out);
-    } else if (model->dtype == DTYPE_FLOAT8) {
-        int lw = layer * NUM_BLOCK_LINEARS + linear;
-        int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
-        float scale = fp8_cast(&model->fp8, model->dist, index, inp, (size_t)N * IC, input_q, record_amax);
-        model->fp8.input_scale_used[lw] = scale;
-        float descale = 1.0f / (scale * model->fp8.weight_scale[lw]);
-        fp8_gemm(model, model->fast_accum >= FAST_ACCUM_FORWARD, 0, 1, N, OC, IC, descale, input_q,
-                 model->weights_fp8 + weight_offset, 0.0f, out);
+    if (model->dtype == DTYPE_FLOAT8) {
+        fp8_gemm(model,
+                 (Fp8GemmCall){.C = out,
+                               .A = cast_linear_input(model, layer, linear, inp, input_q, N, record_amax),
+                               .B = weight_operand(model, layer, linear, 0),
+                               .trans_b = 1,
+                               .M = N,
+                               .N = OC,
+                               .K = IC,
+                               .fast_accum = fp8_gemm_fast_accum(model->fp8.recipe, model->fast_accum,
+                                                                 FAST_ACCUM_FORWARD)});
     } else {
         gemm(model->gemm_pack, 0, 1, N, OC, IC, 1.0f, inp, model->params_compute + weight_offset, 0.0f, out);
     }
@@ -899,26 +971,26 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
         for (int o = 0; o < OC; o++)
             for (int n = 0; n < N; n++) dbias[o] += dout[(size_t)n * OC + o];
     }
-    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8.recipe)) {
-        // dout in tiles along OC for the data gradient, along the tokens for the weight gradient
-        int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
-        float *dout_q = model->dacts.dout_q, *dout_qc = model->dacts.dout_qc;
-        const float *w_dgrad =
-            model->fp8.recipe == FP8_RECIPE_MXFP8 ? model->weights_fp8_t : model->weights_fp8;
-        cast_blocks(model, index, dout, N, OC, 0, dout_q, 1);
-        cast_blocks(model, index, dout, N, OC, 1, dout_qc, 1);
-        fp8_gemm(model, 0, 0, 0, N, IC, OC, 1.0f, dout_q, w_dgrad + weight_offset, 0.0f, dinp);
-        fp8_gemm(model, 0, 1, 0, OC, IC, N, 1.0f, dout_qc, input_q, 1.0f, dweight);
-    } else if (model->dtype == DTYPE_FLOAT8) {
-        int lw = layer * NUM_BLOCK_LINEARS + linear;
-        int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
-        float *dout_q = model->dacts.dout_q;
-        float scale = fp8_cast(&model->fp8, model->dist, index, dout, (size_t)N * OC, dout_q, 1);
-        const int fast = model->fast_accum == FAST_ACCUM_ALL;
-        fp8_gemm(model, fast, 0, 0, N, IC, OC, 1.0f / (scale * model->fp8.weight_scale[lw]), dout_q,
-                 model->weights_fp8 + weight_offset, 0.0f, dinp);
-        fp8_gemm(model, fast, 1, 0, OC, IC, N, 1.0f / (scale * model->fp8.input_scale_used[lw]), dout_q,
-                 input_q, 1.0f, dweight);
+    if (model->dtype == DTYPE_FLOAT8) {
+        Fp8Operand dout_k_oc, dout_k_tokens; // dout for the GEMMs reducing over OC and over the tokens
+        cast_linear_output_grad(model, layer, linear, dout, N, &dout_k_oc, &dout_k_tokens);
+        const int fast = fp8_gemm_fast_accum(model->fp8.recipe, model->fast_accum, FAST_ACCUM_ALL);
+        fp8_gemm(model, (Fp8GemmCall){.C = dinp,
+                                      .A = dout_k_oc,
+                                      .B = weight_operand(model, layer, linear, 1),
+                                      .M = N,
+                                      .N = IC,
+                                      .K = OC,
+                                      .fast_accum = fast});
+        fp8_gemm(model, (Fp8GemmCall){.C = dweight,
+                                      .A = dout_k_tokens,
+                                      .trans_a = 1,
+                                      .B = saved_input_operand(model, layer, linear, input_q),
+                                      .M = OC,
+                                      .N = IC,
+                                      .K = N,
+                                      .accumulate = 1,
+                                      .fast_accum = fast});
     } else {
         gemm(model->gemm_pack, 0, 0, N, IC, OC, 1.0f, dout, model->params_compute + weight_offset, 0.0f,
              dinp);

@@ -549,8 +549,8 @@ static void cast_weight_blocks(GPT *model) {
                                &model->block_scale_min[t], &model->block_scale_max[t]};
             const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
             fp8 *w_q = weight_fp8(model, l, lin), *w_q_t = weight_fp8_t(model, l, lin);
-            if (model->recipe == FP8_RECIPE_MXFP8) {
-                block_cast<float>(FP8_RECIPE_MXFP8, w_q, weight_factors(model, l, lin, 0), w_q_t,
+            if (fp8_weight_casts(model->recipe) == 2) {
+                block_cast<float>(model->recipe, w_q, weight_factors(model, l, lin, 0), w_q_t,
                                   weight_factors(model, l, lin, 1), rec, master, OC, IC, FP8_E4M3,
                                   model->margin, 0, model->stream);
                 continue;
@@ -747,7 +747,7 @@ static void publish_weights(GPT *model, int end_step) {
         }
         if (end_step) {
             launch<fp8_end_step_kernel>({ceil_div(s->num_tensors, 128), 128, 0, stream}, *s,
-                                        model->recipe == FP8_RECIPE_DELAYED, model->step_params,
+                                        fp8_recipe_uses_history(model->recipe), model->step_params,
                                         model->step_results);
         }
     }
@@ -784,10 +784,11 @@ static GemmOperand fp8_operand(const fp8 *data, Fp8Format format, const void *de
 static GemmOperand block_operand(const fp8 *data, Fp8Format format, const void *factors, int recipe,
                                  int weight) {
     GemmOperand op = fp8_operand(data, format, factors);
-    if (recipe == FP8_RECIPE_MXFP8)
+    const Fp8RecipeInfo r = fp8_recipe(recipe);
+    if (r.scale_format == FP8_SCALE_E8M0)
         op.scale_mode = GEMM_SCALE_MX_32;
     else
-        op.scale_mode = weight ? GEMM_SCALE_BLOCK_128x128 : GEMM_SCALE_TILE_128;
+        op.scale_mode = weight && r.weight_rows == r.tile ? GEMM_SCALE_BLOCK_128x128 : GEMM_SCALE_TILE_128;
     return op;
 }
 
@@ -805,12 +806,31 @@ static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int c
                      model->pow2_scales, model->stream);
 }
 
+// The FP8 operands of a linear's GEMMs in the recipe's scaling: per tensor (a pointer to 1/scale) or per block
+// (the factors, block_operand's scale modes). Tensor `index`'s cast in cast_fp8 (tiles along its features), or
+// transposed in cast_fp8_t (tiles along the tokens).
+static GemmOperand cast_operand(GPT *model, int index, int transposed) {
+    Fp8Format format = fp8_role_format(model->recipe, fp8_tensor_role(index));
+    const fp8 *data = transposed ? model->cast_fp8_t : model->cast_fp8;
+    if (!fp8_recipe_is_block(model->recipe)) return fp8_operand(data, format, &model->scaling.descale[index]);
+    return block_operand(data, format, transposed ? model->cast_factors_t : model->cast_factors, model->recipe,
+                         0);
+}
+
+// W (OC, IC) as the forward reads it, or W^T (IC, OC) as the data gradient does.
+static GemmOperand weight_operand(GPT *model, int layer, int linear, int transposed) {
+    const fp8 *data = transposed ? weight_fp8_t(model, layer, linear) : weight_fp8(model, layer, linear);
+    if (!fp8_recipe_is_block(model->recipe))
+        return fp8_operand(data, FP8_E4M3, &model->scaling.weight_descale[layer * NUM_BLOCK_LINEARS + linear]);
+    return block_operand(data, FP8_E4M3, weight_factors(model, layer, linear, transposed), model->recipe, 1);
+}
+
 // The scale of tensor `index`'s cast of x (n). delayed: this step's scale, or while the tensor's history is
 // empty the exact scale of x's amax, the max over the ranks (the kernels check the history on the device;
 // the host only knows whether any is empty); current: x's amax measured first, the exact scale.
 static void fp8_prepare_scale(GPT *model, int index, const bf16 *x, size_t n, Fp8Format format) {
     Fp8DeviceState *s = &model->scaling;
-    if (model->recipe == FP8_RECIPE_CURRENT) {
+    if (!fp8_recipe_uses_history(model->recipe)) {
         measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x, n, format,
                             model->margin, model->stream);
     } else if (model->histories_empty) {
@@ -853,6 +873,69 @@ static char *saved_input_factors_t(GPT *model, int layer, int linear) {
            input_factor_offset(cfg, model->recipe, N, linear);
 }
 
+// The forward's input saved for the weight gradient, x^T (IC, N).
+static GemmOperand saved_input_operand(GPT *model, int layer, int linear) {
+    const fp8 *data = saved_input_t(model, layer, linear);
+    if (!fp8_recipe_is_block(model->recipe))
+        return fp8_operand(data, FP8_E4M3,
+                           &model->scaling.descale[fp8_tensor_index(layer, linear, FP8_ROLE_INPUT)]);
+    return block_operand(data, FP8_E4M3, saved_input_factors_t(model, layer, linear), model->recipe, 0);
+}
+
+// A linear's FP8 GEMMs, one form for every recipe, once its casts are in place: the forward's out (N,OC) =
+// x . W^T + bias, from the input's cast in cast_fp8.
+static void fp8_forward_gemm(GPT *model, int layer, int linear, bf16 *out) {
+    const GPTConfig *cfg = &model->config;
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    gemm(&model->gemm,
+         {.D = out,
+          .d_type = CUDA_R_16BF,
+          .A = cast_operand(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), 0),
+          .B = weight_operand(model, layer, linear, 0),
+          .trans_b = 1,
+          .M = N,
+          .N = OC,
+          .K = IC,
+          .epilogue = gemm_bias(linear_bias(model, layer, linear)),
+          .fast_accum = fp8_gemm_fast_accum(model->recipe, model->fast_accum, FAST_ACCUM_FORWARD)},
+         model->stream);
+}
+
+// The backward's dinp (N,IC) = dout . W and dW (OC,IC) += dout^T . x, from the output gradient's casts in
+// cast_fp8 and (transposed) cast_fp8_t, and the forward's saved input.
+static void fp8_backward_gemms(GPT *model, int layer, int linear, bf16 *dinp) {
+    const GPTConfig *cfg = &model->config;
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
+    // only with --fp8_fast_accum 2, a study's choice: fast accumulation costs the gradients precision
+    const int fast = fp8_gemm_fast_accum(model->recipe, model->fast_accum, FAST_ACCUM_ALL);
+    // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
+    gemm(&model->gemm,
+         {.D = dinp,
+          .d_type = CUDA_R_16BF,
+          .A = cast_operand(model, index, 0),
+          .B = weight_operand(model, layer, linear, 1),
+          .trans_b = 1,
+          .M = N,
+          .N = IC,
+          .K = OC,
+          .fast_accum = fast},
+         model->stream);
+    // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
+    gemm(&model->gemm,
+         {.D = grad_of(model, linear_weight_tensor(linear), layer),
+          .d_type = CUDA_R_32F,
+          .A = cast_operand(model, index, 1),
+          .B = saved_input_operand(model, layer, linear),
+          .trans_b = 1,
+          .M = OC,
+          .N = IC,
+          .K = N,
+          .accumulate = 1,
+          .fast_accum = fast},
+         model->stream);
+}
+
 // The per-tensor recipes, the scale prepared (fp8_prepare_scale): the input (N,IC) from `load` cast to E4M3
 // into cast_fp8 (with out; without, the backward's replay, not) and the saved transpose the weight gradient
 // reads, then out (N,OC) = input . W^T + bias. In training (record) the cast adds to the step's amax and
@@ -861,24 +944,12 @@ template <typename Load>
 static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Load load, int record) {
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
-    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    int index = fp8_tensor_index(layer, linear, 0), w = layer * NUM_BLOCK_LINEARS + linear;
+    int N = model->B * model->T, IC = linear_in_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
     cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
                           record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
                           (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->stream);
-    if (!out) return;
-    gemm(&model->gemm,
-         {.D = out,
-          .d_type = CUDA_R_16BF,
-          .A = fp8_operand(model->cast_fp8, FP8_E4M3, &s->descale[index]),
-          .B = fp8_operand(weight_fp8(model, layer, linear), FP8_E4M3, &s->weight_descale[w]),
-          .trans_b = 1,
-          .M = N,
-          .N = OC,
-          .K = IC,
-          .epilogue = gemm_bias(linear_bias(model, layer, linear)),
-          .fast_accum = model->fast_accum >= FAST_ACCUM_FORWARD},
-         model->stream);
+    if (out) fp8_forward_gemm(model, layer, linear, out);
 }
 
 // out (N,OC) = inp (N,IC) . W^T + bias. With gelu_out (fc's GELU output), in bfloat16: the GEMM also
@@ -893,24 +964,12 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
     const bf16 *bias = linear_bias(model, layer, linear);
     if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
         // tiles along IC for this GEMM, along the tokens into the saved transpose for the weight gradient
-        int index = fp8_tensor_index(layer, linear, 0), recipe = model->recipe;
-        fp8_block_cast(model, index, inp, N, IC, model->cast_fp8, model->cast_factors,
-                       saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear),
-                       record_amax, FP8_E4M3);
-        gemm(&model->gemm,
-             {.D = out,
-              .d_type = CUDA_R_16BF,
-              .A = block_operand(model->cast_fp8, FP8_E4M3, model->cast_factors, recipe, 0),
-              .B = block_operand(weight_fp8(model, layer, linear), FP8_E4M3,
-                                 weight_factors(model, layer, linear, 0), recipe, 1),
-              .trans_b = 1,
-              .M = N,
-              .N = OC,
-              .K = IC,
-              .epilogue = gemm_bias(bias)},
-             model->stream);
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC, model->cast_fp8,
+                       model->cast_factors, saved_input_t(model, layer, linear),
+                       saved_input_factors_t(model, layer, linear), record_amax, FP8_E4M3);
+        fp8_forward_gemm(model, layer, linear, out);
     } else if (model->dtype == DTYPE_FLOAT8) {
-        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC, FP8_E4M3);
         fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
     } else {
         GemmOperand x = bf16_operand(inp), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
@@ -948,7 +1007,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
 // written nor read back. The current recipe and a first step measure the stored tensor's amax before casting:
 // two passes there.
 static int casts_compute_inputs(const GPT *model) {
-    return model->dtype == DTYPE_FLOAT8 && model->recipe == FP8_RECIPE_DELAYED && !model->histories_empty;
+    return model->dtype == DTYPE_FLOAT8 && fp8_recipe_uses_history(model->recipe) && !model->histories_empty;
 }
 
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
@@ -957,12 +1016,12 @@ static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp
     if (model->dtype != DTYPE_FLOAT8) return;
     int N = model->B * model->T, IC = linear_in_features(&model->config, linear);
     if (fp8_recipe_is_block(model->recipe)) {
-        fp8_block_cast(model, fp8_tensor_index(layer, linear, 0), inp, N, IC, NULL, NULL,
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC, NULL, NULL,
                        saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear), 0,
                        FP8_E4M3);
         return;
     }
-    fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 0), inp, (size_t)N * IC, FP8_E4M3);
+    fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC, FP8_E4M3);
     fp8_linear_forward(model, layer, linear, NULL, StoredValues<bf16>{inp}, 0);
 }
 
@@ -975,43 +1034,14 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
                   "the cast's column sums must be bias_backward's partial sums");
     const GPTConfig *cfg = &model->config;
     Fp8DeviceState *s = &model->scaling;
-    int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    int index = fp8_tensor_index(layer, linear, 1), w = layer * NUM_BLOCK_LINEARS + linear;
-    int input_index = fp8_tensor_index(layer, linear, 0), weight_tensor = linear_weight_tensor(linear);
+    int N = model->B * model->T, OC = linear_out_features(cfg, linear);
+    int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
     float *dbias = linear_bias_grad(model, layer, linear);
     cast_transpose_values(model->cast_fp8, model->cast_fp8_t, &s->amax_current[index], &s->counts[2 * index],
-                          dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index], FP8_E5M2,
-                          model->stream);
+                          dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index],
+                          fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT), model->stream);
     if (dbias) bias_backward_from_partials(dbias, model->reduce_scratch, N, OC, model->stream);
-    GemmOperand dout_q = fp8_operand(model->cast_fp8, FP8_E5M2, &s->descale[index]);
-    GemmOperand dout_q_t = fp8_operand(model->cast_fp8_t, FP8_E5M2, &s->descale[index]);
-    const int fast =
-        model->fast_accum == FAST_ACCUM_ALL; // a study's choice: it costs the gradients precision
-    // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-    gemm(&model->gemm,
-         {.D = dinp,
-          .d_type = CUDA_R_16BF,
-          .A = dout_q,
-          .B = fp8_operand(weight_fp8_t(model, layer, linear), FP8_E4M3, &s->weight_descale[w]),
-          .trans_b = 1,
-          .M = N,
-          .N = IC,
-          .K = OC,
-          .fast_accum = fast},
-         model->stream);
-    // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-    gemm(&model->gemm,
-         {.D = grad_of(model, weight_tensor, layer),
-          .d_type = CUDA_R_32F,
-          .A = dout_q_t,
-          .B = fp8_operand(saved_input_t(model, layer, linear), FP8_E4M3, &s->descale[input_index]),
-          .trans_b = 1,
-          .M = OC,
-          .N = IC,
-          .K = N,
-          .accumulate = 1,
-          .fast_accum = fast},
-         model->stream);
+    fp8_backward_gemms(model, layer, linear, dinp);
 }
 
 // dinp (N,IC) = dout . W; dW (OC,IC) += dout^T . inp; dbias (if any) += column sums of dout. With gelu_pre
@@ -1026,7 +1056,8 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->recipe)) {
-        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, 1), dout, (size_t)N * OC, FP8_E5M2);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, (size_t)N * OC,
+                          fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT));
         fp8_linear_backward(model, layer, linear, dinp, StoredValues<bf16>{dout});
         return 0;
     }
@@ -1036,35 +1067,10 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
         if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
         // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
         // weight gradient
-        int index = fp8_tensor_index(layer, linear, 1), recipe = model->recipe;
-        Fp8Format format = fp8_role_format(recipe, FP8_ROLE_GRAD_OUTPUT);
-        fp8_block_cast(model, index, dout, N, OC, model->cast_fp8, model->cast_factors, model->cast_fp8_t,
-                       model->cast_factors_t, 1, format);
-        // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
-        gemm(&model->gemm,
-             {.D = dinp,
-              .d_type = CUDA_R_16BF,
-              .A = block_operand(model->cast_fp8, format, model->cast_factors, recipe, 0),
-              .B = block_operand(weight_fp8_t(model, layer, linear), FP8_E4M3,
-                                 weight_factors(model, layer, linear, 1), recipe, 1),
-              .trans_b = 1,
-              .M = N,
-              .N = IC,
-              .K = OC},
-             model->stream);
-        // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
-        gemm(&model->gemm,
-             {.D = dweight,
-              .d_type = CUDA_R_32F,
-              .A = block_operand(model->cast_fp8_t, format, model->cast_factors_t, recipe, 0),
-              .B = block_operand(saved_input_t(model, layer, linear), FP8_E4M3,
-                                 saved_input_factors_t(model, layer, linear), recipe, 0),
-              .trans_b = 1,
-              .M = OC,
-              .N = IC,
-              .K = N,
-              .accumulate = 1},
-             model->stream);
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, N, OC,
+                       model->cast_fp8, model->cast_factors, model->cast_fp8_t, model->cast_factors_t, 1,
+                       fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT));
+        fp8_backward_gemms(model, layer, linear, dinp);
         return 0;
     }
     GemmOperand g = bf16_operand(dout), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
@@ -1958,7 +1964,7 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     copy_to_host(model, stats->amax + n, s->weight_amax, w * sizeof(float));
     copy_to_host(model, stats->scale + n, s->weight_scale, w * sizeof(float));
     copy_to_host(model, counts, s->counts, num_counts * sizeof(unsigned long long));
-    int block = fp8_recipe_is_block(model->recipe), weight_casts = model->recipe == FP8_RECIPE_MXFP8 ? 2 : 1;
+    int block = fp8_recipe_is_block(model->recipe), weight_casts = fp8_weight_casts(model->recipe);
     if (block) { // each tensor's spread of block scales; its scale is that of the block holding its amax
         copy_to_host(model, stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
         copy_to_host(model, stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));
@@ -1970,11 +1976,9 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     for (int t = 0; t < n + w; t++) {
         int linear = t < n ? (t / 2) % NUM_BLOCK_LINEARS : (t - n) % NUM_BLOCK_LINEARS;
         size_t OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-        Fp8Role role = t < n && (t % 2) ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT;
         if (block)
-            stats->scale[t] =
-                fp8_block_scale(stats->amax[t], model->recipe, fp8_role_format(model->recipe, role),
-                                model->margin, model->pow2_scales);
+            stats->scale[t] = fp8_block_scale(stats->amax[t], model->recipe, fp8_stats_format(stats, t),
+                                              model->margin, model->pow2_scales);
         else
             stats->scale_min[t] = stats->scale_max[t] = stats->scale[t]; // one scale per tensor
         stats->saturated[t] = counts[2 * t];
@@ -2151,6 +2155,16 @@ static void select_device(const Dist *dist, cudaDeviceProp *props) {
     cuda_check(image);
 }
 
+// The recipes whose GEMMs a cuBLAS of this version (10000 major + 100 minor + patch) has, "delayed, current".
+static const char *recipes_of_cublas(int version, char out[OPTION_STRING_LEN]) {
+    *out = '\0';
+    for (int r = 0; r < FP8_RECIPE_COUNT; r++)
+        if (fp8_recipe(r).cublaslt <= version)
+            snprintf(out + strlen(out), OPTION_STRING_LEN - strlen(out), "%s%s", *out ? ", " : "",
+                     fp8_recipe_name(r));
+    return out;
+}
+
 // The versions of the libraries this process loaded (not of the headers it was built with), the line a first
 // contact's failure is read against; and what needs a newer one, refused now rather than at its first use.
 static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props) {
@@ -2170,16 +2184,19 @@ static void check_versions(const TrainOptions *opts, const cudaDeviceProp *props
            runtime % 1000 / 10, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, nccl / 10000,
            nccl / 100 % 100, nccl % 100, cudnn,
            fp8_accumulation_name(fp8_accumulation_of_device(props->major)));
-    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && !GEMM_BLOCK_SCALING)
-        fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no block-scaled GEMMs (cuBLAS 12.9 or "
-             "newer: rebuild against that toolkit; the delayed and current recipes run here)",
-             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", CUBLAS_VERSION / 10000,
-             CUBLAS_VERSION / 100 % 100);
-    if (opts->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(opts->fp8_recipe) && cublaslt < 120900)
-        fail("--fp8_recipe %s: the loaded cuBLASLt %zu.%zu.%zu has no block-scaled GEMMs "
-             "(cuBLAS 12.9 or newer)",
-             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", cublaslt / 10000,
-             cublaslt / 100 % 100, cublaslt % 100);
+    if (opts->dtype != DTYPE_FLOAT8) return;
+    const Fp8RecipeInfo recipe = fp8_recipe(opts->fp8_recipe);
+    char others[OPTION_STRING_LEN];
+    if (recipe.cublaslt > CUBLAS_VERSION)
+        fail("--fp8_recipe %s: this build's cuBLAS %d.%d headers have no %s, which need cuBLAS %d.%d or "
+             "newer: "
+             "rebuild against that toolkit (%s run here)",
+             recipe.name, CUBLAS_VERSION / 10000, CUBLAS_VERSION / 100 % 100, recipe.gemms,
+             recipe.cublaslt / 10000, recipe.cublaslt / 100 % 100, recipes_of_cublas(CUBLAS_VERSION, others));
+    if ((size_t)recipe.cublaslt > cublaslt)
+        fail("--fp8_recipe %s: the loaded cuBLASLt %zu.%zu.%zu has no %s, which need cuBLAS %d.%d or newer",
+             recipe.name, cublaslt / 10000, cublaslt / 100 % 100, cublaslt % 100, recipe.gemms,
+             recipe.cublaslt / 10000, recipe.cublaslt / 100 % 100);
 }
 
 // What the block recipes need of the CUDA trainer: ZeRO-0 (a weight block would span the ranks' shards of
@@ -2190,7 +2207,7 @@ static void check_gpu_recipe(const TrainOptions *opts) {
         fail("--fp8_recipe %s: needs --zero_stage 0 in the CUDA trainer for now (a weight block spans the "
              "ranks' "
              "shards with ZeRO-%d)",
-             opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise", opts->zero_stage);
+             fp8_recipe_name(opts->fp8_recipe), opts->zero_stage);
 }
 
 // CUDA Graphs capture one micro-step (one process only). With --keep_gathered, ZeRO-3 gathers the layers in
@@ -2288,22 +2305,20 @@ static void open_inputs(Run *r) {
     r->sample_tokens = (int *)malloc_check((size_t)r->B * r->T * sizeof(int), "sample buffer");
 }
 
-// What the device can run of this run's recipe: FP8 tensor cores, Hopper's block scaling, Blackwell's MXFP8.
+// What the device can run of this run's recipe: the compute capabilities whose cuBLASLt has its GEMMs (FP8
+// tensor cores, Hopper's block scaling, Blackwell's MXFP8).
 static void check_device_recipe(const TrainOptions *opts, const cudaDeviceProp *props) {
     if (opts->dtype != DTYPE_FLOAT8) return;
-    if (props->major * 10 + props->minor < 89)
-        fail("--dtype float8: %s (sm_%d%d) has no FP8 tensor cores (needs sm_89 or newer)", props->name,
-             props->major, props->minor);
-    if (opts->fp8_recipe == FP8_RECIPE_BLOCKWISE && props->major != 9)
-        fail("--fp8_recipe blockwise: %s (sm_%d%d): cuBLASLt's 1x128/128x128 block scaling runs on Hopper "
-             "(sm_90) "
-             "only (mxfp8 is Blackwell's)",
-             props->name, props->major, props->minor);
-    if (opts->fp8_recipe == FP8_RECIPE_MXFP8 && props->major < 10)
-        fail("--fp8_recipe mxfp8: %s (sm_%d%d): cuBLASLt's MXFP8 GEMMs (VEC32_UE8M0) need Blackwell (sm_100) "
-             "or "
-             "newer (blockwise runs on Hopper; train_cpu runs every recipe)",
-             props->name, props->major, props->minor);
+    const Fp8RecipeInfo recipe = fp8_recipe(opts->fp8_recipe);
+    int cc = props->major * 10 + props->minor;
+    if (cc >= recipe.min_cc && (!recipe.max_cc || cc <= recipe.max_cc)) return;
+    char range[32];
+    if (recipe.max_cc)
+        snprintf(range, sizeof range, "sm_%d to sm_%d", recipe.min_cc, recipe.max_cc);
+    else
+        snprintf(range, sizeof range, "sm_%d or newer", recipe.min_cc);
+    fail("--fp8_recipe %s: %s (sm_%d): cuBLASLt's %s need %s (%s); train_cpu runs every recipe", recipe.name,
+         props->name, cc, recipe.gemms, recipe.gpu, range);
 }
 
 // Set-up 3: this process's GPU and libraries, NCCL, the ranks' agreement and their shard groups.

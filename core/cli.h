@@ -38,6 +38,11 @@ static inline const char *fp8_accumulation_name(Fp8Accumulation a) {
 typedef enum { GRAD_REDUCE_FLOAT32 = 0, GRAD_REDUCE_BFLOAT16 = 1 } GradReduceDtype;
 // --fp8_fast_accum: which FP8 GEMMs accumulate without promotion (per-tensor recipes).
 typedef enum { FAST_ACCUM_NONE = 0, FAST_ACCUM_FORWARD = 1, FAST_ACCUM_ALL = 2 } FastAccum;
+// Whether the GEMMs named by `gemms` (FAST_ACCUM_FORWARD: the forward's, FAST_ACCUM_ALL: the gradients')
+// accumulate fast: --fp8_fast_accum (`setting`) reaches them and the recipe's GEMMs have fast accumulation.
+static inline int fp8_gemm_fast_accum(int recipe, int setting, FastAccum gemms) {
+    return fp8_recipe(recipe).fast_accum && setting >= (int)gemms;
+}
 // --stop_signal: the signal that, besides SIGTERM, SIGINT and SIGHUP, stops a run with a checkpoint
 // (run_control.h).
 typedef enum { STOP_SIGNAL_USR1 = 0, STOP_SIGNAL_USR2 = 1, STOP_SIGNAL_NONE = 2 } StopSignalChoice;
@@ -143,7 +148,7 @@ static const OptionSpec OPTION_SPECS[] = {
     {"max_seq_len", OPT_INT, OPT_AT(max_seq_len), "0", 0, MODEL_MAX_SEQ_LEN, NULL,
      "override the preset's maxT"},
     {"dtype", OPT_CHOICE, OPT_AT(dtype), "float8", 0, 0, "float32|bfloat16|float8", "matmul precision"},
-    {"fp8_recipe", OPT_CHOICE, OPT_AT(fp8_recipe), "delayed", 0, 0, "delayed|current|blockwise|mxfp8",
+    {"fp8_recipe", OPT_CHOICE, OPT_AT(fp8_recipe), "delayed", 0, 0, FP8_RECIPE_CHOICES,
      "FP8 scaling: per tensor (delayed, current) or per block (blockwise 1x128/128x128, mxfp8 1x32 E8M0)"},
     {"amax_history", OPT_INT, OPT_AT(amax_history), "16", 1, 1024, NULL, "delayed scaling window (steps)"},
     {"fp8_margin", OPT_INT, OPT_AT(fp8_margin), "0", 0, 16, NULL, "FP8 scale headroom: scale /= 2^margin"},
@@ -458,6 +463,24 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
     return cfg;
 }
 
+// --fp8_pow2_scales rounds FP32 block scales down to powers of two: a recipe whose scales are per tensor has
+// no block scales, and one with E8M0 block scales has powers of two already.
+static inline int fp8_recipe_has_fp32_block_scales(int recipe) {
+    return fp8_recipe_is_block(recipe) && fp8_recipe(recipe).scale_format == FP8_SCALE_FP32;
+}
+
+static inline void check_fp8_pow2_scales(const TrainOptions *opts) {
+    if (!opts->fp8_pow2_scales || fp8_recipe_has_fp32_block_scales(opts->fp8_recipe)) return;
+    char names[OPTION_STRING_LEN] = "";
+    for (int r = 0; r < FP8_RECIPE_COUNT; r++)
+        if (fp8_recipe_has_fp32_block_scales(r))
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", *names ? "|" : "",
+                     fp8_recipe_name(r));
+    fail("--fp8_pow2_scales: only for --fp8_recipe %s (%s's scales are %s)", names,
+         fp8_recipe_name(opts->fp8_recipe),
+         fp8_recipe_is_block(opts->fp8_recipe) ? "powers of two already" : "per tensor");
+}
+
 // Checks of values a range cannot express, before anything is loaded.
 static inline void validate_options(const TrainOptions *opts) {
     if (!*opts->train_data) fail("--train_data: empty (give the token shards to train on)");
@@ -480,11 +503,13 @@ static inline void validate_options(const TrainOptions *opts) {
         fail("--ckpt_every: checkpoints are written to --output_dir, which is empty");
     if (opts->keep_gathered && opts->zero_stage != 3)
         fail("--keep_gathered: only for --zero_stage 3 (ZeRO-0 and ZeRO-1 keep every weight gathered)");
-    if (opts->fp8_pow2_scales && opts->fp8_recipe != FP8_RECIPE_BLOCKWISE)
-        fail("--fp8_pow2_scales: only for --fp8_recipe blockwise (mxfp8's scales are powers of two already)");
-    if (opts->fp8_accumulation == FP8_ACCUMULATION_HOPPER && opts->fp8_recipe == FP8_RECIPE_MXFP8)
-        fail("--fp8_accumulation hopper: mxfp8 runs on Blackwell, whose FP8 accumulation the model does not "
-             "describe (fp32 sums there)");
+    check_fp8_pow2_scales(opts);
+    const Fp8RecipeInfo recipe = fp8_recipe(opts->fp8_recipe);
+    if (opts->fp8_accumulation == FP8_ACCUMULATION_HOPPER &&
+        fp8_accumulation_of_device(recipe.min_cc / 10) != FP8_ACCUMULATION_HOPPER)
+        fail("--fp8_accumulation hopper: %s runs on %s, whose FP8 accumulation the model does not describe "
+             "(fp32 sums there)",
+             recipe.name, recipe.gpu);
 }
 
 // A block recipe's blocks must tile every FP8 GEMM operand, as cuBLASLt's block-scaled GEMMs require: every
@@ -493,7 +518,7 @@ static inline void validate_options(const TrainOptions *opts) {
 static inline void check_fp8_recipe_shape(const TrainOptions *opts, const GPTConfig *cfg, int B, int T) {
     if (opts->dtype != DTYPE_FLOAT8 || !fp8_recipe_is_block(opts->fp8_recipe)) return;
     int block = fp8_block_size(opts->fp8_recipe);
-    const char *recipe = opts->fp8_recipe == FP8_RECIPE_MXFP8 ? "mxfp8" : "blockwise";
+    const char *recipe = fp8_recipe_name(opts->fp8_recipe);
     if (cfg->channels % block != 0)
         fail("--fp8_recipe %s: the channels (%d) must be a multiple of its %d-element blocks", recipe,
              cfg->channels, block);

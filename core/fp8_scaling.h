@@ -26,6 +26,12 @@
 #else
 #define FP8_HD
 #endif
+// What C++ can evaluate at compile time (a kernel's tile size from the recipe table), plain C at run time.
+#ifdef __cplusplus
+#define FP8_CONSTEXPR constexpr
+#else
+#define FP8_CONSTEXPR
+#endif
 
 typedef enum { FP8_E4M3 = 0, FP8_E5M2 = 1 } Fp8Format;
 
@@ -200,21 +206,98 @@ FP8_HD static inline float bf16_round(float x) {
 // steps (no extra pass over the data, but a sudden growth saturates until the history catches up); CURRENT
 // measures the amax of the tensor itself just before quantizing it.
 
-// BLOCKWISE and MXFP8 scale blocks of a tensor instead of the whole (see "Block scaling" below).
-typedef enum {
-    FP8_RECIPE_DELAYED = 0,
-    FP8_RECIPE_CURRENT = 1,
-    FP8_RECIPE_BLOCKWISE = 2,
-    FP8_RECIPE_MXFP8 = 3
-} Fp8Recipe;
+// BLOCKWISE and MXFP8 scale blocks of a tensor instead of the whole (see "Block scaling" below), of these
+// sizes (cuBLASLt's block-scaled GEMMs' own).
+#define FP8_BLOCKWISE_TILE 128
+#define FP8_MX_BLOCK 32
 
-// Roles of the FP8 operands of a linear layer. The hybrid recipe: forward operands need precision (E4M3),
+// The recipes, one row each: every property the trainers, the CLI and the refusals read of a recipe.
+//   id, name        FP8_RECIPE_<id>, and --fp8_recipe's value (the rows' order is the values' order, which
+//                   state files store)
+//   tile            elements per scale along the reduction dimension of the GEMM that reads an activation or
+//                   gradient: 0 per tensor, else 1 x tile blocks
+//   weight_rows     a weight block's rows: tile (square blocks, which serve both GEMMs that read the weight)
+//                   or 1 (1-D tiles, so the weight is cast once per GEMM); 0 per tensor
+//   scale_format    the format of the factors the GEMM reads: FP32, or E8M0 (powers of two)
+//   amax            where an activation's or gradient's scale comes from: a history of past steps, or the
+//                   tensor itself, measured before its cast
+//   grad_format     the output gradient's FP8 format (inputs and weights are E4M3 in every recipe)
+//   fast_accum      whether --fp8_fast_accum applies to its GEMMs (block-scaled GEMMs promote the partial
+//                   sums to FP32 at every block, so they have no fast accumulation)
+//   min_cc, max_cc  the compute capabilities (10 major + minor) whose cuBLASLt runs the recipe's GEMMs;
+//                   max_cc 0: no upper bound
+//   cublaslt        the oldest cuBLASLt (10000 major + 100 minor) with those GEMMs; 0: any
+//   gemms, gpu      what a refusal names: the GEMMs, and the GPUs they run on
+#define FP8_RECIPES(X)                                                                                       \
+    X(DELAYED, "delayed", 0, 0, FP8_SCALE_FP32, FP8_AMAX_HISTORY, FP8_E5M2, 1, 89, 0, 0, "FP8 GEMMs",        \
+      "FP8 tensor cores")                                                                                    \
+    X(CURRENT, "current", 0, 0, FP8_SCALE_FP32, FP8_AMAX_CURRENT, FP8_E5M2, 1, 89, 0, 0, "FP8 GEMMs",        \
+      "FP8 tensor cores")                                                                                    \
+    X(BLOCKWISE, "blockwise", FP8_BLOCKWISE_TILE, FP8_BLOCKWISE_TILE, FP8_SCALE_FP32, FP8_AMAX_CURRENT,      \
+      FP8_E5M2, 0, 90, 99, 120900, "block-scaled GEMMs (1x128/128x128)", "Hopper")                           \
+    X(MXFP8, "mxfp8", FP8_MX_BLOCK, 1, FP8_SCALE_E8M0, FP8_AMAX_CURRENT, FP8_E4M3, 0, 100, 0, 120900,        \
+      "MXFP8 GEMMs (VEC32_UE8M0)", "Blackwell")
+
+typedef enum { FP8_SCALE_FP32 = 0, FP8_SCALE_E8M0 = 1 } Fp8ScaleFormat;
+typedef enum { FP8_AMAX_HISTORY = 0, FP8_AMAX_CURRENT = 1 } Fp8AmaxSource;
+
+#define FP8_RECIPE_ENUM(id, ...) FP8_RECIPE_##id,
+typedef enum { FP8_RECIPES(FP8_RECIPE_ENUM) FP8_RECIPE_COUNT } Fp8Recipe;
+#undef FP8_RECIPE_ENUM
+
+typedef struct {
+    const char *name;
+    int tile, weight_rows;
+    Fp8ScaleFormat scale_format;
+    Fp8AmaxSource amax;
+    Fp8Format grad_format;
+    int fast_accum;
+    int min_cc, max_cc, cublaslt;
+    const char *gemms, *gpu;
+} Fp8RecipeInfo;
+
+// A recipe's row. A switch rather than an array, so that device code needs no global memory; a value no
+// row has reads as the first row (the CLI and the state files only ever hold the rows' values).
+#define FP8_RECIPE_CASE(id, ...)                                                                             \
+    case FP8_RECIPE_##id: {                                                                                  \
+        const Fp8RecipeInfo row = {__VA_ARGS__};                                                             \
+        return row;                                                                                          \
+    }
+FP8_HD static inline FP8_CONSTEXPR Fp8RecipeInfo fp8_recipe(int recipe) {
+    switch (recipe) {
+    default:
+        FP8_RECIPES(FP8_RECIPE_CASE)
+    }
+}
+#undef FP8_RECIPE_CASE
+
+// --fp8_recipe's choices, "delayed|current|...": each row adds "|" and its name, and the first "|" is
+// skipped.
+#define FP8_RECIPE_CHOICE(id, name, ...) "|" name
+#define FP8_RECIPE_CHOICES (FP8_RECIPES(FP8_RECIPE_CHOICE) + 1)
+
+static inline const char *fp8_recipe_name(int recipe) {
+    return fp8_recipe(recipe).name;
+}
+
+// Per-tensor recipes scale a whole tensor at once; block recipes scale each block (see "Block scaling").
+FP8_HD static inline int fp8_recipe_is_block(int recipe) {
+    return fp8_recipe(recipe).tile != 0;
+}
+
+// Delayed scaling: an activation's or gradient's scale comes from the amaxes of past steps, recorded as the
+// casts run; the other recipes measure each tensor (or block) just before casting it.
+FP8_HD static inline int fp8_recipe_uses_history(int recipe) {
+    return fp8_recipe(recipe).amax == FP8_AMAX_HISTORY;
+}
+
+// Roles of the FP8 operands of a linear layer. The hybrid recipes: forward operands need precision (E4M3),
 // gradients need range (E5M2). MXFP8 is E4M3 throughout (the OCP format; each 32-element block has its own
 // scale, so gradients need no extra range).
 typedef enum { FP8_ROLE_INPUT = 0, FP8_ROLE_WEIGHT = 1, FP8_ROLE_GRAD_OUTPUT = 2 } Fp8Role;
 
 FP8_HD static inline Fp8Format fp8_role_format(int recipe, Fp8Role r) {
-    return r == FP8_ROLE_GRAD_OUTPUT && recipe != FP8_RECIPE_MXFP8 ? FP8_E5M2 : FP8_E4M3;
+    return r == FP8_ROLE_GRAD_OUTPUT ? fp8_recipe(recipe).grad_format : FP8_E4M3;
 }
 
 // 2^k as a float, exactly, for k in [-126, 127] (a normal float, so built from its exponent field alone).
@@ -294,15 +377,15 @@ FP8_HD static inline int fp8_history_empty(const float *amax_history, int histor
 // blocks serve both of its GEMMs. The GEMM multiplies each block's products by the two blocks' dequantization
 // factors (1/scale). Every block is measured: no history.
 
-#define FP8_BLOCKWISE_TILE 128
-#define FP8_MX_BLOCK 32
-
-FP8_HD static inline int fp8_recipe_is_block(int recipe) {
-    return recipe == FP8_RECIPE_BLOCKWISE || recipe == FP8_RECIPE_MXFP8;
+FP8_HD static inline FP8_CONSTEXPR int fp8_block_size(int recipe) {
+    return fp8_recipe(recipe).tile;
 }
 
-FP8_HD static inline int fp8_block_size(int recipe) {
-    return recipe == FP8_RECIPE_MXFP8 ? FP8_MX_BLOCK : FP8_BLOCKWISE_TILE;
+// The casts of a weight: one, whose scale (per tensor) or square blocks serve both GEMMs that read it (the
+// forward and the data gradient); or, in 1-D tiles, one per GEMM, along the reduction dimension of each.
+FP8_HD static inline int fp8_weight_casts(int recipe) {
+    const Fp8RecipeInfo r = fp8_recipe(recipe);
+    return r.weight_rows == r.tile ? 1 : 2;
 }
 
 // The largest power of two at or below a positive normal float: its exponent field alone.
@@ -317,9 +400,10 @@ FP8_HD static inline float fp8_pow2_floor(float x) {
 // factor; ours gives up that half binade of range instead.) MXFP8 keeps the scale <= 2^126, so that its
 // dequantization factor 2^-k is a normal float (an E8M0 code of 1 or more).
 FP8_HD static inline float fp8_block_scale(float amax, int recipe, Fp8Format f, int margin, int pow2) {
+    const int e8m0 = fp8_recipe(recipe).scale_format == FP8_SCALE_E8M0;
     float scale = fp8_compute_scale(amax, f, margin);
-    if (recipe == FP8_RECIPE_MXFP8 || pow2) scale = fp8_pow2_floor(scale);
-    if (recipe == FP8_RECIPE_MXFP8 && scale > fp8_pow2(126)) scale = fp8_pow2(126);
+    if (e8m0 || pow2) scale = fp8_pow2_floor(scale);
+    if (e8m0 && scale > fp8_pow2(126)) scale = fp8_pow2(126);
     return scale;
 }
 
@@ -377,11 +461,13 @@ FP8_HD static inline size_t fp8_mx_factor_index(size_t K, size_t row, size_t blo
 // Bytes of the dequantization factors of an operand (rows, K) cast in the recipe's 1-D tiles along K, and of
 // a weight (rows, K) (BLOCKWISE: its 128 x 128 blocks; MXFP8: 1-D tiles as well).
 FP8_HD static inline size_t fp8_tile_factor_bytes(int recipe, size_t rows, size_t K) {
-    return recipe == FP8_RECIPE_MXFP8 ? fp8_mx_factors(rows, K) : fp8_tile_factors(rows, K) * sizeof(float);
+    return fp8_recipe(recipe).scale_format == FP8_SCALE_E8M0 ? fp8_mx_factors(rows, K)
+                                                             : fp8_tile_factors(rows, K) * sizeof(float);
 }
 
 FP8_HD static inline size_t fp8_weight_factor_bytes(int recipe, size_t rows, size_t K) {
-    return recipe == FP8_RECIPE_MXFP8 ? fp8_mx_factors(rows, K) : fp8_square_factors(rows, K) * sizeof(float);
+    return fp8_weight_casts(recipe) == 1 ? fp8_square_factors(rows, K) * sizeof(float)
+                                         : fp8_tile_factor_bytes(recipe, rows, K);
 }
 
 // E8M0, the MX scale format: eight exponent bits, value 2^(code - 127); code 0xFF is NaN. A power-of-two

@@ -125,7 +125,17 @@ static inline void step_guard_record(StepGuard *g, float loss, float norm) {
 
 // ----------------------------------------------------------------------------
 // FP8 telemetry. Tensor t < L*4*2 is an activation (even) or output gradient (odd) of linear
-// (t/2) % 4 of layer t/8; the L*4 weights follow.
+// (t/2) % 4 of layer t/8; the L*4 weights follow. Both trainers' scaling state uses the same order for the
+// activations and gradients.
+
+static inline int fp8_tensor_index(int layer, int linear, Fp8Role role) {
+    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + (role == FP8_ROLE_GRAD_OUTPUT);
+}
+
+// The role of activation or gradient tensor t (t < L*4*2).
+static inline Fp8Role fp8_tensor_role(int t) {
+    return t % 2 ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT;
+}
 
 typedef struct {
     int num_layers, num_tensors;  // activations and gradients: L*4*2; then L*4 weights
@@ -178,7 +188,7 @@ static inline void fp8_tensor_name(const Fp8Stats *s, int t, char *out, size_t l
 }
 
 static inline Fp8Format fp8_stats_format(const Fp8Stats *s, int t) {
-    return fp8_role_format(s->recipe, t < s->num_tensors && (t % 2) ? FP8_ROLE_GRAD_OUTPUT : FP8_ROLE_INPUT);
+    return fp8_role_format(s->recipe, t < s->num_tensors ? fp8_tensor_role(t) : FP8_ROLE_WEIGHT);
 }
 
 // One JSON-lines record per tensor. scale_min and scale_max are null when no block had a nonzero amax.

@@ -373,7 +373,7 @@ static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings
         // of F) and fc's output gradient (from fcproj's input gradient, F, and fc's output, FC, instead of
         // fc's output gradient: no activation backward pass, F more read)
         if (!fp8_recipe_is_block(s->fp8_recipe)) backward -= biases * b;
-        if (s->fp8_recipe == FP8_RECIPE_DELAYED) {
+        if (fp8_recipe_uses_history(s->fp8_recipe)) {
             forward -= 2 * C * b + activation - (FC - F) * b;
             backward -= activation_backward - F * b;
         }

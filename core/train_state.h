@@ -336,19 +336,28 @@ static inline void check_state_counters(const char *path, const int64_t *h) {
              (long)h[SH_SHARD], (long)h[SH_BATCH]);
 }
 
+// "fp8_recipe (0 delayed, 1 current, ...)": the recipes' values, which state files store, with their names.
+static inline const char *fp8_recipe_legend(char out[OPTION_STRING_LEN]) {
+    int n = snprintf(out, OPTION_STRING_LEN, "fp8_recipe (");
+    for (int r = 0; r < FP8_RECIPE_COUNT; r++)
+        n += snprintf(out + n, OPTION_STRING_LEN - n, "%s%d %s", r ? ", " : "", r, fp8_recipe_name(r));
+    snprintf(out + n, OPTION_STRING_LEN - n, ")");
+    return out;
+}
+
 // The settings a continuation must share (the model, the numerics, the data order), and the file's size
 // against its header. moments: the moment count this run expects in this file.
 static inline void check_state_header(const char *path, const int64_t *h, int64_t size, const TrainState *st,
                                       const GPTConfig *cfg, const StateBlock blocks[NUM_STATE_BLOCKS],
                                       int64_t moments) {
+    char recipe_legend[OPTION_STRING_LEN];
     check_state_field(path, h, SH_LAYERS, cfg->num_layers, "layers");
     check_state_field(path, h, SH_CHANNELS, cfg->channels, "channels");
     check_state_field(path, h, SH_VOCAB, cfg->padded_vocab_size, "padded vocab");
     check_state_field(path, h, SH_MAXT, cfg->max_seq_len, "max_seq_len");
     check_state_field(path, h, SH_HEADS, cfg->num_heads, "heads");
     check_state_field(path, h, SH_DTYPE, st->dtype, "dtype (0 float32, 1 bfloat16, 2 float8)");
-    check_state_field(path, h, SH_RECIPE, st->fp8_recipe,
-                      "fp8_recipe (0 delayed, 1 current, 2 blockwise, 3 mxfp8)");
+    check_state_field(path, h, SH_RECIPE, st->fp8_recipe, fp8_recipe_legend(recipe_legend));
     check_state_field(path, h, SH_HISTORY_LEN, st->amax_history_len, "amax_history");
     check_state_field(path, h, SH_SEQ_LEN, st->seq_len, "seq_len");
     check_state_field(path, h, SH_SEED, st->seed, "seed");

@@ -84,11 +84,6 @@ static inline void fp8_state_views(Fp8DeviceState *s, float *base, int num_layer
         (unsigned long long *)(s->scale_last + s->num_tensors + (s->num_tensors % 2)); // 8-byte aligned
 }
 
-// Index of a (layer, linear, role) tensor: input (E4M3) even, output gradient (E5M2) odd, as the CPU.
-static inline int fp8_tensor_index(int layer, int linear, int is_grad) {
-    return (layer * NUM_BLOCK_LINEARS + linear) * 2 + is_grad;
-}
-
 // |x| >= 0, so the IEEE order of non-negative floats is the order of their bit patterns: an integer
 // atomicMax is an exact, order-independent float max.
 __device__ static inline void atomic_max_nonneg(float *address, float value) {
@@ -291,7 +286,7 @@ template <int RECIPE>
 __device__ static inline void store_factor(void *factors, size_t rows, size_t K, size_t row, size_t k_tile,
                                            float scale) {
     float descale = fp8_block_descale(scale);
-    if (RECIPE == FP8_RECIPE_MXFP8)
+    if (fp8_recipe(RECIPE).scale_format == FP8_SCALE_E8M0)
         ((uint8_t *)factors)[fp8_mx_factor_index(K, row, k_tile)] = fp8_e8m0_from_pow2(descale);
     else
         ((float *)factors)[fp8_tile_factor_index(rows, row, k_tile)] = descale;
@@ -302,7 +297,7 @@ __device__ static inline void store_factor(void *factors, size_t rows, size_t K,
 template <typename T, int RECIPE>
 __global__ void block_cast_rows_kernel(fp8 *out, void *factors, BlockRecord rec, const T *in, int rows,
                                        int cols, Fp8Format format, int margin, int pow2) {
-    constexpr int TILE = RECIPE == FP8_RECIPE_MXFP8 ? FP8_MX_BLOCK : FP8_BLOCKWISE_TILE;
+    constexpr int TILE = fp8_block_size(RECIPE);
     int tile = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32), lane = threadIdx.x % 32;
     int tiles_per_row = cols / TILE;
     if (tile >= rows * tiles_per_row) return; // the whole warp
@@ -336,7 +331,7 @@ __global__ void block_cast_rows_kernel(fp8 *out, void *factors, BlockRecord rec,
 template <typename T, int RECIPE>
 __global__ void block_cast_cols_t_kernel(fp8 *out_t, void *factors, BlockRecord rec, const T *in, int rows,
                                          int cols, Fp8Format format, int margin, int pow2) {
-    constexpr int TILE = RECIPE == FP8_RECIPE_MXFP8 ? FP8_MX_BLOCK : FP8_BLOCKWISE_TILE;
+    constexpr int TILE = fp8_block_size(RECIPE);
     __shared__ float column_amax[8][BLOCK_CAST_COLS];
     __shared__ fp8 tile[TILE][BLOCK_CAST_COLS + 4];
     int col = blockIdx.x * BLOCK_CAST_COLS + threadIdx.x, row0 = blockIdx.y * TILE;
@@ -418,7 +413,7 @@ template <typename T, int RECIPE>
 static inline void block_cast_recipe(fp8 *out, void *factors, fp8 *out_t, void *factors_t, BlockRecord rec,
                                      const T *in, int rows, int cols, Fp8Format format, int margin, int pow2,
                                      cudaStream_t stream) {
-    constexpr int TILE = RECIPE == FP8_RECIPE_MXFP8 ? FP8_MX_BLOCK : FP8_BLOCKWISE_TILE;
+    constexpr int TILE = fp8_block_size(RECIPE);
     if (out) {
         size_t threads = (size_t)rows * (cols / TILE) * 32;
         launch<block_cast_rows_kernel<T, RECIPE>>({(int)((threads + 255) / 256), 256, 0, stream}, out,
