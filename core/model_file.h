@@ -510,16 +510,18 @@ static inline void check_init_from_shape(const TrainOptions *opts, const GPTConf
 }
 
 // Parameters [begin, begin + count) of a model just read, in values: a NaN or infinity would train on
-// into NaN checkpoints, so it is refused, naming where it is.
+// into NaN checkpoints, so it is refused, naming where it is. owned: a buffer freed before the refusal (NULL:
+// none), where it is the caller's only reference, which the exit's leak check would otherwise report.
 static inline void check_finite_params(const char *path, const GPTConfig *cfg, size_t begin, size_t count,
-                                       const float *values) {
+                                       const float *values, void *owned) {
     for (size_t i = 0; i < count; i++) {
         if (isfinite(values[i])) continue;
-        int tensor, layer;
+        int tensor, layer, nan = isnan(values[i]);
         param_locate(cfg, begin + i, &tensor, &layer);
+        free(owned);
         fail("%s: parameter %zu of %s (layer %d) is %s: not a usable model (a diverged run's?)", path,
              begin + i - param_offset(cfg, tensor, layer), PARAM_TENSOR_NAMES[tensor], layer,
-             isnan(values[i]) ? "NaN" : "infinite");
+             nan ? "NaN" : "infinite");
     }
 }
 
@@ -532,7 +534,7 @@ static inline float *load_model_file(const char *path, GPTConfig *cfg_out) {
     ModelFileIO io = {f, path, format, 0};
     visit_file_range(&io, &cfg, 0, param_count(&cfg), params, read_slice);
     fclose(f);
-    check_finite_params(path, &cfg, 0, param_count(&cfg), params);
+    check_finite_params(path, &cfg, 0, param_count(&cfg), params, params);
     *cfg_out = cfg;
     return params;
 }
@@ -566,7 +568,7 @@ static inline void load_model_range(const char *path, const GPTConfig *expected,
     ModelFileIO io = {f, path, format, 0};
     visit_file_range(&io, &cfg, begin, count, out, read_slice);
     fclose(f);
-    check_finite_params(path, &cfg, begin, count, out);
+    check_finite_params(path, &cfg, begin, count, out, NULL);
 }
 
 #endif // MODEL_FILE_H
