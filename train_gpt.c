@@ -807,7 +807,8 @@ typedef struct {
 
 // One FP8 GEMM, its operands and options named as the CUDA trainer's GemmCall (gpu/gemm.cuh):
 // C (M,N) = op(A) (M,K) . op(B) (K,N) / (A.scale B.scale) [+ C when accumulate]; op(A) = A^T when trans_a
-// (A stored (K,M)), op(B) = B^T when trans_b (B stored (N,K)).
+// (A stored (K,M)), op(B) = B^T when trans_b (B stored (N,K)). Initializers name every field, in this order:
+// dev/bench_kernels.cu compiles this file as C++, which warns of a designated field left out.
 typedef struct {
     float *C;
     Fp8Operand A;
@@ -936,11 +937,13 @@ static void linear_forward(GPT *model, int layer, int linear, float *out, const 
         fp8_gemm(model,
                  (Fp8GemmCall){.C = out,
                                .A = cast_linear_input(model, layer, linear, inp, input_q, N, record_amax),
+                               .trans_a = 0,
                                .B = weight_operand(model, layer, linear, 0),
                                .trans_b = 1,
                                .M = N,
                                .N = OC,
                                .K = IC,
+                               .accumulate = 0,
                                .fast_accum = fp8_gemm_fast_accum(model->fp8.recipe, model->fast_accum,
                                                                  FAST_ACCUM_FORWARD)});
     } else {
@@ -977,15 +980,19 @@ static void linear_backward(GPT *model, int layer, int linear, float *dinp, cons
         const int fast = fp8_gemm_fast_accum(model->fp8.recipe, model->fast_accum, FAST_ACCUM_ALL);
         fp8_gemm(model, (Fp8GemmCall){.C = dinp,
                                       .A = dout_k_oc,
+                                      .trans_a = 0,
                                       .B = weight_operand(model, layer, linear, 1),
+                                      .trans_b = 0,
                                       .M = N,
                                       .N = IC,
                                       .K = OC,
+                                      .accumulate = 0,
                                       .fast_accum = fast});
         fp8_gemm(model, (Fp8GemmCall){.C = dweight,
                                       .A = dout_k_tokens,
                                       .trans_a = 1,
                                       .B = saved_input_operand(model, layer, linear, input_q),
+                                      .trans_b = 0,
                                       .M = OC,
                                       .N = IC,
                                       .K = N,

@@ -274,7 +274,7 @@ FP8_HD static inline FP8_CONSTEXPR Fp8RecipeInfo fp8_recipe(int recipe) {
 // --fp8_recipe's choices, "delayed|current|...": each row adds "|" and its name, and the first "|" is
 // skipped.
 #define FP8_RECIPE_CHOICE(id, name, ...) "|" name
-#define FP8_RECIPE_CHOICES (FP8_RECIPES(FP8_RECIPE_CHOICE) + 1)
+#define FP8_RECIPE_CHOICES (&(FP8_RECIPES(FP8_RECIPE_CHOICE))[1])
 
 static inline const char *fp8_recipe_name(int recipe) {
     return fp8_recipe(recipe).name;
