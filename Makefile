@@ -2,7 +2,7 @@
 #   make train_cpu   gcc, OpenMP; OpenBLAS for the GEMMs when its headers and library are installed
 #   make train       nvcc for GPU_ARCH (default sm_90a and sm_100a: H100/H200 and B200)
 #   make demo        prepare tinyshakespeare and compare float32 / bfloat16 / float8 on a small model
-#   make check       the quick tier for the edit-compile-test loop (under a minute on 2 cores)
+#   make check       the quick tier for the edit-compile-test loop (the first run also builds the emulated trainer)
 #   make test        every test that needs no GPU (CI's)
 #   make test_gpu    the CUDA trainer against the CPU reference (needs a GPU)
 #   make train_emu   the CUDA trainer compiled for the CPU emulation of CUDA (emu/; `make test` runs the GPU
