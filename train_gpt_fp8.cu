@@ -806,22 +806,23 @@ static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int c
                      model->pow2_scales, model->stream);
 }
 
-// The FP8 operands of a linear's GEMMs in the recipe's scaling: per tensor (a pointer to 1/scale) or per block
-// (the factors, block_operand's scale modes). Tensor `index`'s cast in cast_fp8 (tiles along its features), or
-// transposed in cast_fp8_t (tiles along the tokens).
+// The FP8 operands of a linear's GEMMs in the recipe's scaling: per tensor (a pointer to 1/scale) or per
+// block (the factors, block_operand's scale modes). Tensor `index`'s cast in cast_fp8 (tiles along its
+// features), or transposed in cast_fp8_t (tiles along the tokens).
 static GemmOperand cast_operand(GPT *model, int index, int transposed) {
     Fp8Format format = fp8_role_format(model->recipe, fp8_tensor_role(index));
     const fp8 *data = transposed ? model->cast_fp8_t : model->cast_fp8;
     if (!fp8_recipe_is_block(model->recipe)) return fp8_operand(data, format, &model->scaling.descale[index]);
-    return block_operand(data, format, transposed ? model->cast_factors_t : model->cast_factors, model->recipe,
-                         0);
+    return block_operand(data, format, transposed ? model->cast_factors_t : model->cast_factors,
+                         model->recipe, 0);
 }
 
 // W (OC, IC) as the forward reads it, or W^T (IC, OC) as the data gradient does.
 static GemmOperand weight_operand(GPT *model, int layer, int linear, int transposed) {
     const fp8 *data = transposed ? weight_fp8_t(model, layer, linear) : weight_fp8(model, layer, linear);
     if (!fp8_recipe_is_block(model->recipe))
-        return fp8_operand(data, FP8_E4M3, &model->scaling.weight_descale[layer * NUM_BLOCK_LINEARS + linear]);
+        return fp8_operand(data, FP8_E4M3,
+                           &model->scaling.weight_descale[layer * NUM_BLOCK_LINEARS + linear]);
     return block_operand(data, FP8_E4M3, weight_factors(model, layer, linear, transposed), model->recipe, 1);
 }
 
@@ -969,7 +970,8 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
                        saved_input_factors_t(model, layer, linear), record_amax, FP8_E4M3);
         fp8_forward_gemm(model, layer, linear, out);
     } else if (model->dtype == DTYPE_FLOAT8) {
-        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC, FP8_E4M3);
+        fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC,
+                          FP8_E4M3);
         fp8_linear_forward(model, layer, linear, out, StoredValues<bf16>{inp}, record_amax);
     } else {
         GemmOperand x = bf16_operand(inp), w = bf16_operand(weight_bf16(model, weight_tensor, layer));
