@@ -33,6 +33,7 @@
 
 #include "core/atomic_file.h"
 #include "core/checkpoint.h"
+#include "core/checkpoint_io.h"
 #include "core/cli.h"
 #include "core/common.h"
 #include "core/dataloader.h"
@@ -1531,72 +1532,6 @@ static const float *cpu_position_logits(void *model_ptr, const int *tokens, int 
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints
-
-// The state file's arrays: this rank's moments, the amax histories, the step guard's window.
-static void state_blocks(GPT *model, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
-    blocks[STATE_ADAM_M] = (StateBlock){model->m, model->shard_count};
-    blocks[STATE_ADAM_V] = (StateBlock){model->v, model->shard_count};
-    blocks[STATE_AMAX_HISTORY] =
-        (StateBlock){model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len};
-    blocks[STATE_GUARD_HISTORY] = (StateBlock){guard->history, 2 * (size_t)guard->window};
-}
-
-// Every rank holds the whole model: each writes an equal share of the file (model_file.h's parallel write).
-static void save_model(GPT *model, const char *path) {
-    const Dist *dist = model->dist;
-    char tmp[CHECKPOINT_PATH_LEN];
-    if (dist->rank == 0) model_file_create_sized(path, tmp, sizeof(tmp), &model->config);
-    dist_barrier(dist);
-    size_t begin, count;
-    model_file_share(model->num_params, dist->rank, dist->world_size, &begin, &count);
-    FILE *f = model_file_open_part(path, tmp, sizeof(tmp));
-    model_file_write_range(f, tmp, &model->config, begin, count, model->params + begin);
-    atomic_close(f, tmp, path);
-    dist_barrier(dist);
-    if (dist->rank == 0) atomic_publish(tmp, path);
-}
-
-static void save_checkpoint(GPT *model, const TrainOptions *opts, TrainState *state, StepGuard *guard) {
-    char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
-    checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
-                     sizeof(model_path));
-    void *dist = (void *)model->dist;
-    run_dir_check_owned(opts, state->rank, (long)state->step, dist_rank_sum, dist);
-    save_model(model, model_path);
-    int64_t model_size;
-    state->model_digest =
-        checkpoint_model_digest(model_path, &model_size, state->rank, state->world_size, dist_rank_sum, dist);
-    StateBlock blocks[NUM_STATE_BLOCKS];
-    state_blocks(model, guard, blocks);
-    save_state_file(state_path, state, &model->config, blocks);
-    checkpoint_manifest(opts->output_dir, (long)state->step, model_size, state->model_digest, state->rank,
-                        state->world_size, dist_rank_sum, dist);
-    dist_barrier(model->dist); // every rank's files are complete before the pointer moves on
-    if (state->rank == 0) {
-        write_latest_checkpoint(opts->output_dir, (long)state->step);
-        prune_checkpoints(opts->output_dir, (long)state->step, opts->keep_checkpoints);
-    }
-    printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
-}
-
-static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, TrainState *state,
-                            StepGuard *guard) {
-    char model_path[CHECKPOINT_PATH_LEN];
-    model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
-    float *params = load_checkpoint_model(model_path, &model->config);
-    memcpy(model->params, params, model->num_params * sizeof(float));
-    free(params);
-    take_shard(model);
-    StateBlock blocks[NUM_STATE_BLOCKS];
-    state_blocks(model, guard, blocks);
-    load_training_state(opts->output_dir, step, state, &model->config, blocks);
-    guard->count = state->guard_count;
-    fp8_scales_from_history(&model->fp8);
-    printf("resumed | step %ld | %s\n", step, model_path);
-}
-
-// ----------------------------------------------------------------------------
 // Health: the BF16 shadow check and the FP8 telemetry of a step
 
 // The loss of the loader's current batch through the bfloat16 path on the same weights (the BF16 copy
@@ -1656,6 +1591,51 @@ typedef struct {
 
 enum { RUN_GOES_ON = -1 }; // a set-up phase's answer where the run goes on (else: its exit status)
 
+// ----------------------------------------------------------------------------
+// Checkpoints: what core/checkpoint_io.h's protocol needs of this trainer
+
+// Every rank holds the whole model: each writes an equal share of the file.
+static void write_model_part(void *run, FILE *f, const char *tmp) {
+    const GPT *model = &((Run *)run)->model;
+    size_t begin, count;
+    model_file_share(model->num_params, model->dist->rank, model->dist->world_size, &begin, &count);
+    model_file_write_range(f, tmp, &model->config, begin, count, model->params + begin);
+}
+
+static void read_model(void *run, const char *path) {
+    GPT *model = &((Run *)run)->model;
+    float *params = load_checkpoint_model(path, &model->config);
+    memcpy(model->params, params, model->num_params * sizeof(float));
+    free(params);
+    take_shard(model);
+}
+
+// The state file's arrays, where they live: this rank's moments, the amax histories, the step guard's window.
+static void state_blocks(void *run, float *staging, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    (void)staging;
+    GPT *model = &((Run *)run)->model;
+    StepGuard *guard = &((Run *)run)->guard;
+    blocks[STATE_ADAM_M] = (StateBlock){model->m, model->shard_count};
+    blocks[STATE_ADAM_V] = (StateBlock){model->v, model->shard_count};
+    blocks[STATE_AMAX_HISTORY] =
+        (StateBlock){model->fp8.amax_history, (size_t)model->fp8.num_tensors * model->fp8.history_len};
+    blocks[STATE_GUARD_HISTORY] = (StateBlock){guard->history, 2 * (size_t)guard->window};
+}
+
+// After a load: the guard's count and the scales that follow from the histories read.
+static void state_from_blocks(void *run, const TrainState *state, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    (void)blocks;
+    ((Run *)run)->guard.count = state->guard_count;
+    fp8_scales_from_history(&((Run *)run)->model.fp8);
+}
+
+static CheckpointIO checkpoint_io(Run *r) {
+    CheckpointIO io = {
+        r, dist_rank_sum, &r->dist, r->dist.rank,     r->dist.world_size, write_model_part, read_model,
+        0, state_blocks,  NULL,     state_from_blocks};
+    return io;
+}
+
 // OpenMP's threads bounded by the cores this process may run on: OMP_NUM_THREADS far above them (100000)
 // would start that many threads in every parallel region, and crash once their stacks exhaust memory.
 static void bound_threads_by_cores(void) {
@@ -1700,9 +1680,8 @@ static int read_settings(Run *r, int argc, char **argv) {
     return dry_run_only(&r->opts, &r->cfg, r->B, r->T, &r->dist);
 }
 
-// Set-up 2: the output directory, the data, the ranks' agreement and the step to resume from; a resumed
-// run with nothing left to do ends here.
-static int open_inputs(Run *r) {
+// Set-up 2: the output directory, the data, the ranks' agreement and the step to resume from.
+static void open_inputs(Run *r) {
     const TrainOptions *opts = &r->opts;
     Dist *dist = &r->dist;
     dist_set_shard_group(dist, resolve_shard_group(opts, dist->world_size));
@@ -1724,20 +1703,7 @@ static int open_inputs(Run *r) {
     // before any other collective: ranks with other flags would meet in mismatched ones
     check_ranks_agree(opts, &r->cfg, &r->train_loader, val, dist->rank, world, dist_rank_sum, dist);
     run_dir_agree(opts, dist->rank, world, dist_rank_sum, dist); // before any training
-    r->resume_step = -1;
-    if (!opts->resume) return RUN_GOES_ON;
-    double proposal = resume_step_proposal(dist->rank, opts->output_dir);
-    dist_sum_doubles(dist, &proposal, 1);
-    r->resume_step =
-        resume_verified_step(opts->output_dir, resume_step_agreed(proposal, dist->rank, opts->output_dir),
-                             dist->rank, world, dist_rank_sum, dist);
-    if (resume_has_work(opts, r->resume_step)) return RUN_GOES_ON;
-    free(r->init_params);
-    if (r->have_eval) eval_set_free(&r->eval);
-    if (val) dataloader_free(val);
-    dataloader_free(&r->train_loader);
-    dist_finalize(dist);
-    return 0;
+    r->resume_step = resume_step_for_run(opts, dist->rank, world, dist_rank_sum, dist);
 }
 
 // Set-up 3: the tokenizer, the model with its weights (fresh, --init_from's or the checkpoint's), the
@@ -1764,7 +1730,8 @@ static void build_model(Run *r) {
     check_ranks_same_data(&r->train_loader, r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist);
     step_guard_init(&r->guard, opts->guard_window);
     if (opts->resume) {
-        load_checkpoint(model, opts, r->resume_step, &r->state, &r->guard);
+        CheckpointIO io = checkpoint_io(r);
+        checkpoint_load(&io, opts, r->resume_step, &r->state, &r->cfg);
         resume_data_position(&r->train_loader, opts->output_dir, &r->state);
     }
     refresh_compute_weights(model);
@@ -1821,9 +1788,9 @@ static void open_records(Run *r) {
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
-// A stop asked for during set-up: the run ends before its first step (stopped_in_set_up), what set-up
-// allocated freed; model_built: after build_model.
-static int end_in_set_up(Run *r, int model_built) {
+// A run that ends before its first step (a resumed run with nothing left to do, a stop asked for during
+// set-up): what set-up allocated freed, and its exit status; model_built: after build_model.
+static int end_in_set_up(Run *r, int model_built, int status) {
     if (model_built) {
         step_guard_free(&r->guard);
         if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
@@ -1831,22 +1798,24 @@ static int end_in_set_up(Run *r, int model_built) {
     } else {
         free(r->init_params);
     }
+    if (r->have_eval) eval_set_free(&r->eval);
     if (r->have_val) dataloader_free(&r->val_loader);
     dataloader_free(&r->train_loader);
     dist_finalize(&r->dist);
-    return EXIT_STOPPED;
+    return status;
 }
 
 static int set_up_run(Run *r, int argc, char **argv) {
     int status = read_settings(r, argc, argv);
-    if (status == RUN_GOES_ON) status = open_inputs(r);
     if (status != RUN_GOES_ON) return status;
+    open_inputs(r);
+    if (r->opts.resume && !resume_has_work(&r->opts, r->resume_step)) return end_in_set_up(r, 0, 0);
     // a stop asked for while the data was indexed, then while a checkpoint loaded
     if (stopped_in_set_up(r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist))
-        return end_in_set_up(r, 0);
+        return end_in_set_up(r, 0, EXIT_STOPPED);
     build_model(r);
     if (stopped_in_set_up(r->dist.rank, r->dist.world_size, dist_rank_sum, &r->dist))
-        return end_in_set_up(r, 1);
+        return end_in_set_up(r, 1, EXIT_STOPPED);
     open_records(r);
     return RUN_GOES_ON;
 }
@@ -1951,7 +1920,8 @@ static void train_step(Run *r, int step) {
 static void checkpoint_now(Run *r) {
     double start = wall_time_ms();
     r->state.train_position = r->train_loader.pos;
-    save_checkpoint(&r->model, &r->opts, &r->state, &r->guard);
+    CheckpointIO io = checkpoint_io(r);
+    checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
     run_control_checkpoint_time(&r->control, wall_time_ms() - start);
 }
 

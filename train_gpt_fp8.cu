@@ -37,6 +37,7 @@
 
 #include "core/atomic_file.h"
 #include "core/checkpoint.h"
+#include "core/checkpoint_io.h"
 #include "core/cli.h"
 #include "core/common.h"
 #include "core/dataloader.h"
@@ -1801,114 +1802,6 @@ static void comm_destroy_all(GPT *model) {
     comm_destroy(&model->comm);
 }
 
-// Returns once every rank has reached it: MPI's barrier, or without MPI an all-reduce every rank joins.
-static void barrier_all_ranks(GPT *model, const Dist *dist) {
-    if (dist->mpi) {
-        dist_barrier(dist);
-        return;
-    }
-    double token = 0.0;
-    sum_over_ranks(model, &token, 1);
-}
-
-// Every rank writes its own part of the file (model_file.h's parallel write): with ZeRO-1/3 its chunk of
-// every unit, straight from its shard (nothing is gathered; with shard groups, the first group's ranks);
-// with ZeRO-0, where every rank holds the whole master, an equal share.
-static void write_model_part(GPT *model, FILE *f, const char *tmp, size_t begin, size_t count,
-                             const float *device, float *host) {
-    for (size_t done = 0; done < count; done += CHECKPOINT_PIECE) {
-        size_t n = count - done < CHECKPOINT_PIECE ? count - done : CHECKPOINT_PIECE;
-        copy_to_host(model, host, device + done, n * sizeof(float));
-        model_file_write_range(f, tmp, &model->config, begin + done, n, host);
-    }
-}
-
-static void save_model(GPT *model, const Dist *dist, const char *path) {
-    char tmp[CHECKPOINT_PATH_LEN];
-    if (model->comm.rank == 0) model_file_create_sized(path, tmp, sizeof(tmp), &model->config);
-    barrier_all_ranks(model, dist);
-    FILE *f = model_file_open_part(path, tmp, sizeof(tmp));
-    float *host = (float *)malloc_check(CHECKPOINT_PIECE * sizeof(float), "checkpoint staging");
-    if (model->zero_stage == 0) {
-        size_t begin, count;
-        model_file_share(model->num_params, model->comm.rank, model->comm.world_size, &begin, &count);
-        write_model_part(model, f, tmp, begin, count, model->params + begin, host);
-    } else if (model->replica == 0) { // the other groups hold the same shards
-        for (int unit = 0; unit < model->num_units; unit++) {
-            ShardUnit u = shard_map_unit(&model->shards, unit);
-            write_model_part(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
-                             model->params + u.shard, host);
-        }
-    }
-    free(host);
-    atomic_close(f, tmp, path);
-    barrier_all_ranks(model, dist);
-    if (model->comm.rank == 0) atomic_publish(tmp, path);
-}
-
-// The state file's arrays, staged on the host: this rank's moments, the amax histories and the step guard's
-// window, copied from the device.
-static void state_blocks(GPT *model, float *host, StepGuard *guard, StateBlock blocks[NUM_STATE_BLOCKS]) {
-    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
-    blocks[STATE_ADAM_M] = StateBlock{host, S};
-    blocks[STATE_ADAM_V] = StateBlock{host + S, S};
-    blocks[STATE_AMAX_HISTORY] = StateBlock{host + 2 * S, H};
-    blocks[STATE_GUARD_HISTORY] = StateBlock{guard->history, 2 * (size_t)guard->window};
-}
-
-static void save_checkpoint(GPT *model, const Dist *dist, const TrainOptions *opts, TrainState *state,
-                            StepGuard *guard) {
-    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
-    char model_path[CHECKPOINT_PATH_LEN], state_path[CHECKPOINT_PATH_LEN];
-    checkpoint_paths(opts->output_dir, (long)state->step, state->rank, model_path, state_path,
-                     sizeof(model_path));
-    comm_wait_stream(&model->comm, model->stream, "the step before a checkpoint");
-    run_dir_check_owned(opts, state->rank, (long)state->step, sum_over_ranks_at_start, &model->comm);
-    save_model(model, dist, model_path);
-    int64_t model_size;
-    state->model_digest = checkpoint_model_digest(model_path, &model_size, state->rank, state->world_size,
-                                                  sum_over_ranks_at_start, &model->comm);
-    float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
-    StateBlock blocks[NUM_STATE_BLOCKS];
-    state_blocks(model, host, guard, blocks);
-    copy_to_host(model, guard->history, model->guard_history, 2 * (size_t)guard->window * sizeof(float));
-    copy_to_host(model, blocks[STATE_ADAM_M].data, model->m, S * sizeof(float));
-    copy_to_host(model, blocks[STATE_ADAM_V].data, model->v, S * sizeof(float));
-    copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history, H * sizeof(float));
-    save_state_file(state_path, state, &model->config, blocks);
-    free(host);
-    checkpoint_manifest(opts->output_dir, (long)state->step, model_size, state->model_digest, state->rank,
-                        state->world_size, sum_over_ranks_at_start, &model->comm);
-    barrier_all_ranks(model, dist);
-    if (model->comm.rank == 0) {
-        write_latest_checkpoint(opts->output_dir, (long)state->step);
-        prune_checkpoints(opts->output_dir, (long)state->step, opts->keep_checkpoints);
-    }
-    printf("checkpoint | step %ld | %s\n", (long)state->step, model_path);
-}
-
-static void load_checkpoint(GPT *model, const TrainOptions *opts, long step, TrainState *state,
-                            StepGuard *guard) {
-    char model_path[CHECKPOINT_PATH_LEN];
-    model_file_path(opts->output_dir, step, model_path, sizeof(model_path));
-    load_master(model, model_path, 0);
-    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
-    float *host = (float *)malloc_check((2 * S + H) * sizeof(float), "checkpoint staging");
-    StateBlock blocks[NUM_STATE_BLOCKS];
-    state_blocks(model, host, guard, blocks);
-    load_training_state(opts->output_dir, step, state, &model->config, blocks);
-    copy_to_device(model->m, blocks[STATE_ADAM_M].data, S * sizeof(float));
-    copy_to_device(model->v, blocks[STATE_ADAM_V].data, S * sizeof(float));
-    copy_to_device(model->scaling.amax_history, blocks[STATE_AMAX_HISTORY].data, H * sizeof(float));
-    model->histories_empty = 0;
-    for (int t = 0; t < model->scaling.num_tensors; t++)
-        model->histories_empty |=
-            fp8_history_empty(blocks[STATE_AMAX_HISTORY].data + (size_t)t * model->scaling.history_len,
-                              model->scaling.history_len);
-    free(host);
-    printf("resumed | step %ld | %s\n", step, model_path);
-}
-
 // ----------------------------------------------------------------------------
 // Health: the BF16 shadow check, FP8 telemetry, energy
 
@@ -2230,6 +2123,7 @@ typedef struct {
     GPTConfig cfg;
     cudaDeviceProp props;
     int B, T, accum_steps, have_val, have_eval, have_debug;
+    long resume_step; // the checkpoint a --resume run continues
     DataLoader train_loader, val_loader;
     EvalSet eval;
     Tokenizer tokenizer;
@@ -2253,6 +2147,98 @@ typedef struct {
 } Run;
 
 enum { RUN_GOES_ON = -1 }; // a set-up phase's answer where the run goes on (else: its exit status)
+
+// ----------------------------------------------------------------------------
+// Checkpoints: what core/checkpoint_io.h's protocol needs of this trainer
+
+// Every rank writes its own part of the model file from the device, a piece at a time: with ZeRO-1/3 its
+// chunk of every unit, straight from its shard (nothing is gathered; with shard groups, the first group's
+// ranks); with ZeRO-0, where every rank holds the whole master, an equal share.
+static void write_model_range(GPT *model, FILE *f, const char *tmp, size_t begin, size_t count,
+                              const float *device, float *host) {
+    for (size_t done = 0; done < count; done += CHECKPOINT_PIECE) {
+        size_t n = count - done < CHECKPOINT_PIECE ? count - done : CHECKPOINT_PIECE;
+        copy_to_host(model, host, device + done, n * sizeof(float));
+        model_file_write_range(f, tmp, &model->config, begin + done, n, host);
+    }
+}
+
+static void write_model_part(void *run, FILE *f, const char *tmp) {
+    GPT *model = &((Run *)run)->model;
+    float *host = (float *)malloc_check(CHECKPOINT_PIECE * sizeof(float), "checkpoint staging");
+    if (model->zero_stage == 0) {
+        size_t begin, count;
+        model_file_share(model->num_params, model->comm.rank, model->comm.world_size, &begin, &count);
+        write_model_range(model, f, tmp, begin, count, model->params + begin, host);
+    } else if (model->replica == 0) { // the other groups hold the same shards
+        for (int unit = 0; unit < model->num_units; unit++) {
+            ShardUnit u = shard_map_unit(&model->shards, unit);
+            write_model_range(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
+                              model->params + u.shard, host);
+        }
+    }
+    free(host);
+}
+
+static void read_model(void *run, const char *path) {
+    load_master(&((Run *)run)->model, path, 0);
+}
+
+// The state file's arrays, staged on the host: this rank's moments, the amax histories and the step guard's
+// window.
+static void state_blocks(void *run, float *staging, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    GPT *model = &((Run *)run)->model;
+    StepGuard *guard = &((Run *)run)->guard;
+    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
+    blocks[STATE_ADAM_M] = StateBlock{staging, S};
+    blocks[STATE_ADAM_V] = StateBlock{staging + S, S};
+    blocks[STATE_AMAX_HISTORY] = StateBlock{staging + 2 * S, H};
+    blocks[STATE_GUARD_HISTORY] = StateBlock{guard->history, 2 * (size_t)guard->window};
+}
+
+static void state_to_blocks(void *run, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    GPT *model = &((Run *)run)->model;
+    StepGuard *guard = &((Run *)run)->guard;
+    copy_to_host(model, guard->history, model->guard_history, 2 * (size_t)guard->window * sizeof(float));
+    copy_to_host(model, blocks[STATE_ADAM_M].data, model->m, blocks[STATE_ADAM_M].count * sizeof(float));
+    copy_to_host(model, blocks[STATE_ADAM_V].data, model->v, blocks[STATE_ADAM_V].count * sizeof(float));
+    copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history,
+                 blocks[STATE_AMAX_HISTORY].count * sizeof(float));
+}
+
+// After a load: the moments and histories to the device (the guard's window goes with upload_step_state),
+// and whether a history is still empty (its scales then come from the first step's amaxes).
+static void state_from_blocks(void *run, const TrainState *state, StateBlock blocks[NUM_STATE_BLOCKS]) {
+    (void)state;
+    GPT *model = &((Run *)run)->model;
+    copy_to_device(model->m, blocks[STATE_ADAM_M].data, blocks[STATE_ADAM_M].count * sizeof(float));
+    copy_to_device(model->v, blocks[STATE_ADAM_V].data, blocks[STATE_ADAM_V].count * sizeof(float));
+    copy_to_device(model->scaling.amax_history, blocks[STATE_AMAX_HISTORY].data,
+                   blocks[STATE_AMAX_HISTORY].count * sizeof(float));
+    model->histories_empty = 0;
+    for (int t = 0; t < model->scaling.num_tensors; t++)
+        model->histories_empty |=
+            fp8_history_empty(blocks[STATE_AMAX_HISTORY].data + (size_t)t * model->scaling.history_len,
+                              model->scaling.history_len);
+}
+
+static CheckpointIO checkpoint_io(Run *r) {
+    GPT *model = &r->model;
+    size_t staging =
+        2 * model->shard_floats + (size_t)model->scaling.num_tensors * model->scaling.history_len;
+    CheckpointIO io = {r,
+                       sum_over_ranks_at_start,
+                       &model->comm,
+                       r->dist.rank,
+                       r->dist.world_size,
+                       write_model_part,
+                       read_model,
+                       staging,
+                       state_blocks,
+                       state_to_blocks,
+                       state_from_blocks};
+    return io;
+}
 
 // Set-up 1: the processes, the flags and the model's shape; a dry run ends with its plan.
 static int read_settings(Run *r, int argc, char **argv) {
@@ -2336,6 +2322,8 @@ static void join_ranks(Run *r) {
                       dist->world_size, sum_over_ranks_at_start, &r->comm);
     run_dir_agree(opts, dist->rank, dist->world_size, sum_over_ranks_at_start,
                   &r->comm); // before any training
+    r->resume_step =
+        resume_step_for_run(opts, dist->rank, dist->world_size, sum_over_ranks_at_start, &r->comm);
     dist_set_shard_group(dist, resolve_shard_group(opts, dist->world_size));
     if (dist->replicas > 1) {
         comm_split(&r->comm, dist->replica, &r->group);
@@ -2344,8 +2332,8 @@ static void join_ranks(Run *r) {
 }
 
 // Set-up 4: the model with its weights (fresh, --init_from's or the checkpoint's), the training state, the
-// step guard, the scales and the energy meter; a resumed run with nothing left to do ends here.
-static int build_model(Run *r) {
+// step guard, the scales and the energy meter.
+static void build_model(Run *r) {
     TrainOptions *opts = &r->opts;
     Dist *dist = &r->dist;
     GPT *model = &r->model;
@@ -2363,19 +2351,8 @@ static int build_model(Run *r) {
     check_ranks_same_data(&r->train_loader, dist->rank, dist->world_size, sum_over_ranks_at_start, &r->comm);
     step_guard_init(&r->guard, opts->guard_window);
     if (opts->resume) {
-        double proposal = resume_step_proposal(dist->rank, opts->output_dir);
-        sum_over_ranks(model, &proposal, 1);
-        long resume_step =
-            resume_verified_step(opts->output_dir, resume_step_agreed(proposal, dist->rank, opts->output_dir),
-                                 dist->rank, dist->world_size, sum_over_ranks_at_start, &r->comm);
-        if (!resume_has_work(opts, resume_step)) {
-            step_guard_free(&r->guard);
-            gpt_free(model);
-            comm_destroy_all(model);
-            dist_finalize(dist);
-            return 0;
-        }
-        load_checkpoint(model, opts, resume_step, &r->state, &r->guard);
+        CheckpointIO io = checkpoint_io(r);
+        checkpoint_load(&io, opts, r->resume_step, &r->state, &r->cfg);
         resume_data_position(&r->train_loader, opts->output_dir, &r->state);
     } else {
         load_master(model, *opts->init_from ? opts->init_from : NULL, (uint64_t)opts->seed);
@@ -2389,7 +2366,6 @@ static int build_model(Run *r) {
     int device;
     cuda_check(cudaGetDevice(&device));
     energy_meter_start(&r->energy, device); // the GPU this process uses, not its local rank's index
-    return RUN_GOES_ON;
 }
 
 static void print_run_line(const Run *r) {
@@ -2447,9 +2423,10 @@ static void open_records(Run *r) {
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
-// A stop asked for during set-up: the run ends before its first step (stopped_in_set_up), what set-up
-// allocated freed; model_built: after build_model (the communicators are then the model's).
-static int end_in_set_up(Run *r, int model_built) {
+// A run that ends before its first step (a resumed run with nothing left to do, a stop asked for during
+// set-up): what set-up allocated freed, and its exit status; model_built: after build_model (the
+// communicators are then the model's).
+static int end_in_set_up(Run *r, int model_built, int status) {
     if (model_built) {
         step_guard_free(&r->guard);
         fp8_stats_free(&r->stats);
@@ -2460,12 +2437,13 @@ static int end_in_set_up(Run *r, int model_built) {
         if (r->dist.replicas > 1) comm_destroy(&r->replicas), comm_destroy(&r->group);
         comm_destroy(&r->comm);
     }
+    if (r->have_eval) eval_set_free(&r->eval);
     if (r->have_val) dataloader_free(&r->val_loader);
     dataloader_free(&r->train_loader);
     if (r->tokenizer.loaded) tokenizer_free(&r->tokenizer);
     free(r->sample_tokens);
     dist_finalize(&r->dist);
-    return EXIT_STOPPED;
+    return status;
 }
 
 static int set_up_run(Run *r, int argc, char **argv) {
@@ -2473,13 +2451,13 @@ static int set_up_run(Run *r, int argc, char **argv) {
     if (status != RUN_GOES_ON) return status;
     open_inputs(r);
     join_ranks(r);
+    if (r->opts.resume && !resume_has_work(&r->opts, r->resume_step)) return end_in_set_up(r, 0, 0);
     // a stop asked for while the data was indexed and NCCL joined the ranks, then while a checkpoint loaded
     if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->comm))
-        return end_in_set_up(r, 0);
-    status = build_model(r);
-    if (status != RUN_GOES_ON) return status;
+        return end_in_set_up(r, 0, EXIT_STOPPED);
+    build_model(r);
     if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->model.comm))
-        return end_in_set_up(r, 1);
+        return end_in_set_up(r, 1, EXIT_STOPPED);
     open_records(r);
     return RUN_GOES_ON;
 }
@@ -2540,7 +2518,9 @@ static void train_step(Run *r, int step) {
 static void checkpoint_now(Run *r) {
     double start = wall_time_ms();
     r->state.train_position = r->train_loader.pos;
-    save_checkpoint(&r->model, &r->dist, &r->opts, &r->state, &r->guard);
+    comm_wait_stream(&r->model.comm, r->model.stream, "the step before a checkpoint");
+    CheckpointIO io = checkpoint_io(r);
+    checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
     run_control_checkpoint_time(&r->control, wall_time_ms() - start);
 }
 

@@ -4,8 +4,10 @@
 //    requeued job started while the first still runs, a typo in a sweep) is refused with the holder's host
 //    and pid, before it writes anything. The kernel drops the lock when the holder dies, also on SIGKILL.
 //    A filesystem without flock gets a warning, and the run goes on unguarded. The lock is never a symbolic
-//    link's target, and the run knows the lock file and the directory by identity: one taken away (removed,
-//    renamed, replaced) stops the run before its next checkpoint (run_dir_check_owned).
+//    link's target, and the run knows the lock file and the directory by identity (run_dir_check_owned,
+//    before each checkpoint): a lock removed is taken again and a directory renamed is written under its
+//    new name, where no other run can have written, and the run stops after that checkpoint; a directory
+//    removed, or a lock another run holds, stops it before the checkpoint.
 //  - A fresh run into a directory that holds a checkpoint (latest_checkpoint, or only checkpoint files) is
 //    refused unless --overwrite 1, which also removes the pointer and the manifests so that no later
 //    --resume continues the old run.
@@ -99,28 +101,126 @@ static inline int path_is_open_file(const char *path, int fd) {
            by_path.st_ino == held.st_ino;
 }
 
-// Every rank, before a checkpoint is written: rank 0 checks that --output_dir is still the directory it
-// locked and its lock file still the one it holds. A directory renamed (and another made in its place) or a
-// lock file removed lets a second run take the path: this run then stops, writing nothing there, and says
-// so on every rank.
-static inline void run_dir_check_owned(const TrainOptions *opts, int rank, long step, RankSum sum,
-                                       void *ctx) {
-    if (!*opts->output_dir) return;
+// Whether this rank reads back the token rank 0 wrote.
+static inline int sees_run_token(const char *path, const char *expected) {
+    char got[64] = "";
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(got, 1, sizeof(got) - 1, f);
+    fclose(f);
+    got[n] = '\0';
+    return strcmp(got, expected) == 0;
+}
+
+// The run's directory as this rank holds it open, named again through /proc (Linux): into path, 1 where it
+// still has a name that leads to it; 0 where it was removed.
+static inline int held_dir_path(char *path, size_t len) {
+    char link[64];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", run_dir_fd);
+    ssize_t n = run_dir_fd >= 0 ? readlink(link, path, len - 1) : -1;
+    if (n <= 0 || (size_t)n >= len - 1) return 0;
+    path[n] = '\0';
+    return path_is_open_file(path, run_dir_fd); // a removed directory's link ends in " (deleted)"
+}
+
+// Rank 0, its lock file removed or replaced: the lock taken again where no other run holds it and the
+// directory's token is still this run's (a run that took the directory meanwhile wrote its own). 1 if so.
+static inline int run_lock_retake(const char *dir) {
+    char lock[CHECKPOINT_PATH_LEN], token_path[CHECKPOINT_PATH_LEN], token[64], line[256], host[128];
+    run_file_path(dir, RUN_LOCK_NAME, lock, sizeof(lock));
+    run_file_path(dir, RUN_TOKEN_NAME, token_path, sizeof(token_path));
+    snprintf(token, sizeof(token), "%s\n", run_tag);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    struct stat st;
+    if (fd < 0) return 0;
+    host_name(host, sizeof(host));
+    int len = snprintf(line, sizeof(line), "host %s, pid %ld\n", host, (long)getpid());
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_EX | LOCK_NB) != 0 ||
+        !sees_run_token(token_path, token) || ftruncate(fd, 0) != 0 ||
+        pwrite(fd, line, (size_t)len, 0) != len) {
+        close(fd);
+        return 0;
+    }
+    close(run_lock_fd); // the removed file's lock
+    run_lock_fd = fd;
+    return 1;
+}
+
+// What run_dir_check_owned found: the directory still the run's; taken away but written by this run alone
+// (its checkpoint is written, then the run stops); lost (nothing is written).
+typedef enum {
+    RUN_DIR_OWNED,
+    RUN_DIR_LOCK_RETAKEN,
+    RUN_DIR_MOVED,
+    RUN_DIR_REMOVED,
+    RUN_DIR_LOCK_LOST
+} RunDirState;
+
+// Where a moved directory was: for run_dir_stop_if_taken's line.
+static char run_dir_moved_from[OPTION_STRING_LEN];
+
+// Rank 0: the state of the directory it holds, and in moved the name it now has where it was renamed.
+static inline RunDirState run_dir_state(const char *dir, char *moved, size_t len) {
+    if (path_is_open_file(dir, run_dir_fd)) {
+        char lock[CHECKPOINT_PATH_LEN];
+        run_file_path(dir, RUN_LOCK_NAME, lock, sizeof(lock));
+        if (path_is_open_file(lock, run_lock_fd)) return RUN_DIR_OWNED;
+        return run_lock_retake(dir) ? RUN_DIR_LOCK_RETAKEN : RUN_DIR_LOCK_LOST;
+    }
+    if (!held_dir_path(moved, len)) return RUN_DIR_REMOVED;
     char lock[CHECKPOINT_PATH_LEN];
-    run_file_path(opts->output_dir, RUN_LOCK_NAME, lock, sizeof(lock));
-    double lost = 0.0;
+    run_file_path(moved, RUN_LOCK_NAME, lock, sizeof(lock));
+    return path_is_open_file(lock, run_lock_fd) || run_lock_retake(moved) ? RUN_DIR_MOVED : RUN_DIR_LOCK_LOST;
+}
+
+// Every rank, before a checkpoint is written: rank 0 checks that --output_dir is still the directory it
+// locked and its lock file still the one it holds. What was taken away, the run takes back where no other
+// run can have written there, so that the step's checkpoint is not lost: a lock file removed or replaced
+// is taken again (run_lock_retake); a directory renamed is written under its new name, which every rank
+// finds from the directory it holds open (opts->output_dir then names it). A directory removed, a lock
+// another run holds, or a rank that cannot find the moved directory stops the run, writing nothing.
+static inline RunDirState run_dir_check_owned(TrainOptions *opts, int rank, long step, RankSum sum,
+                                              void *ctx) {
+    if (!*opts->output_dir) return RUN_DIR_OWNED;
+    char moved[OPTION_STRING_LEN] = "";
+    double state = RUN_DIR_OWNED;
     if (rank == 0 && run_lock_fd >= 0) // (no lock: a filesystem without flock, warned of at start)
-        lost = !path_is_open_file(opts->output_dir, run_dir_fd) ? 1.0
-               : !path_is_open_file(lock, run_lock_fd)          ? 2.0
-                                                                : 0.0;
-    sum(ctx, &lost, 1);
-    if (lost != 0.0)
-        fail(
-            "--output_dir: %s %s since this run took it, and another run may use it now: stopping before the "
-            "checkpoint of step %ld, which is not written; the latest_checkpoint this run wrote there is its "
-            "last",
-            lost == 1.0 ? opts->output_dir : lock,
-            lost == 1.0 ? "is another directory (renamed or replaced)" : "was removed or replaced", step);
+        state = run_dir_state(opts->output_dir, moved, sizeof(moved));
+    sum(ctx, &state, 1);
+    if (state == RUN_DIR_REMOVED)
+        fail("--output_dir: %s was removed since this run took it: stopping, the checkpoint of step %ld "
+             "cannot "
+             "be written",
+             opts->output_dir, step);
+    if (state == RUN_DIR_LOCK_LOST)
+        fail("--output_dir: %s lost its lock file since this run took it, and another run holds the lock or "
+             "wrote its %s: stopping before the checkpoint of step %ld, which is not written; the "
+             "latest_checkpoint this run wrote there is its last",
+             opts->output_dir, RUN_TOKEN_NAME, step);
+    if (state == RUN_DIR_MOVED) { // every rank finds the directory it holds: one mount may name it otherwise
+        double lost = rank != 0 && !held_dir_path(moved, sizeof(moved));
+        sum(ctx, &lost, 1);
+        if (lost != 0.0)
+            fail("--output_dir: %s was renamed since this run took it, and %d rank(s) cannot find it under "
+                 "its new name: stopping before the checkpoint of step %ld, which is not written",
+                 opts->output_dir, (int)lost, step);
+        snprintf(run_dir_moved_from, sizeof(run_dir_moved_from), "%s", opts->output_dir);
+        snprintf(opts->output_dir, sizeof(opts->output_dir), "%s", moved);
+    }
+    return (RunDirState)state;
+}
+
+// After the checkpoint of step: a run whose directory was taken away stops, saying where its checkpoint is.
+static inline void run_dir_stop_if_taken(RunDirState state, const TrainOptions *opts, long step) {
+    if (state == RUN_DIR_LOCK_RETAKEN)
+        fail("--output_dir: the lock file %s/%s was removed or replaced since this run took it; no other run "
+             "took the directory, so the lock is taken again, the checkpoint of step %ld is written, and the "
+             "run stops: continue it with --resume 1",
+             opts->output_dir, RUN_LOCK_NAME, step);
+    if (state == RUN_DIR_MOVED)
+        fail("--output_dir: %s was renamed to %s since this run took it: the checkpoint of step %ld is "
+             "written there, and the run stops: continue it with --output_dir %s --resume 1",
+             run_dir_moved_from, opts->output_dir, step, opts->output_dir);
 }
 
 // Temp files of a killed run: what atomic_file.h's writes leave in the directory, with any run's tag.
@@ -207,17 +307,6 @@ static inline double run_tag_proposal(void) {
     return (double)((t ^ ((uint64_t)getpid() << 32)) & ((1ull << 52) - 1));
 }
 
-// Whether this rank reads back the token rank 0 wrote.
-static inline int sees_run_token(const char *path, const char *expected) {
-    char got[64] = "";
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(got, 1, sizeof(got) - 1, f);
-    fclose(f);
-    got[n] = '\0';
-    return strcmp(got, expected) == 0;
-}
-
 // Every rank, at the same point after run_dir_claim: the run tag agreed, and every rank shown to see the
 // directory rank 0 writes. Which ranks do not see it goes over the ranks as bits, 52 to a double (exact).
 static inline void run_dir_agree(const TrainOptions *opts, int rank, int world, RankSum sum, void *ctx) {
@@ -256,6 +345,9 @@ static inline void run_dir_agree(const TrainOptions *opts, int rank, int world, 
         fail("--output_dir: %s: rank(s) %s%s of %d do not see the directory rank 0 writes (its %s): "
              "every rank must name one directory on a filesystem all the nodes share, not a node-local path",
              opts->output_dir, ranks, missing > 16 ? " and more" : "", world, RUN_TOKEN_NAME);
+    // held open, as rank 0 holds it: the directory is found again if it is renamed (run_dir_check_owned)
+    if (rank != 0 && (run_dir_fd = open(opts->output_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        fail("--output_dir: cannot open %s: %s", opts->output_dir, strerror(errno));
 }
 
 static inline int same_file(const struct stat *a, const char *path) {

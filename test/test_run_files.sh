@@ -18,9 +18,11 @@
 #  6. A long step (a --total_batch_size of thousands of micro-steps) prints its progress (train_cpu: the
 #     emulation would take minutes for a step of 10 s; both call the one helper, train_log.h's).
 #  7. The directory by identity (train_cpu): a symbolic link in the lock's place (to a copy of a shard) is
-#     refused in one line and the shard is unchanged; a run whose lock file is removed mid-run, or whose
-#     directory is renamed and another made in its place (where a second run then trains), stops at its
-#     next checkpoint with exit 1 and one line, writing nothing into the new directory.
+#     refused in one line and the shard is unchanged. A lock file removed mid-run is taken again; a
+#     directory renamed (and another made in its place, where a second run then trains) is written under
+#     its new name by every rank (1 and 2 processes): the run writes its next checkpoint, stops with exit 1
+#     and one line saying where it is, and resumes from it; nothing is written into the new directory. A
+#     lock another run holds in its place, or a directory removed, stops the run before that checkpoint.
 #  8. The log on --resume (train_cpu; train_log.h is both trainers'): a last line cut mid-record is dropped
 #     with a line and the log holds whole records; a symbolic link is followed, not replaced; /dev/stdout or
 #     a FIFO is refused in one line (no hang); a log another run writes is refused in one line, and that
@@ -166,24 +168,49 @@ status=0
 [ $status = 1 ] && one_line "$TMP/linked.err" "--output_dir: the lock file $TMP/linked/.run_lock is a symbolic link" &&
     cmp -s "$TMP/data/text_train_000000.bin" "$TMP/shard_copy.bin" && verdict=0 || verdict=1
 result $verdict "train_cpu: a symbolic link as the lock is refused, its target untouched: $(head -c 300 "$TMP/linked.err")"
-taken_away() { # NAME WHAT: starts a run on $TMP/NAME, takes its directory away by WHAT once it trains
-    "${CPU[@]}" --steps 200 --ckpt_every 200 --output_dir "$TMP/$1" >"$TMP/$1.out" 2>"$TMP/$1.err" &
+taken_away() { # NAME WHAT [LAUNCHER...]: starts a run on $TMP/NAME, takes its directory away by WHAT once it trains
+    local name=$1 what=$2
+    shift 2
+    "$@" "${CPU[@]}" --steps 200 --ckpt_every 200 --output_dir "$TMP/$name" >"$TMP/$name.out" 2>"$TMP/$name.err" &
     local pid=$!
-    for _ in $(seq 1 500); do grep -q "^step" "$TMP/$1.out" && break; sleep 0.01; done
-    eval "$2"
+    for _ in $(seq 1 1000); do grep -q "^step" "$TMP/$name.out" && break; sleep 0.01; done
+    eval "$what"
     status=0
     wait $pid || status=$?
 }
+resumes() { "${CPU[@]}" --steps 201 --output_dir "$1" --resume 1 >/dev/null 2>&1 && [ "$(cat "$1/latest_checkpoint")" = 201 ]; }
 taken_away lock_removed 'rm "$TMP/lock_removed/.run_lock"'
-[ $status = 1 ] && one_line "$TMP/lock_removed.err" "--output_dir: $TMP/lock_removed/.run_lock was removed or replaced" \
-    "stopping before the checkpoint of step 200, which is not written" && [ ! -e "$TMP/lock_removed/model_00000200.bin" ] &&
+[ $status = 1 ] && one_line "$TMP/lock_removed.err" "--output_dir: the lock file $TMP/lock_removed/.run_lock was removed" \
+    "no other run took the directory, so the lock is taken again, the checkpoint of step 200 is written" &&
+    [ "$(cat "$TMP/lock_removed/latest_checkpoint")" = 200 ] && resumes "$TMP/lock_removed" && verdict=0 || verdict=1
+result $verdict "train_cpu: a lock removed mid-run is taken again, the checkpoint written, the run stops (exit $status) and resumes: $(head -c 300 "$TMP/lock_removed.err")"
+# another run's lock in its place: held by this script (descriptor 8) until the run has stopped
+taken_away lock_held 'rm "$TMP/lock_held/.run_lock"; echo "host elsewhere, pid 4242" >"$TMP/lock_held/.run_lock"
+    exec 8>>"$TMP/lock_held/.run_lock"; flock 8'
+exec 8>&-
+[ $status = 1 ] && one_line "$TMP/lock_held.err" "--output_dir: $TMP/lock_held lost its lock file since this run took it" \
+    "stopping before the checkpoint of step 200, which is not written" && [ ! -e "$TMP/lock_held/model_00000200.bin" ] &&
     verdict=0 || verdict=1
-result $verdict "train_cpu: a lock removed mid-run stops the run before its checkpoint (exit $status): $(head -c 300 "$TMP/lock_removed.err")"
+result $verdict "train_cpu: a lock another run holds in its place stops the run before its checkpoint (exit $status): $(head -c 300 "$TMP/lock_held.err")"
 taken_away renamed 'mv "$TMP/renamed" "$TMP/renamed.moved" && "${CPU[@]}" --steps 2 --output_dir "$TMP/renamed" >/dev/null'
-[ $status = 1 ] && one_line "$TMP/renamed.err" "--output_dir: $TMP/renamed is another directory (renamed or replaced)" &&
+[ $status = 1 ] && one_line "$TMP/renamed.err" "--output_dir: $TMP/renamed was renamed to $TMP/renamed.moved" \
+    "the checkpoint of step 200 is written there" &&
     [ "$(cd "$TMP/renamed" && ls | tr '\n' ' ')" = "latest_checkpoint manifest_00000002.txt model_00000002.bin state_00000002_00000.bin " ] &&
-    verdict=0 || verdict=1
-result $verdict "train_cpu: a directory renamed and made again mid-run: the first run stops (exit $status), the second's files alone ($(ls "$TMP/renamed" | tr '\n' ' ')): $(head -c 300 "$TMP/renamed.err")"
+    resumes "$TMP/renamed.moved" && verdict=0 || verdict=1
+result $verdict "train_cpu: a directory renamed and made again mid-run: the first run's checkpoint under the new name, resumed; the second's files alone ($(ls "$TMP/renamed" | tr '\n' ' ')): $(head -c 300 "$TMP/renamed.err")"
+taken_away removed 'rm -r "$TMP/removed"'
+[ $status = 1 ] && one_line "$TMP/removed.err" "--output_dir: $TMP/removed was removed since this run took it" &&
+    [ ! -e "$TMP/removed" ] && verdict=0 || verdict=1
+result $verdict "train_cpu: a directory removed mid-run stops the run in one line (exit $status): $(head -c 300 "$TMP/removed.err")"
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd ./train_cpu)"; then # each rank finds it again
+    MPIRUN=(mpirun --oversubscribe -x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS)
+    if [ "$(id -u)" = 0 ]; then MPIRUN+=(--allow-run-as-root); fi
+    taken_away renamed2 'mv "$TMP/renamed2" "$TMP/renamed2.moved"' "${MPIRUN[@]}" -np 2
+    [ $status = 1 ] && [ "$(grep -c "was renamed to $TMP/renamed2.moved" "$TMP/renamed2.err")" = 2 ] &&
+        [ -e "$TMP/renamed2.moved/state_00000200_00001.bin" ] && [ "$(cat "$TMP/renamed2.moved/latest_checkpoint")" = 200 ] &&
+        verdict=0 || verdict=1
+    result $verdict "train_cpu, 2 processes: a directory renamed mid-run: both ranks' checkpoint under the new name (exit $status): $(head -n 1 "$TMP/renamed2.err" | head -c 300)"
+fi
 
 # 8. the log on resume
 "${CPU[@]}" --steps 10 --ckpt_every 5 --output_dir "$TMP/logs" --log_file "$TMP/logs.jsonl" >/dev/null
