@@ -267,7 +267,7 @@ static inline size_t reduce_scratch_floats(const GPTConfig *cfg, int B, int T) {
     return chunks * columns + 2 * 1024;
 }
 
-// Floats of the FP8 scaling state (gpu/fp8.cuh's Fp8DeviceState): per (layer, linear, role) a history,
+// Floats of the FP8 scaling state (gpu/fp8_state.cuh's Fp8DeviceState): per (layer, linear, role) a history,
 // an amax, a scale, its inverse, the amax being measured and the last step's amax and scale; per (layer,
 // linear) the weight amax, scale and inverse; then, 8-byte aligned, two 64-bit telemetry counters per tensor
 // and per weight.

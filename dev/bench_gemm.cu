@@ -1,8 +1,8 @@
-// bench_gemm.cu: cuBLASLt BF16 vs FP8 on the linear layers of 124M, 1.5B, 7B and 70B, through the
-// trainer's own GEMM and cast code (gpu/gemm.cuh, gpu/fp8.cuh). For each layer's forward GEMM
+// bench_gemm.cu: cuBLASLt BF16 vs FP8 on the linear layers of 124M, 1.5B, 7B and 70B, through the trainer's
+// own GEMM and cast code (gpu/gemm.cuh, gpu/fp8_cast.cuh, gpu/block_cast.cuh). For each layer's forward GEMM
 // (N tokens, OC, IC): TFLOP/s of the BF16 GEMM, of the per-tensor FP8 GEMM alone, and of the FP8 GEMM
-// including the cast+transpose+amax of its input (what a training step pays), and the speedups; then
-// the block recipe the device runs (Hopper: blockwise, 1 x 128 input tiles and 128 x 128 weight blocks;
+// including the cast+transpose+amax of its input (what a training step pays), and the speedups; then the
+// block recipe the device runs (Hopper: blockwise, 1 x 128 input tiles and 128 x 128 weight blocks;
 // Blackwell: mxfp8, 1 x 32 E8M0 blocks), its block-scaled GEMM alone and with its two input casts (tiles
 // along IC, and along the tokens into the saved transpose), and its time over the per-tensor GEMM's ("n/a"
 // where IC or OC is not a multiple of the block, as 1.5B's C = 1600 for blockwise).
@@ -12,8 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../gpu/block_cast.cuh"
 #include "../gpu/common.cuh"
-#include "../gpu/fp8.cuh"
+#include "../gpu/fp8_cast.cuh"
 #include "../gpu/gemm.cuh"
 #include "../core/memory_plan.h"
 

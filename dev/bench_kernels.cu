@@ -1,6 +1,6 @@
 // dev/bench_kernels.cu: checks the layers' kernels (gpu/encoder.cuh, norms.cuh, activations.cuh,
 // crossentropy.cuh, reductions.cuh), both attentions (gpu/attention.cuh) and AdamW
-// (gpu/fp8.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm,
+// (gpu/adamw.cuh) against the CPU reference trainer and times them; the FP8 casts that compute the LayerNorm,
 // RMSNorm, GELU and SwiGLU outputs (and the GELU's and SwiGLU's backward) on the way against the kernels and
 // the casts they replace, and the residual add fused with the LayerNorm after it against the two kernels.
 //
@@ -63,12 +63,14 @@
 #include <vector>
 
 #include "../gpu/activations.cuh"
+#include "../gpu/adamw.cuh"
 #include "../gpu/attention.cuh"
 #include "../gpu/crossentropy.cuh"
 #include "../gpu/encoder.cuh"
-#include "../gpu/fp8.cuh"
+#include "../gpu/fp8_cast.cuh"
 #include "../gpu/norms.cuh"
 #include "../gpu/reductions.cuh"
+#include "../gpu/step_params.cuh"
 
 typedef std::vector<float> Vec;
 
@@ -858,7 +860,7 @@ static void bench_reductions(const Shape *s, cudaStream_t stream) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// AdamW (gpu/fp8.cuh) against the CPU trainer's adamw_run, bit for bit: runs that start at each float
+// AdamW (gpu/adamw.cuh) against the CPU trainer's adamw_run, bit for bit: runs that start at each float
 // offset modulo 16 bytes (the kernel's scalar head, 16-byte body and tail), with and without weight decay,
 // the gradient clipped (norm 2 against a clip of 1), the BF16 copy written, the elements around the run
 // untouched.

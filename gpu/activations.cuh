@@ -97,7 +97,7 @@ inline void gelu_forward(bf16 *out, const bf16 *inp, size_t n, cudaStream_t stre
         launch<layers_impl::gelu_forward_kernel<1>>({grid, 256, 0, stream}, out, inp, n);
 }
 
-// gelu_forward's output at element i, computed where an FP8 cast reads it (gpu/fp8.cuh's
+// gelu_forward's output at element i, computed where an FP8 cast reads it (gpu/fp8_cast.cuh's
 // cast_transpose_values) instead of stored and read back: the same bits.
 struct GeluValues {
     const bf16 *pre; // the pre-activation

@@ -145,7 +145,7 @@ inline void bias_backward(float *dbias, const bf16 *dout, int N, int OC, float *
 }
 
 // The rows of each partial sum of the column sums (bias_backward's first stage), and the threads that add
-// them: what a producer that sums columns on the way must match (gpu/fp8.cuh's cast_transpose_kernel).
+// them: what a producer that sums columns on the way must match (gpu/fp8_cast.cuh's cast_transpose_kernel).
 constexpr int COLUMN_SUM_ROWS = layers_impl::COLSUM_ROWS, COLUMN_SUM_THREADS_Y = layers_impl::COLSUM_WARPS;
 
 // dbias (OC) += the column sums of partials ((N / COLUMN_SUM_ROWS rounded up, OC), in bias_backward's

@@ -12,9 +12,10 @@
 #define GPU_ZERO_CUH
 
 #include "../core/dist.h"
+#include "../core/fp8_scaling.h"
 #include "../core/gpt_model.h"
+#include "cast_common.cuh"
 #include "common.cuh"
-#include "fp8.cuh"
 #include "nccl.cuh"
 
 // Offset of linear `linear`'s weight within one layer's parameters.

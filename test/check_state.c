@@ -6,7 +6,7 @@
 // trainer's flags follow "--" (they give the learning rate schedule, AdamW's settings and the recipe).
 //
 // 1. AdamW, bit for bit. Both trainers update each weight with the same float arithmetic (train_gpt.c's
-//    adamw_run, gpu/fp8.cuh's adamw_kernel with _rn intrinsics), from the gradient their debug state holds:
+//    adamw_run, gpu/adamw.cuh's adamw_kernel with _rn intrinsics), from the gradient their debug state holds:
 //      m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  w -= lr (m / c1 / (sqrt(v / c2) + eps) + wd w),
 //    c1 = 1 - b1^t and c2 = 1 - b2^t (powf, on the host in both), lr the schedule's at this step, wd the
 //    weight decay for the 2-D weights (gpt_model.h's param_is_decayed) and 0 for biases and norm gains.
