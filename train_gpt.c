@@ -48,6 +48,7 @@
 #include "core/model_file.h"
 #include "core/run_control.h"
 #include "core/run_files.h"
+#include "core/run_records.h"
 #include "core/sampling.h"
 #include "core/state_reshard.h"
 #include "core/tokenizer.h"
@@ -1636,6 +1637,46 @@ static CheckpointIO checkpoint_io(Run *r) {
     return io;
 }
 
+static void checkpoint_now(Run *r) {
+    double start = wall_time_ms();
+    r->state.train_position = r->train_loader.pos;
+    CheckpointIO io = checkpoint_io(r);
+    checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
+    run_control_checkpoint_time(&r->control, wall_time_ms() - start);
+}
+
+// ----------------------------------------------------------------------------
+// Records: what core/run_records.h needs of this trainer
+
+static float val_loss(void *run, int bf16) {
+    Run *r = (Run *)run;
+    if (!bf16) return evaluate(&r->model, &r->val_loader, r->opts.val_batches);
+    r->model.dtype = DTYPE_BFLOAT16;
+    float loss = evaluate(&r->model, &r->val_loader, r->opts.val_batches);
+    r->model.dtype = DTYPE_FLOAT8;
+    return loss;
+}
+
+static int eval_correct(void *run) {
+    return score_eval_set(&((Run *)run)->model, &((Run *)run)->eval);
+}
+
+static void sample_after(void *run, int step) {
+    Run *r = (Run *)run;
+    sample_text(&r->model, cpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
+                r->cfg.vocab_size, r->opts.sample_len, step);
+}
+
+static void checkpoint_hook(void *run) {
+    checkpoint_now((Run *)run);
+}
+
+static RunHooks run_hooks(Run *r) {
+    RunHooks hooks = {
+        r, val_loss, eval_correct, r->have_eval ? r->eval.num_examples : 0, sample_after, checkpoint_hook};
+    return hooks;
+}
+
 // OpenMP's threads bounded by the cores this process may run on: OMP_NUM_THREADS far above them (100000)
 // would start that many threads in every parallel region, and crash once their stacks exhaust memory.
 static void bound_threads_by_cores(void) {
@@ -1759,21 +1800,8 @@ static void open_records(Run *r) {
     print_run_line(r);
     gemm_check_kernels();
     run_log_open(&r->log, r->dist.rank == 0 ? opts->log_file : "", (long)r->state.step);
-    // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
-    if (resume_validation(opts, (long)r->state.step, r->have_val))
-        log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
-    if (resume_scoring(opts, (long)r->state.step))
-        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
-    if (opts->eval_only && r->have_val) {
-        model->dtype = DTYPE_BFLOAT16;
-        float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
-        model->dtype = DTYPE_FLOAT8;
-        log_eval_only(&r->log, opts->init_from, bf16_loss,
-                      evaluate(model, &r->val_loader, opts->val_batches));
-    }
-    if (opts->eval_only && r->have_eval)
-        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
-    if (opts->eval_only) opts->steps = 0; // nothing to train
+    RunHooks hooks = run_hooks(r);
+    records_at_start(&hooks, opts, &r->log, (long)r->state.step, r->have_val);
     r->debug = (DebugState){0};
     r->have_debug = *opts->debug_state != '\0';
     r->first_step = (int)r->state.step;
@@ -1917,25 +1945,11 @@ static void train_step(Run *r, int step) {
     run_control_after_step(&r->control, (int)sums[1], skip_reason != SKIP_NONE, &r->state.consecutive_skips);
 }
 
-static void checkpoint_now(Run *r) {
-    double start = wall_time_ms();
-    r->state.train_position = r->train_loader.pos;
-    CheckpointIO io = checkpoint_io(r);
-    checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
-    run_control_checkpoint_time(&r->control, wall_time_ms() - start);
-}
-
-// What the end of a step holds: the checkpoint first (a validation that fails, on a full disk say, then
-// loses no training), the validation, a sample. 0 where the run ends early.
+// What the end of a step holds (run_records.h); 0 where the run ends early.
 static int end_of_step(Run *r, int step) {
     StepEnd end = step_end(&r->opts, &r->control, step, r->have_val);
-    if (end.checkpoint) checkpoint_now(r);
-    if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
-    if (end.score) log_eval(&r->log, step + 1, score_eval_set(&r->model, &r->eval), r->eval.num_examples);
-    if (end.sample)
-        sample_text(&r->model, cpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
-                    r->cfg.vocab_size, r->opts.sample_len, step);
-    return !end.ends_early;
+    RunHooks hooks = run_hooks(r);
+    return records_after_step(&hooks, &end, &r->log, step);
 }
 
 // The end of the run: the debug state, the last lines and the exit status, everything freed.

@@ -54,6 +54,7 @@
 #include "core/model_file.h"
 #include "core/run_control.h"
 #include "core/run_files.h"
+#include "core/run_records.h"
 #include "gpu/adamw.cuh"
 #include "gpu/block_cast.cuh"
 #include "gpu/fp8_cast.cuh"
@@ -2245,6 +2246,47 @@ static CheckpointIO checkpoint_io(Run *r) {
     return io;
 }
 
+static void checkpoint_now(Run *r) {
+    double start = wall_time_ms();
+    r->state.train_position = r->train_loader.pos;
+    comm_wait_stream(&r->model.comm, r->model.stream, "the step before a checkpoint");
+    CheckpointIO io = checkpoint_io(r);
+    checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
+    run_control_checkpoint_time(&r->control, wall_time_ms() - start);
+}
+
+// ----------------------------------------------------------------------------
+// Records: what core/run_records.h needs of this trainer
+
+static float val_loss(void *run, int bf16) {
+    Run *r = (Run *)run;
+    if (!bf16) return evaluate(&r->model, &r->val_loader, r->opts.val_batches);
+    begin_bf16_pass(&r->model);
+    float loss = evaluate(&r->model, &r->val_loader, r->opts.val_batches);
+    r->model.dtype = DTYPE_FLOAT8;
+    return loss;
+}
+
+static int eval_correct(void *run) {
+    return score_eval_set(&((Run *)run)->model, &((Run *)run)->eval);
+}
+
+static void sample_after(void *run, int step) {
+    Run *r = (Run *)run;
+    sample_text(&r->model, gpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
+                r->cfg.vocab_size, r->opts.sample_len, step);
+}
+
+static void checkpoint_hook(void *run) {
+    checkpoint_now((Run *)run);
+}
+
+static RunHooks run_hooks(Run *r) {
+    RunHooks hooks = {
+        r, val_loss, eval_correct, r->have_eval ? r->eval.num_examples : 0, sample_after, checkpoint_hook};
+    return hooks;
+}
+
 // Set-up 1: the processes, the flags and the model's shape; a dry run ends with its plan.
 static int read_settings(Run *r, int argc, char **argv) {
     r->start_ms = wall_time_ms();
@@ -2390,24 +2432,10 @@ static void print_run_line(const Run *r) {
 // state, the step clock, CUDA Graphs and the run control.
 static void open_records(Run *r) {
     TrainOptions *opts = &r->opts;
-    GPT *model = &r->model;
     print_run_line(r);
     run_log_open(&r->log, r->dist.rank == 0 ? opts->log_file : "", (long)r->state.step);
-    // the validation of the checkpoint's step came after the checkpoint: a resumed run redoes it
-    if (resume_validation(opts, (long)r->state.step, r->have_val))
-        log_val(&r->log, (int)r->state.step, evaluate(model, &r->val_loader, opts->val_batches));
-    if (resume_scoring(opts, (long)r->state.step))
-        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
-    if (opts->eval_only && r->have_val) {
-        begin_bf16_pass(model);
-        float bf16_loss = evaluate(model, &r->val_loader, opts->val_batches);
-        model->dtype = DTYPE_FLOAT8;
-        log_eval_only(&r->log, opts->init_from, bf16_loss,
-                      evaluate(model, &r->val_loader, opts->val_batches));
-    }
-    if (opts->eval_only && r->have_eval)
-        log_eval(&r->log, (int)r->state.step, score_eval_set(model, &r->eval), r->eval.num_examples);
-    if (opts->eval_only) opts->steps = 0; // nothing to train
+    RunHooks hooks = run_hooks(r);
+    records_at_start(&hooks, opts, &r->log, (long)r->state.step, r->have_val);
     r->debug = {};
     r->have_debug = *opts->debug_state != '\0';
     if (r->have_debug)
@@ -2520,18 +2548,8 @@ static void train_step(Run *r, int step) {
     nvtxRangePop();
 }
 
-static void checkpoint_now(Run *r) {
-    double start = wall_time_ms();
-    r->state.train_position = r->train_loader.pos;
-    comm_wait_stream(&r->model.comm, r->model.stream, "the step before a checkpoint");
-    CheckpointIO io = checkpoint_io(r);
-    checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
-    run_control_checkpoint_time(&r->control, wall_time_ms() - start);
-}
-
-// What the end of a step holds: the previous step's results read, and where this step's are needed now, the
-// wait for them, the checkpoint first (a validation that fails, on a full disk say, then loses no
-// training), the validation, a sample. 0 where the run ends early.
+// The end of a step: the previous step's results read, and where this step's are needed now, the wait for
+// them and what the step's end holds (run_records.h); 0 where the run ends early.
 static int end_of_step(Run *r, int step) {
     if (r->pending >= 0) finish_pending(r);
     r->pending = step, r->pending_start = r->step_start;
@@ -2542,13 +2560,8 @@ static int end_of_step(Run *r, int step) {
           host_waits_for_step(&r->model, &r->opts, step, r->have_debug)))
         return 1;
     finish_pending(r);
-    if (end.checkpoint) checkpoint_now(r);
-    if (end.validate) log_val(&r->log, step + 1, evaluate(&r->model, &r->val_loader, r->opts.val_batches));
-    if (end.score) log_eval(&r->log, step + 1, score_eval_set(&r->model, &r->eval), r->eval.num_examples);
-    if (end.sample)
-        sample_text(&r->model, gpu_position_logits, &r->tokenizer, r->sample_tokens, r->B, r->T,
-                    r->cfg.vocab_size, r->opts.sample_len, step);
-    return !end.ends_early;
+    RunHooks hooks = run_hooks(r);
+    return records_after_step(&hooks, &end, &r->log, step);
 }
 
 // The summary line: the mean step time after warm-up, MFU, and the memory the run held.
