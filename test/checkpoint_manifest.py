@@ -1,6 +1,6 @@
 """A checkpoint's manifest made to match its files after a test edits them by hand.
 
-The digests are docs/formats.md's (core/checkpoint.h computes them; written here again from that page, so a
+The digests are docs/formats.md's (core/manifest.h computes them; written here again from that page, so a
 test can build a checkpoint whose files were changed on purpose and whose manifest still agrees: the checks
 behind the digests, for a checkpoint a build with a bug or a hand could write).
 

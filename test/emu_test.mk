@@ -1,6 +1,6 @@
 # emu_test.mk: the CUDA code on the CPU emulation of CUDA (emu/emu.mk builds it; docs/emulation.md).
 #   make test_emu           the emulator against CUDA's documented semantics, and the planted faults it
-#                           must catch (test/test_emu.sh), and gpu/layers.cuh's kernels against the CPU
+#                           must catch (test/test_emu.sh), and the layers' kernels (gpu/) against the CPU
 #                           reference (dev/bench_kernels.cu, emulated)
 #   make test_gpu_emu       test/test_gpu.sh, the whole GPU test suite, with ./train_emu for ./train
 #   make test_emu_trainer   what only the emulation can show of the trainer: ZeRO-3's stream schedule under

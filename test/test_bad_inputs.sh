@@ -126,7 +126,7 @@ ckpt("ckpt_state_short", short_state)
 ckpt("ckpt_no_state", lambda p: os.remove(os.path.join(p, state)))
 ckpt("ckpt_model_truncated", lambda p: open(os.path.join(p, "model_00000002.bin"), "r+b").truncate(len(model) - 4))
 ckpt("ckpt_bad_latest", lambda p: open(os.path.join(p, "latest_checkpoint"), "w").write("two\n"))
-def header_field(index, value):  # one int64 of the state file header (checkpoint.h's SH_* order)
+def header_field(index, value):  # one int64 of the state file header (train_state.h's SH_* order)
     def edit(p):
         with open(os.path.join(p, state), "r+b") as f:
             f.seek(8 * index)

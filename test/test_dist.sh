@@ -198,7 +198,7 @@ for zero in 1 3; do
     result $status "ZeRO-$zero float8, 2 processes: resumed at step 3, model and both state files of step 6 identical"
 done
 
-# another process count or ZeRO stage re-shards the checkpoint (checkpoint.h's load_training_state): a
+# another process count or ZeRO stage re-shards the checkpoint (state_reshard.h's load_training_state): a
 # float32 run of 2 processes x B=2 with ZeRO-3, checkpointed at step 3, continued by 4 processes x B=1
 # with ZeRO-1, by 1 process x B=4 and by 2 processes with ZeRO-0, equals the straight run within
 # compare_runs' float32 bounds (the same global batch, so the same data; only summation order differs)

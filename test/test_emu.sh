@@ -13,7 +13,7 @@
 #   3. a missing cross-stream wait: a consumer stream that does not wait for its producer reads the
 #      producer's value in the issue order, and the stale one when later streams run as early as their
 #      dependencies allow (CUDA_EMU_STREAM_ORDER=last-stream): the emulation exposes it;
-#   4. the kernels of gpu/layers.cuh, the exact attention and AdamW against the CPU reference trainer's
+#   4. the layers' kernels (gpu/), the exact attention and AdamW against the CPU reference trainer's
 #      functions (dev/bench_kernels.cu --small on the emulation: the same tolerances as on a GPU; the timings
 #      it prints are the emulation's), in each thread schedule (round-robin, warp-ahead, random:SEED);
 #   5. the schedules: the semantics hold in each; a block reduction that lacks its closing barrier gives the

@@ -121,7 +121,7 @@ os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${ta
 
     # from outside, as a scheduler (SIGTERM) or a closed terminal (SIGHUP) sends it, once three steps are
     # logged. The cases from here to the time limit's run the trainers' shared code (run_control.h,
-    # checkpoint.h, launch.sh): train_cpu alone runs them.
+    # checkpoint_io.h, launch.sh): train_cpu alone runs them.
     signals=(TERM)
     [ "$tag" = train_cpu ] && signals+=(HUP)
     for sig in "${signals[@]}"; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_verify_resume.sh: a resume verifies the checkpoint before it trusts it (checkpoint.h's digests and
+# test_verify_resume.sh: a resume verifies the checkpoint before it trusts it (manifest.h's digests and
 # manifests), on ./train_cpu with 1 and 2 processes. A run of 10 steps checkpoints at 5 and 10; then
 #  1. a finite value written into model_00000010.bin's weights (a disk's or a copy's damage the value
 #     checks cannot see): --resume 1 falls back to step 5 with a line naming the file, and ends with the log,

@@ -1,4 +1,4 @@
-// test/fuzz/fuzz_model.c: the model file reader (checkpoint.h) on arbitrary files: the whole model, then a
+// test/fuzz/fuzz_model.c: the model file reader (model_file.h) on arbitrary files: the whole model, then a
 // range of it as a ZeRO rank reads its shard, against the shape the header claims.
 #include "fuzz.h"
 

@@ -1,4 +1,4 @@
-// test/fuzz/fuzz_state.c: the training-state reader (checkpoint.h's load_training_state) on arbitrary
+// test/fuzz/fuzz_state.c: the training-state reader (state_reshard.h's load_training_state) on arbitrary
 // files, as rank 0 of one process resuming a float8 model L=1 C=16 NH=2 V=256 maxT=16 (B=2, T=16) at step 2:
 // the shape the seed corpus (test/test_fuzz.sh) was written with. The run identity is taken from the input's
 // own header, so that the fuzzer reaches past those equality checks to the counters and values.
