@@ -441,25 +441,33 @@ static inline GPTConfig config_from_options(const TrainOptions *opts) {
     cfg.padded_vocab_size = pad_vocab(cfg.vocab_size);
     if (cfg.channels % cfg.num_heads != 0)
         fail("--channels: %d is not divisible by --heads %d", cfg.channels, cfg.num_heads);
-    if (arch == ARCH_GPT2) {
-        if (opts->kv_heads || opts->ffn_dim || opts->rope_theta)
-            fail("--%s: only for --arch llama (GPT-2 has full heads, a 4C GELU MLP and learned positions)",
-                 opts->kv_heads  ? "kv_heads"
-                 : opts->ffn_dim ? "ffn_dim"
-                                 : "rope_theta");
-        return cfg;
+    // each part's flags (zero where the architecture lacks the part: model_kv_heads, model_ffn_dim)
+    ArchParts parts = arch_parts(arch);
+    if (opts->kv_heads && !parts.grouped_kv)
+        fail("--kv_heads: only for an architecture with grouped key/value heads; --arch %s has full heads",
+             parts.name);
+    if (opts->ffn_dim && parts.mlp != MLP_SWIGLU)
+        fail("--ffn_dim: only for a SwiGLU MLP; --arch %s's MLP is 4C wide", parts.name);
+    if (opts->rope_theta && parts.position != POSITION_ROTARY)
+        fail("--rope_theta: only for rotary positions; --arch %s learns its positions", parts.name);
+    if (parts.grouped_kv) {
+        cfg.num_kv_heads = opts->kv_heads ? opts->kv_heads
+                           : opts->heads  ? cfg.num_heads
+                                          : preset->num_kv_heads;
+        if (cfg.num_heads % cfg.num_kv_heads != 0)
+            fail("--kv_heads: %d does not divide the %d query heads", cfg.num_kv_heads, cfg.num_heads);
     }
-    cfg.num_kv_heads = opts->kv_heads ? opts->kv_heads : opts->heads ? cfg.num_heads : preset->num_kv_heads;
-    cfg.ffn_dim = opts->ffn_dim    ? opts->ffn_dim
-                  : opts->channels ? llama_default_ffn_dim(cfg.channels)
-                                   : preset->ffn_dim;
-    cfg.rope_theta = opts->rope_theta ? opts->rope_theta : preset->rope_theta;
-    cfg.scaled_rope = preset->scaled_rope;
-    if (cfg.num_heads % cfg.num_kv_heads != 0)
-        fail("--kv_heads: %d does not divide the %d query heads", cfg.num_kv_heads, cfg.num_heads);
-    if ((cfg.channels / cfg.num_heads) % 2 != 0)
-        fail("--heads: llama's head size C/NH = %d must be even (rotary embeddings rotate pairs)",
-             cfg.channels / cfg.num_heads);
+    if (parts.mlp == MLP_SWIGLU)
+        cfg.ffn_dim = opts->ffn_dim    ? opts->ffn_dim
+                      : opts->channels ? llama_default_ffn_dim(cfg.channels)
+                                       : preset->ffn_dim;
+    if (parts.position == POSITION_ROTARY) {
+        cfg.rope_theta = opts->rope_theta ? opts->rope_theta : preset->rope_theta;
+        cfg.scaled_rope = preset->scaled_rope;
+        if ((cfg.channels / cfg.num_heads) % 2 != 0)
+            fail("--heads: the head size C/NH = %d must be even (rotary embeddings rotate pairs)",
+                 cfg.channels / cfg.num_heads);
+    }
     return cfg;
 }
 
