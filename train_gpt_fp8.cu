@@ -79,18 +79,63 @@
 // ----------------------------------------------------------------------------
 // The model on the device
 
+// GPT (at the end) holds the run's settings and, in named groups, what the model keeps on the device and
+// beside it: each group's name says what its fields are for, as llm.c groups its model's tensors into
+// ParameterTensors and ActivationTensors.
+
+// The parameters and their copies: the FP32 master weights, the BF16 and FP8 copies the GEMMs read, and
+// AdamW's moments.
 typedef struct {
-    GPTConfig config;
-    int dtype, recipe, margin, pow2_scales, fast_accum, B, T, accum_steps;
-    int histories_empty;   // delayed recipe: some tensor's amax history has no applied step yet (its casts
-                           // measure)
-    int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every kept layer are kept
-    int fp8_weights;       // planned for float8: the FP8 copies of the weights exist
-    int zero_stage, recompute;
-    size_t num_params;
-    // Several ranks (dist.h's ZeRO layout): this rank's chunks, and ZeRO-3's slots (memory_plan.h). The
-    // shards span shard_comm: comm (every rank), or with --shard_group_size this rank's group, whose
-    // replicas in the other groups (replica_comm; this is replica `replica`) sum their gradient shards
+    float *params, *m, *v;
+    bf16 *params_bf16;
+    // ZeRO-0: (L, 12C^2; Llama linear_weights_per_layer) in linear order qkv, attproj, fc, fcproj; ZeRO-1:
+    // the parameter layout, padded; ZeRO-3: weight_slots slots of one layer's unit in parameter layout. W^T
+    // always in linear order (weight_slots layers with ZeRO-3).
+    fp8 *weights_fp8, *weights_fp8_t;
+} GPTWeights;
+
+// The parameter gradients: the full gradient a micro-step accumulates, and this rank's reduced shard.
+typedef struct {
+    float *grads, *grad_shard;
+    bf16 *grads_bf16;        // --grad_reduce_dtype bfloat16: the gradients NCCL sums (gpu/zero.cuh)
+    size_t grads_bf16_elems; // 0: the sums in FP32
+} GPTGradients;
+
+// The forward's activations, which the backward reads again, and the tables and transposes kept for it.
+typedef struct {
+    bf16 *encoded, *residual2, *residual3, *qkv, *fch, *ln1, *atty, *ln2, *fch_gelu, *lnf, *logits;
+    float *ln1_stats, *ln2_stats, *att_lse, *lnf_stats, *losses;
+    float *rope;       // Llama: gpt_model.h's rope_table (maxT, hs/2, 2), uploaded once
+    fp8 *inputs_fp8_t; // (kept layers, 7C (Llama 3C + F), N): each linear's input transposed, offsets as its
+                       // input width
+} GPTActivations;
+
+// The backward's activation gradients, and the scratch buffers that the forward and backward reuse.
+typedef struct {
+    bf16 *dresidual, *dc, *dqkv, *dfch;
+    float *att_delta, *reduce_scratch;
+    fp8 *cast_fp8, *cast_fp8_t;
+    char *attention_workspace; // cuDNN's fused attention runs in it; NULL where the plan holds none (exact)
+} GPTWorkBuffers;
+
+// The FP8 recipe and its scaling state.
+typedef struct {
+    // --fp8_recipe, --fp8_margin, --fp8_pow2_scales, --fp8_fast_accum
+    int recipe, margin, pow2_scales, fast_accum;
+    int histories_empty;    // delayed recipe: some tensor's amax history has no applied step yet (its casts
+                            // measure)
+    Fp8DeviceState scaling; // the FP8 scaling state on the device
+    // block recipes (memory_plan.h's fp8_block_factor_bytes): the smallest and largest block scale per
+    // tensor then per weight; W's and W^T's factors per layer and linear; the saved input transposes'
+    // factors per kept layer and linear; the factors of cast_fp8 and cast_fp8_t
+    float *block_scale_min, *block_scale_max;
+    char *weight_factors, *input_factors_t, *cast_factors, *cast_factors_t;
+} GPTFp8State;
+
+// Several ranks (dist.h's ZeRO layout): this rank's chunks, and ZeRO-3's slots (memory_plan.h). The shards
+// span shard_comm: comm (every rank), or with --shard_group_size this rank's group, whose replicas in the
+// other groups (replica_comm; this is replica `replica`) sum their gradient shards
+typedef struct {
     Comm comm, group_comm, replica_comm;
     Comm *shard_comm;
     int replica;
@@ -100,34 +145,14 @@ typedef struct {
     size_t global_slot, layer_slot; // ZeRO-3: elements of the global unit's region and of a layer slot
     int weight_slots;               // ZeRO-3: layer slots of gathered weights, 2 or (--keep_gathered) L
     int layers_resident; // ZeRO-3 --keep_gathered: every layer gathered since the last update, none to gather
-    MemoryPlan plan;
-    char *memory; // the one allocation the plan carves
-    float *params, *grads, *grad_shard, *m, *v;
-    bf16 *params_bf16;
-    // ZeRO-0: (L, 12C^2; Llama linear_weights_per_layer) in linear order qkv, attproj, fc, fcproj; ZeRO-1:
-    // the parameter layout, padded; ZeRO-3: weight_slots slots of one layer's unit in parameter layout. W^T
-    // always in linear order (weight_slots layers with ZeRO-3).
-    fp8 *weights_fp8, *weights_fp8_t;
-    bf16 *encoded, *residual2, *residual3, *qkv, *fch, *ln1, *atty, *ln2, *fch_gelu, *lnf, *logits;
-    float *ln1_stats, *ln2_stats, *att_lse, *lnf_stats, *losses;
-    float *rope;       // Llama: gpt_model.h's rope_table (maxT, hs/2, 2), uploaded once
-    fp8 *inputs_fp8_t; // (kept layers, 7C (Llama 3C + F), N): each linear's input transposed, offsets as its
-                       // input width
-    bf16 *dresidual, *dc, *dqkv, *dfch;
-    float *att_delta, *reduce_scratch;
-    bf16 *grads_bf16;        // --grad_reduce_dtype bfloat16: the gradients NCCL sums (gpu/zero.cuh)
-    size_t grads_bf16_elems; // 0: the sums in FP32
-    fp8 *cast_fp8, *cast_fp8_t;
-    char *attention_workspace; // cuDNN's fused attention runs in it; NULL where the plan holds none (exact)
-    // block recipes (memory_plan.h's fp8_block_factor_bytes): the smallest and largest block scale per
-    // tensor then per weight; W's and W^T's factors per layer and linear; the saved input transposes'
-    // factors per kept layer and linear; the factors of cast_fp8 and cast_fp8_t
-    float *block_scale_min, *block_scale_max;
-    char *weight_factors, *input_factors_t, *cast_factors, *cast_factors_t;
+} GPTSharding;
+
+// What a step exchanges with the host: the batches' tokens, the step's parameters and results, the guard's
+// window, the rows that sampling reads, and the events that order the copies.
+typedef struct {
     // inputs (N), targets (N), embedding-gradient buckets: positions (N), tokens (N), starts (N+1), count
     // (1); tokens_next the same, where the next batch lands from the host while the current one is in use
     int *tokens, *tokens_next;
-    Fp8DeviceState scaling;         // the FP8 scaling state on the device
     StepParams *step_params;        // device
     StepParams *step_params_host;   // pinned (2): step s's in slot s % 2
     StepResults *step_results;      // device
@@ -139,16 +164,40 @@ typedef struct {
     cudaEvent_t tokens_uploaded;    // tokens_next holds the batch staged last (copy_stream)
     cudaEvent_t tokens_taken;       // the compute stream has copied tokens_next into tokens
     cudaEvent_t results_copied[2];  // a step's results are in their pinned slot
-    GemmContext gemm;
-    Attention attention;
-    // Compute runs on `stream`; every NCCL call and ZeRO-3's gathers on `comm_stream`. Each wait below is
-    // on an event recorded earlier in the same function call, so no wait crosses the boundary of a CUDA
-    // Graph capture and none waits on an event last recorded inside one.
-    // The host-to-device copies of the batches run on copy_stream, beside the step before them.
+} GPTHostExchange;
+
+// Where the work runs: the streams, the events that order them, and the captured CUDA Graphs.
+// Compute runs on `stream`; every NCCL call and ZeRO-3's gathers on `comm_stream`. Each wait below is on an
+// event recorded earlier in the same function call, so no wait crosses the boundary of a CUDA Graph
+// capture and none waits on an event last recorded inside one.
+// The host-to-device copies of the batches run on copy_stream, beside the step before them.
+typedef struct {
     cudaStream_t stream, comm_stream, copy_stream;
     cudaEvent_t forked, joined;
     cudaEvent_t layer_gathered[2], layer_done[2], grads_free[2]; // ZeRO-3, per slot
     cudaGraphExec_t micro_graph, update_graph;
+} GPTExecution;
+
+// The model: its settings and plan, then its groups, and the GEMM and attention libraries' state.
+typedef struct {
+    GPTConfig config;
+    int dtype, B, T, accum_steps;
+    int keeps_gemm_inputs; // planned for bfloat16: the BF16 GEMM inputs of every kept layer are kept
+    int fp8_weights;       // planned for float8: the FP8 copies of the weights exist
+    int zero_stage, recompute;
+    size_t num_params;
+    MemoryPlan plan;
+    char *memory; // the one allocation the plan carves
+    GPTWeights weights;
+    GPTGradients gradients;
+    GPTActivations acts;
+    GPTWorkBuffers work;
+    GPTFp8State fp8_state;
+    GPTSharding sharding;
+    GPTHostExchange io;
+    GPTExecution exec;
+    GemmContext gemm;
+    Attention attention;
 } GPT;
 
 // BUF_STEP holds StepParams, then StepResults at +PLAN_ALIGN (memory_plan.h).
@@ -166,7 +215,7 @@ static void *plan_ptr(GPT *model, BufferId id) {
 // The device is waited for first through comm_wait_stream, which a collective stuck on a peer cannot hold
 // forever (a plain cudaMemcpy would wait for it unboundedly); the copy then runs alone.
 static void copy_to_host(GPT *model, void *dst, const void *src, size_t bytes) {
-    comm_wait_stream(&model->comm, model->stream, "copying results to the host");
+    comm_wait_stream(&model->sharding.comm, model->exec.stream, "copying results to the host");
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
@@ -183,20 +232,20 @@ static void create_event(cudaEvent_t *event) {
 // communicator with --shard_group_size, else NULL (the shards span comm).
 static void gpt_shards(GPT *model, const GPTConfig *cfg, int zero_stage, const Comm *comm,
                        const Comm *group) {
-    model->comm = *comm;
-    model->shard_comm = &model->comm;
+    model->sharding.comm = *comm;
+    model->sharding.shard_comm = &model->sharding.comm;
     if (group) {
-        model->group_comm = *group;
-        model->shard_comm = &model->group_comm;
+        model->sharding.group_comm = *group;
+        model->sharding.shard_comm = &model->sharding.group_comm;
     }
-    const Comm *shard = model->shard_comm;
+    const Comm *shard = model->sharding.shard_comm;
     model->zero_stage = zero_stage;
-    model->shards = shard_map(cfg, zero_stage, shard->world_size, shard->rank);
-    model->num_units = shard_num_units(cfg, zero_stage);
-    model->shard_floats = shard_size(cfg, zero_stage, shard->world_size); // all P with one way
+    model->sharding.shards = shard_map(cfg, zero_stage, shard->world_size, shard->rank);
+    model->sharding.num_units = shard_num_units(cfg, zero_stage);
+    model->sharding.shard_floats = shard_size(cfg, zero_stage, shard->world_size); // all P with one way
     if (zero_stage == 3) {
-        model->global_slot = unit_slot_elements(cfg, shard->world_size, 0);
-        model->layer_slot = unit_slot_elements(cfg, shard->world_size, 1);
+        model->sharding.global_slot = unit_slot_elements(cfg, shard->world_size, 0);
+        model->sharding.layer_slot = unit_slot_elements(cfg, shard->world_size, 1);
     }
 }
 
@@ -207,10 +256,10 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     memset(model, 0, sizeof(*model));
     model->config = *cfg;
     model->dtype = opts->dtype;
-    model->recipe = opts->fp8_recipe;
-    model->margin = opts->fp8_margin;
-    model->pow2_scales = opts->fp8_pow2_scales;
-    model->fast_accum = opts->fp8_fast_accum;
+    model->fp8_state.recipe = opts->fp8_recipe;
+    model->fp8_state.margin = opts->fp8_margin;
+    model->fp8_state.pow2_scales = opts->fp8_pow2_scales;
+    model->fp8_state.fast_accum = opts->fp8_fast_accum;
     model->keeps_gemm_inputs = opts->dtype == DTYPE_BFLOAT16;
     model->fp8_weights = opts->dtype == DTYPE_FLOAT8;
     model->recompute = opts->recompute;
@@ -219,7 +268,7 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
     model->accum_steps = accum_steps;
     model->num_params = param_count(cfg);
     gpt_shards(model, cfg, opts->zero_stage, comm, group);
-    model->weight_slots = (int)zero3_weight_slots(cfg, opts->keep_gathered);
+    model->sharding.weight_slots = (int)zero3_weight_slots(cfg, opts->keep_gathered);
     PlanSettings settings = plan_settings_from_options(opts, B, T, comm->world_size);
     memory_plan_compute(&model->plan, cfg, &settings);
 }
@@ -228,17 +277,17 @@ static void gpt_plan(GPT *model, const GPTConfig *cfg, const TrainOptions *opts,
 static void carve_block_factors(GPT *model, char *base) {
     if (model->plan.bytes[BUF_FP8_BLOCK_SCALES] == 0) return;
     const GPTConfig *cfg = &model->config;
-    int recipe = model->recipe;
+    int recipe = model->fp8_state.recipe;
     size_t counted = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 3, N = (size_t)model->B * model->T;
     size_t kept = model->recompute ? 1 : cfg->num_layers, W = model_widest_features(cfg);
-    model->block_scale_min = (float *)base;
-    model->block_scale_max = model->block_scale_min + counted;
-    model->weight_factors = (char *)(model->block_scale_max + counted);
-    model->input_factors_t =
-        model->weight_factors + cfg->num_layers * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS);
-    model->cast_factors =
-        model->input_factors_t + kept * input_factor_offset(cfg, recipe, N, NUM_BLOCK_LINEARS);
-    model->cast_factors_t = model->cast_factors + fp8_tile_factor_bytes(recipe, N, W);
+    model->fp8_state.block_scale_min = (float *)base;
+    model->fp8_state.block_scale_max = model->fp8_state.block_scale_min + counted;
+    model->fp8_state.weight_factors = (char *)(model->fp8_state.block_scale_max + counted);
+    model->fp8_state.input_factors_t = model->fp8_state.weight_factors +
+                                       cfg->num_layers * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS);
+    model->fp8_state.cast_factors =
+        model->fp8_state.input_factors_t + kept * input_factor_offset(cfg, recipe, N, NUM_BLOCK_LINEARS);
+    model->fp8_state.cast_factors_t = model->fp8_state.cast_factors + fp8_tile_factor_bytes(recipe, N, W);
 }
 
 // Every device pointer of the model, carved out of memory (the plan's total bytes) by the plan, and
@@ -247,61 +296,61 @@ static void carve_block_factors(GPT *model, char *base) {
 // layer_acts, the shard chunks...).
 static void gpt_carve(GPT *model, char *memory) {
     model->memory = memory;
-    model->params = (float *)plan_ptr(model, BUF_PARAMS);
-    model->grads = (float *)plan_ptr(model, BUF_GRADS);
-    model->grad_shard = (float *)plan_ptr(model, BUF_GRAD_SHARD);
-    model->grads_bf16 = (bf16 *)plan_ptr(model, BUF_GRAD_BF16);
-    model->grads_bf16_elems = model->plan.bytes[BUF_GRAD_BF16] / sizeof(bf16);
-    model->m = (float *)plan_ptr(model, BUF_ADAM_M);
-    model->v = (float *)plan_ptr(model, BUF_ADAM_V);
-    model->params_bf16 = (bf16 *)plan_ptr(model, BUF_PARAMS_BF16);
-    model->weights_fp8 = (fp8 *)plan_ptr(model, BUF_WEIGHTS_FP8);
-    model->weights_fp8_t = (fp8 *)plan_ptr(model, BUF_WEIGHTS_FP8_T);
-    model->encoded = (bf16 *)plan_ptr(model, BUF_ENCODED);
-    model->residual2 = (bf16 *)plan_ptr(model, BUF_RESIDUAL2);
-    model->residual3 = (bf16 *)plan_ptr(model, BUF_RESIDUAL3);
-    model->ln1_stats = (float *)plan_ptr(model, BUF_LN1_STATS);
-    model->ln2_stats = (float *)plan_ptr(model, BUF_LN2_STATS);
-    model->qkv = (bf16 *)plan_ptr(model, BUF_QKV);
-    model->att_lse = (float *)plan_ptr(model, BUF_ATT_LSE);
-    model->fch = (bf16 *)plan_ptr(model, BUF_FCH);
-    model->ln1 = (bf16 *)plan_ptr(model, BUF_LN1);
-    model->atty = (bf16 *)plan_ptr(model, BUF_ATTY);
-    model->ln2 = (bf16 *)plan_ptr(model, BUF_LN2);
-    model->fch_gelu = (bf16 *)plan_ptr(model, BUF_FCH_GELU);
-    model->inputs_fp8_t = (fp8 *)plan_ptr(model, BUF_INPUT_FP8_T);
-    model->lnf = (bf16 *)plan_ptr(model, BUF_LNF);
-    model->lnf_stats = (float *)plan_ptr(model, BUF_LNF_STATS);
-    model->rope = (float *)plan_ptr(model, BUF_ROPE_TABLE);
-    model->logits = (bf16 *)plan_ptr(model, BUF_LOGITS);
-    model->losses = (float *)plan_ptr(model, BUF_LOSSES);
-    model->dresidual = (bf16 *)plan_ptr(model, BUF_DRESIDUAL);
-    model->dc = (bf16 *)plan_ptr(model, BUF_DC);
-    model->dqkv = (bf16 *)plan_ptr(model, BUF_DQKV);
-    model->dfch = (bf16 *)plan_ptr(model, BUF_DFCH);
-    model->att_delta = (float *)plan_ptr(model, BUF_ATT_DELTA);
-    model->cast_fp8 = (fp8 *)plan_ptr(model, BUF_CAST_FP8);
-    model->cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
-    model->reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
-    model->attention_workspace = (char *)plan_ptr(model, BUF_ATTENTION_WORKSPACE);
+    model->weights.params = (float *)plan_ptr(model, BUF_PARAMS);
+    model->gradients.grads = (float *)plan_ptr(model, BUF_GRADS);
+    model->gradients.grad_shard = (float *)plan_ptr(model, BUF_GRAD_SHARD);
+    model->gradients.grads_bf16 = (bf16 *)plan_ptr(model, BUF_GRAD_BF16);
+    model->gradients.grads_bf16_elems = model->plan.bytes[BUF_GRAD_BF16] / sizeof(bf16);
+    model->weights.m = (float *)plan_ptr(model, BUF_ADAM_M);
+    model->weights.v = (float *)plan_ptr(model, BUF_ADAM_V);
+    model->weights.params_bf16 = (bf16 *)plan_ptr(model, BUF_PARAMS_BF16);
+    model->weights.weights_fp8 = (fp8 *)plan_ptr(model, BUF_WEIGHTS_FP8);
+    model->weights.weights_fp8_t = (fp8 *)plan_ptr(model, BUF_WEIGHTS_FP8_T);
+    model->acts.encoded = (bf16 *)plan_ptr(model, BUF_ENCODED);
+    model->acts.residual2 = (bf16 *)plan_ptr(model, BUF_RESIDUAL2);
+    model->acts.residual3 = (bf16 *)plan_ptr(model, BUF_RESIDUAL3);
+    model->acts.ln1_stats = (float *)plan_ptr(model, BUF_LN1_STATS);
+    model->acts.ln2_stats = (float *)plan_ptr(model, BUF_LN2_STATS);
+    model->acts.qkv = (bf16 *)plan_ptr(model, BUF_QKV);
+    model->acts.att_lse = (float *)plan_ptr(model, BUF_ATT_LSE);
+    model->acts.fch = (bf16 *)plan_ptr(model, BUF_FCH);
+    model->acts.ln1 = (bf16 *)plan_ptr(model, BUF_LN1);
+    model->acts.atty = (bf16 *)plan_ptr(model, BUF_ATTY);
+    model->acts.ln2 = (bf16 *)plan_ptr(model, BUF_LN2);
+    model->acts.fch_gelu = (bf16 *)plan_ptr(model, BUF_FCH_GELU);
+    model->acts.inputs_fp8_t = (fp8 *)plan_ptr(model, BUF_INPUT_FP8_T);
+    model->acts.lnf = (bf16 *)plan_ptr(model, BUF_LNF);
+    model->acts.lnf_stats = (float *)plan_ptr(model, BUF_LNF_STATS);
+    model->acts.rope = (float *)plan_ptr(model, BUF_ROPE_TABLE);
+    model->acts.logits = (bf16 *)plan_ptr(model, BUF_LOGITS);
+    model->acts.losses = (float *)plan_ptr(model, BUF_LOSSES);
+    model->work.dresidual = (bf16 *)plan_ptr(model, BUF_DRESIDUAL);
+    model->work.dc = (bf16 *)plan_ptr(model, BUF_DC);
+    model->work.dqkv = (bf16 *)plan_ptr(model, BUF_DQKV);
+    model->work.dfch = (bf16 *)plan_ptr(model, BUF_DFCH);
+    model->work.att_delta = (float *)plan_ptr(model, BUF_ATT_DELTA);
+    model->work.cast_fp8 = (fp8 *)plan_ptr(model, BUF_CAST_FP8);
+    model->work.cast_fp8_t = (fp8 *)plan_ptr(model, BUF_CAST_FP8_T);
+    model->work.reduce_scratch = (float *)plan_ptr(model, BUF_REDUCE_SCRATCH);
+    model->work.attention_workspace = (char *)plan_ptr(model, BUF_ATTENTION_WORKSPACE);
     carve_block_factors(model, (char *)plan_ptr(model, BUF_FP8_BLOCK_SCALES));
-    model->tokens = (int *)plan_ptr(model, BUF_TOKENS);
-    model->tokens_next = model->tokens + model->plan.bytes[BUF_TOKENS] / 2 / sizeof(int);
-    fp8_state_views(&model->scaling, (float *)plan_ptr(model, BUF_FP8_STATE), model->config.num_layers,
-                    model->plan.settings.history_len);
-    model->step_params = (StepParams *)plan_ptr(model, BUF_STEP);
-    model->step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
-    model->guard_history = (float *)(model->memory + model->plan.offset[BUF_STEP] + 2 * PLAN_ALIGN);
+    model->io.tokens = (int *)plan_ptr(model, BUF_TOKENS);
+    model->io.tokens_next = model->io.tokens + model->plan.bytes[BUF_TOKENS] / 2 / sizeof(int);
+    fp8_state_views(&model->fp8_state.scaling, (float *)plan_ptr(model, BUF_FP8_STATE),
+                    model->config.num_layers, model->plan.settings.history_len);
+    model->io.step_params = (StepParams *)plan_ptr(model, BUF_STEP);
+    model->io.step_results = (StepResults *)(model->memory + model->plan.offset[BUF_STEP] + PLAN_ALIGN);
+    model->io.guard_history = (float *)(model->memory + model->plan.offset[BUF_STEP] + 2 * PLAN_ALIGN);
 }
 
 // A fresh run's amax histories: every slot FP8_AMAX_UNRECORDED (a resume overwrites them).
 static void fill_unrecorded_histories(GPT *model) {
-    size_t H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
-    model->histories_empty = 1;
+    size_t H = (size_t)model->fp8_state.scaling.num_tensors * model->fp8_state.scaling.history_len;
+    model->fp8_state.histories_empty = 1;
     if (model->plan.bytes[BUF_FP8_STATE] == 0) return;
     float *host = (float *)malloc_check(H * sizeof(float), "amax histories");
     for (size_t i = 0; i < H; i++) host[i] = FP8_AMAX_UNRECORDED;
-    copy_to_device(model->scaling.amax_history, host, H * sizeof(float));
+    copy_to_device(model->fp8_state.scaling.amax_history, host, H * sizeof(float));
     free(host);
 }
 
@@ -310,10 +359,12 @@ static void fill_unrecorded_histories(GPT *model) {
 // cuBLASLt's own buffers are outside the plan).
 // Blockwise: fresh block-scale telemetry (smallest +inf, largest 0), as the CPU's fp8_stats_reset.
 static void reset_block_scale_stats(GPT *model) {
-    if (!model->block_scale_min) return;
-    size_t counted = (size_t)model->scaling.num_tensors + model->scaling.num_weights;
-    launch<fill_floats_kernel>({1, 256, 0, model->stream}, model->block_scale_min, INFINITY, counted);
-    cuda_check(cudaMemsetAsync(model->block_scale_max, 0, counted * sizeof(float), model->stream));
+    if (!model->fp8_state.block_scale_min) return;
+    size_t counted = (size_t)model->fp8_state.scaling.num_tensors + model->fp8_state.scaling.num_weights;
+    launch<fill_floats_kernel>({1, 256, 0, model->exec.stream}, model->fp8_state.block_scale_min, INFINITY,
+                               counted);
+    cuda_check(
+        cudaMemsetAsync(model->fp8_state.block_scale_max, 0, counted * sizeof(float), model->exec.stream));
 }
 
 // The plan without cuDNN's attention workspace where the plan with it does not fit the free_bytes the device
@@ -366,40 +417,40 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
         free_before / 1073741824.0);
     gpt_carve(model, memory);
     fill_unrecorded_histories(model);
-    cuda_check(cudaMallocHost((void **)&model->step_params_host, 2 * sizeof(StepParams)));
-    cuda_check(cudaMallocHost((void **)&model->step_results_host, 3 * sizeof(StepResults)));
-    cuda_check(cudaMallocHost((void **)&model->tokens_host, model->plan.bytes[BUF_TOKENS] / 2));
-    create_event(&model->tokens_uploaded);
-    create_event(&model->tokens_taken);
-    create_event(&model->results_copied[0]);
-    create_event(&model->results_copied[1]);
-    create_event(&model->forked);
-    create_event(&model->joined);
+    cuda_check(cudaMallocHost((void **)&model->io.step_params_host, 2 * sizeof(StepParams)));
+    cuda_check(cudaMallocHost((void **)&model->io.step_results_host, 3 * sizeof(StepResults)));
+    cuda_check(cudaMallocHost((void **)&model->io.tokens_host, model->plan.bytes[BUF_TOKENS] / 2));
+    create_event(&model->io.tokens_uploaded);
+    create_event(&model->io.tokens_taken);
+    create_event(&model->io.results_copied[0]);
+    create_event(&model->io.results_copied[1]);
+    create_event(&model->exec.forked);
+    create_event(&model->exec.joined);
     for (int slot = 0; slot < 2; slot++) {
-        create_event(&model->layer_gathered[slot]);
-        create_event(&model->layer_done[slot]);
-        create_event(&model->grads_free[slot]);
+        create_event(&model->exec.layer_gathered[slot]);
+        create_event(&model->exec.layer_done[slot]);
+        create_event(&model->exec.grads_free[slot]);
     }
-    model->sample_row = (float *)malloc_check(cfg->padded_vocab_size * sizeof(float), "sampling");
-    model->sample_row_bf16 = (bf16 *)malloc_check(cfg->padded_vocab_size * sizeof(bf16), "sampling");
-    cuda_check(cudaStreamCreate(&model->stream));
-    cuda_check(cudaStreamCreate(&model->copy_stream));
+    model->io.sample_row = (float *)malloc_check(cfg->padded_vocab_size * sizeof(float), "sampling");
+    model->io.sample_row_bf16 = (bf16 *)malloc_check(cfg->padded_vocab_size * sizeof(bf16), "sampling");
+    cuda_check(cudaStreamCreate(&model->exec.stream));
+    cuda_check(cudaStreamCreate(&model->exec.copy_stream));
     // the collectives at the greatest priority: a gather or reduce-scatter the next layer waits for is
     // scheduled ahead of compute blocks queued behind it
     int least_priority = 0, greatest_priority = 0;
     cuda_check(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-    cuda_check(cudaStreamCreateWithPriority(&model->comm_stream, cudaStreamDefault, greatest_priority));
+    cuda_check(cudaStreamCreateWithPriority(&model->exec.comm_stream, cudaStreamDefault, greatest_priority));
     gemm_init(&model->gemm, plan_ptr(model, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
-    const AttentionMemory attention_memory = {model->attention_workspace,
+    const AttentionMemory attention_memory = {model->work.attention_workspace,
                                               model->plan.bytes[BUF_ATTENTION_WORKSPACE],
                                               declined[0] ? declined : NULL};
     attention_setup(&model->attention, opts->attention, B, T, cfg->channels, cfg->num_heads,
                     model_kv_heads(cfg), &attention_memory);
     reset_block_scale_stats(model);
-    if (model->rope) {
+    if (model->acts.rope) {
         float *table = (float *)malloc_check(model->plan.bytes[BUF_ROPE_TABLE], "rope table");
         rope_table(table, cfg);
-        copy_to_device(model->rope, table, model->plan.bytes[BUF_ROPE_TABLE]);
+        copy_to_device(model->acts.rope, table, model->plan.bytes[BUF_ROPE_TABLE]);
         free(table);
     }
     size_t N = (size_t)B * T, scratch = reduce_scratch_floats(cfg, B, T);
@@ -408,56 +459,59 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
                               : layernorm_backward_scratch_floats((int)N, cfg->channels);
     if (norm_scratch > scratch ||
         bias_backward_scratch_floats((int)N, (int)param_tensor_size(cfg, PT_FCB)) > scratch ||
-        global_norm_squared_scratch_floats(model->shard_floats) > scratch)
+        global_norm_squared_scratch_floats(model->sharding.shard_floats) > scratch)
         fail("memory_plan.h: reduce_scratch_floats is smaller than a kernel's scratch (a bug)");
 }
 
 // Everything gpt_alloc made, and the CUDA Graphs the steps captured.
 static void gpt_free(GPT *model) {
-    if (model->micro_graph) cuda_check(cudaGraphExecDestroy(model->micro_graph));
-    if (model->update_graph) cuda_check(cudaGraphExecDestroy(model->update_graph));
+    if (model->exec.micro_graph) cuda_check(cudaGraphExecDestroy(model->exec.micro_graph));
+    if (model->exec.update_graph) cuda_check(cudaGraphExecDestroy(model->exec.update_graph));
     gemm_destroy(&model->gemm);
     attention_free(&model->attention);
-    cuda_check(cudaStreamDestroy(model->copy_stream));
-    cuda_check(cudaStreamDestroy(model->comm_stream));
-    cuda_check(cudaStreamDestroy(model->stream));
-    cudaEvent_t events[] = {model->tokens_uploaded,   model->tokens_taken,  model->results_copied[0],
-                            model->results_copied[1], model->forked,        model->joined,
-                            model->layer_gathered[0], model->layer_done[0], model->grads_free[0],
-                            model->layer_gathered[1], model->layer_done[1], model->grads_free[1]};
+    cuda_check(cudaStreamDestroy(model->exec.copy_stream));
+    cuda_check(cudaStreamDestroy(model->exec.comm_stream));
+    cuda_check(cudaStreamDestroy(model->exec.stream));
+    cudaEvent_t events[] = {
+        model->io.tokens_uploaded,     model->io.tokens_taken,    model->io.results_copied[0],
+        model->io.results_copied[1],   model->exec.forked,        model->exec.joined,
+        model->exec.layer_gathered[0], model->exec.layer_done[0], model->exec.grads_free[0],
+        model->exec.layer_gathered[1], model->exec.layer_done[1], model->exec.grads_free[1]};
     for (cudaEvent_t event : events) cuda_check(cudaEventDestroy(event));
-    free(model->sample_row);
-    free(model->sample_row_bf16);
-    cuda_check(cudaFreeHost(model->tokens_host));
-    cuda_check(cudaFreeHost(model->step_results_host));
-    cuda_check(cudaFreeHost(model->step_params_host));
+    free(model->io.sample_row);
+    free(model->io.sample_row_bf16);
+    cuda_check(cudaFreeHost(model->io.tokens_host));
+    cuda_check(cudaFreeHost(model->io.step_results_host));
+    cuda_check(cudaFreeHost(model->io.step_params_host));
     cuda_check(cudaFree(model->memory));
 }
 
 // The communication stream continues after everything enqueued on the compute stream so far.
 static void comm_after_compute(GPT *model) {
-    cuda_check(cudaEventRecord(model->forked, model->stream));
-    cuda_check(cudaStreamWaitEvent(model->comm_stream, model->forked, 0));
+    cuda_check(cudaEventRecord(model->exec.forked, model->exec.stream));
+    cuda_check(cudaStreamWaitEvent(model->exec.comm_stream, model->exec.forked, 0));
 }
 
 // The compute stream continues after everything enqueued on the communication stream so far.
 static void compute_after_comm(GPT *model) {
-    cuda_check(cudaEventRecord(model->joined, model->comm_stream));
-    cuda_check(cudaStreamWaitEvent(model->stream, model->joined, 0));
+    cuda_check(cudaEventRecord(model->exec.joined, model->exec.comm_stream));
+    cuda_check(cudaStreamWaitEvent(model->exec.stream, model->exec.joined, 0));
 }
 
 // values (n <= 4 host doubles) = their sum over the ranks. Every rank calls it at the same point.
 static void sum_over_ranks(GPT *model, double *values, int n) {
-    if (!model->comm.comm) return;
-    double *device = model->step_results->host_values;
-    double *pinned = model->step_results_host[RESULTS_NOW].host_values;
+    if (!model->sharding.comm.comm) return;
+    double *device = model->io.step_results->host_values;
+    double *pinned = model->io.step_results_host[RESULTS_NOW].host_values;
     memcpy(pinned, values, n * sizeof(double)); // pinned: a copy from pageable memory would block the host
-    cuda_check(cudaMemcpyAsync(device, pinned, n * sizeof(double), cudaMemcpyHostToDevice, model->stream));
+    cuda_check(
+        cudaMemcpyAsync(device, pinned, n * sizeof(double), cudaMemcpyHostToDevice, model->exec.stream));
     comm_after_compute(model);
-    comm_all_reduce(&model->comm, device, (size_t)n, ncclFloat64, ncclSum, model->comm_stream);
+    comm_all_reduce(&model->sharding.comm, device, (size_t)n, ncclFloat64, ncclSum, model->exec.comm_stream);
     compute_after_comm(model);
-    cuda_check(cudaMemcpyAsync(pinned, device, n * sizeof(double), cudaMemcpyDeviceToHost, model->stream));
-    comm_wait_stream(&model->comm, model->stream, "a sum over the ranks");
+    cuda_check(
+        cudaMemcpyAsync(pinned, device, n * sizeof(double), cudaMemcpyDeviceToHost, model->exec.stream));
+    comm_wait_stream(&model->sharding.comm, model->exec.stream, "a sum over the ranks");
     memcpy(values, pinned, n * sizeof(double));
 }
 
@@ -474,7 +528,7 @@ static size_t linear_weight_offset_fp8(const GPTConfig *cfg, int layer, int line
 // ZeRO-3 keeps layer l's unit in slot l % slots, after the global unit's region: its gradients in 2 slots
 // (one reduce-scattered while the next is computed), its gathered weights in weight_slots.
 static size_t slot_offset(const GPT *model, int layer, int slots) {
-    return model->global_slot + (size_t)(layer % slots) * model->layer_slot;
+    return model->sharding.global_slot + (size_t)(layer % slots) * model->sharding.layer_slot;
 }
 
 static size_t grad_slot_offset(const GPT *model, int layer) {
@@ -491,11 +545,11 @@ static size_t param_position(const GPT *model, int tensor, int layer, int slots)
 }
 
 static const bf16 *weight_bf16(GPT *model, int tensor, int layer) {
-    return model->params_bf16 + param_position(model, tensor, layer, model->weight_slots);
+    return model->weights.params_bf16 + param_position(model, tensor, layer, model->sharding.weight_slots);
 }
 
 static float *grad_of(GPT *model, int tensor, int layer) {
-    return model->grads + param_position(model, tensor, layer, 2);
+    return model->gradients.grads + param_position(model, tensor, layer, 2);
 }
 
 // The bias of a block linear (the tensor after its weight) and its gradient, NULL where the architecture
@@ -514,24 +568,25 @@ static float *linear_bias_grad(GPT *model, int layer, int linear) {
 static fp8 *weight_fp8(GPT *model, int layer, int linear) {
     const GPTConfig *cfg = &model->config;
     int tensor = linear_weight_tensor(linear);
-    if (model->zero_stage == 0) return model->weights_fp8 + linear_weight_offset_fp8(cfg, layer, linear);
-    if (model->zero_stage == 1) return model->weights_fp8 + param_offset(cfg, tensor, layer);
-    return model->weights_fp8 + param_position(model, tensor, layer, model->weight_slots) -
-           model->global_slot;
+    if (model->zero_stage == 0)
+        return model->weights.weights_fp8 + linear_weight_offset_fp8(cfg, layer, linear);
+    if (model->zero_stage == 1) return model->weights.weights_fp8 + param_offset(cfg, tensor, layer);
+    return model->weights.weights_fp8 + param_position(model, tensor, layer, model->sharding.weight_slots) -
+           model->sharding.global_slot;
 }
 
 // W^T (IC, OC), linear order (ZeRO-3: of the layer's slot).
 static fp8 *weight_fp8_t(GPT *model, int layer, int linear) {
-    int stored = model->zero_stage == 3 ? layer % model->weight_slots : layer;
-    return model->weights_fp8_t + linear_weight_offset_fp8(&model->config, stored, linear);
+    int stored = model->zero_stage == 3 ? layer % model->sharding.weight_slots : layer;
+    return model->weights.weights_fp8_t + linear_weight_offset_fp8(&model->config, stored, linear);
 }
 
 // Block recipes: the factors of W (OC, IC) as the operand (OC, K = IC), or of W^T as (IC, K = OC) (blockwise:
 // the same 128x128 blocks; mxfp8: 1x32 tiles along OC, a cast of its own).
 static char *weight_factors(GPT *model, int layer, int linear, int transposed) {
     const GPTConfig *cfg = &model->config;
-    int recipe = model->recipe;
-    char *w = model->weight_factors + layer * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS) +
+    int recipe = model->fp8_state.recipe;
+    char *w = model->fp8_state.weight_factors + layer * weight_factor_offset(cfg, recipe, NUM_BLOCK_LINEARS) +
               weight_factor_offset(cfg, recipe, linear);
     if (!transposed) return w;
     return w +
@@ -546,26 +601,27 @@ static char *weight_factors(GPT *model, int layer, int linear, int transposed) {
 // blocks) and telemetry as cast_weights'.
 static void cast_weight_blocks(GPT *model) {
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->scaling;
-    cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->stream));
+    Fp8DeviceState *s = &model->fp8_state.scaling;
+    cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->exec.stream));
     for (int l = 0; l < cfg->num_layers; l++) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
             int w = l * NUM_BLOCK_LINEARS + lin, t = s->num_tensors + w, OC = linear_out_features(cfg, lin),
                 IC = linear_in_features(cfg, lin);
-            BlockRecord rec = {&s->weight_amax[w], model->comm.rank == 0 ? &s->counts[2 * t] : NULL,
-                               &model->block_scale_min[t], &model->block_scale_max[t]};
-            const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
+            BlockRecord rec = {&s->weight_amax[w], model->sharding.comm.rank == 0 ? &s->counts[2 * t] : NULL,
+                               &model->fp8_state.block_scale_min[t], &model->fp8_state.block_scale_max[t]};
+            const float *master = model->weights.params + param_offset(cfg, linear_weight_tensor(lin), l);
             fp8 *w_q = weight_fp8(model, l, lin), *w_q_t = weight_fp8_t(model, l, lin);
-            if (fp8_weight_casts(model->recipe) == 2) {
-                block_cast<float>(model->recipe, w_q, weight_factors(model, l, lin, 0), w_q_t,
+            if (fp8_weight_casts(model->fp8_state.recipe) == 2) {
+                block_cast<float>(model->fp8_state.recipe, w_q, weight_factors(model, l, lin, 0), w_q_t,
                                   weight_factors(model, l, lin, 1), rec, master, OC, IC, FP8_E4M3,
-                                  model->margin, 0, model->stream);
+                                  model->fp8_state.margin, 0, model->exec.stream);
                 continue;
             }
             block_cast_square<float>(w_q, (float *)weight_factors(model, l, lin, 0),
                                      (float *)weight_factors(model, l, lin, 1), rec, master, OC, IC,
-                                     model->margin, model->pow2_scales, model->stream);
-            transpose_bytes(w_q_t, w_q, OC, IC, model->stream);
+                                     model->fp8_state.margin, model->fp8_state.pow2_scales,
+                                     model->exec.stream);
+            transpose_bytes(w_q_t, w_q, OC, IC, model->exec.stream);
         }
     }
 }
@@ -574,8 +630,8 @@ static void cast_weight_blocks(GPT *model) {
 // weights, so rank 0 alone counts their saturated and flushed values (the counters are summed over ranks).
 static void cast_weights(GPT *model) {
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->scaling;
-    if (fp8_recipe_is_block(model->recipe)) {
+    Fp8DeviceState *s = &model->fp8_state.scaling;
+    if (fp8_recipe_is_block(model->fp8_state.recipe)) {
         cast_weight_blocks(model);
         return;
     }
@@ -583,12 +639,13 @@ static void cast_weights(GPT *model) {
         for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
             int w = l * NUM_BLOCK_LINEARS + lin, OC = linear_out_features(cfg, lin),
                 IC = linear_in_features(cfg, lin);
-            const float *master = model->params + param_offset(cfg, linear_weight_tensor(lin), l);
+            const float *master = model->weights.params + param_offset(cfg, linear_weight_tensor(lin), l);
             measure_scale<float>(&s->weight_amax[w], &s->weight_scale[w], &s->weight_descale[w], master,
-                                 (size_t)OC * IC, FP8_E4M3, model->margin, model->stream);
-            unsigned long long *counts = model->comm.rank == 0 ? &s->counts[2 * (s->num_tensors + w)] : NULL;
+                                 (size_t)OC * IC, FP8_E4M3, model->fp8_state.margin, model->exec.stream);
+            unsigned long long *counts =
+                model->sharding.comm.rank == 0 ? &s->counts[2 * (s->num_tensors + w)] : NULL;
             cast_transpose<float>(weight_fp8(model, l, lin), weight_fp8_t(model, l, lin), NULL, counts,
-                                  master, OC, IC, &s->weight_scale[w], FP8_E4M3, model->stream);
+                                  master, OC, IC, &s->weight_scale[w], FP8_E4M3, model->exec.stream);
         }
     }
 }
@@ -596,36 +653,37 @@ static void cast_weights(GPT *model) {
 // ZeRO-1/3: every linear weight's amax over this rank's shard, one kernel; reduce_fp8_amaxes then takes
 // the max over the ranks, the exact amax.
 static void measure_shard_weight_amaxes(GPT *model) {
-    Fp8DeviceState *s = &model->scaling;
-    cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->stream));
-    dim3 grid(shard_weight_amax_blocks(&model->config, model->shards.ways), s->num_weights);
-    launch<shard_weight_amax_kernel>({grid, 256, 0, model->stream}, s->weight_amax, model->params,
-                                     model->shards);
+    Fp8DeviceState *s = &model->fp8_state.scaling;
+    cuda_check(cudaMemsetAsync(s->weight_amax, 0, s->num_weights * sizeof(float), model->exec.stream));
+    dim3 grid(shard_weight_amax_blocks(&model->config, model->sharding.shards.ways), s->num_weights);
+    launch<shard_weight_amax_kernel>({grid, 256, 0, model->exec.stream}, s->weight_amax,
+                                     model->weights.params, model->sharding.shards);
 }
 
 // The step's measured amaxes (amax_current and weight_amax, adjacent), max over the ranks: one all-reduce.
 static void reduce_fp8_amaxes(GPT *model) {
-    if (!model->comm.comm) return;
+    if (!model->sharding.comm.comm) return;
     comm_after_compute(model);
-    comm_all_reduce(&model->comm, model->scaling.amax_current,
-                    (size_t)model->scaling.num_tensors + model->scaling.num_weights, ncclFloat32, ncclMax,
-                    model->comm_stream);
+    comm_all_reduce(&model->sharding.comm, model->fp8_state.scaling.amax_current,
+                    (size_t)model->fp8_state.scaling.num_tensors + model->fp8_state.scaling.num_weights,
+                    ncclFloat32, ncclMax, model->exec.comm_stream);
     compute_after_comm(model);
 }
 
 // Where a shard's weight casts count their saturated and flushed values: one replica's shards cover every
 // weight once, so the other groups' casts count nothing.
 static unsigned long long *weight_counts(GPT *model) {
-    return model->replica == 0 ? model->scaling.counts : NULL;
+    return model->sharding.replica == 0 ? model->fp8_state.scaling.counts : NULL;
 }
 
 // This rank's chunk of unit `unit` in E4M3 (linear weights; the rest 0) at out, on `stream`.
 static void cast_shard_chunk(GPT *model, int unit, fp8 *out, unsigned long long *counts,
                              cudaStream_t stream) {
-    ShardUnit u = shard_map_unit(&model->shards, unit);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, unit);
     launch<shard_weight_cast_kernel>({elementwise_blocks(u.chunk), 256, 0, stream}, out, counts,
-                                     model->params, model->shards, unit, model->scaling.weight_scale,
-                                     model->scaling.num_tensors);
+                                     model->weights.params, model->sharding.shards, unit,
+                                     model->fp8_state.scaling.weight_scale,
+                                     model->fp8_state.scaling.num_tensors);
 }
 
 // W^T of every linear of layer `layer` from its gathered W.
@@ -648,14 +706,14 @@ static int gathers_whole_bf16(const GPT *model) {
 // a float8 pass reads in BF16: each owner's piece broadcast in place (in the caller's NCCL group). A
 // layer's are 13C elements, against 12C^2 + 13C for the whole layer.
 static void broadcast_bf16_read_tensors(GPT *model, int unit, bf16 *copy, cudaStream_t stream) {
-    ShardUnit u = shard_map_unit(&model->shards, unit);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, unit);
     for (size_t at = u.start; at < u.start + u.size;) {
         int tensor, layer;
         size_t end = param_locate(&model->config, at, &tensor, &layer); // units end at a tensor's end
         for (size_t x = at; x < end && !param_is_linear_weight(tensor);) {
             size_t within = x - u.start, owner = within / u.chunk;
             size_t n = end - x < (owner + 1) * u.chunk - within ? end - x : (owner + 1) * u.chunk - within;
-            comm_broadcast(model->shard_comm, copy + within, n, ncclBfloat16, (int)owner, stream);
+            comm_broadcast(model->sharding.shard_comm, copy + within, n, ncclBfloat16, (int)owner, stream);
             x += n;
         }
         at = end;
@@ -664,58 +722,63 @@ static void broadcast_bf16_read_tensors(GPT *model, int unit, bf16 *copy, cudaSt
 
 // ZeRO-3, on the communication stream: the global unit's BF16 copy, gathered in place.
 static void gather_global(GPT *model) {
-    ShardUnit u = shard_map_unit(&model->shards, 0);
-    launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream},
-                           model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params + u.shard,
-                           u.chunk);
-    comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
-                    model->comm_stream);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
+    launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->exec.comm_stream},
+                           model->weights.params_bf16 + (size_t)model->sharding.shards.rank * u.chunk,
+                           model->weights.params + u.shard, u.chunk);
+    comm_all_gather(model->sharding.shard_comm, model->weights.params_bf16, u.chunk, ncclBfloat16,
+                    sizeof(bf16), model->exec.comm_stream);
 }
 
 // ZeRO-3, on the communication stream: layer `layer` into its weight slot, its BF16 copy (float8: the
 // tensors it reads in BF16) and (float8) its FP8 weights with this update's scales, in place in one NCCL
 // group, then W^T. The caller orders it after the last use of the slot.
 static void gather_layer(GPT *model, int layer) {
-    ShardUnit u = shard_map_unit(&model->shards, 1 + layer);
-    size_t mine = (size_t)model->shards.rank * u.chunk;
-    size_t slot = slot_offset(model, layer, model->weight_slots);
-    bf16 *copy = model->params_bf16 + slot;
-    fp8 *weights = model->fp8_weights ? model->weights_fp8 + (slot - model->global_slot) : NULL;
-    launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, copy + mine,
-                           model->params + u.shard, u.chunk);
-    if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->comm_stream);
-    comm_group_start(model->shard_comm);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, 1 + layer);
+    size_t mine = (size_t)model->sharding.shards.rank * u.chunk;
+    size_t slot = slot_offset(model, layer, model->sharding.weight_slots);
+    bf16 *copy = model->weights.params_bf16 + slot;
+    fp8 *weights =
+        model->fp8_weights ? model->weights.weights_fp8 + (slot - model->sharding.global_slot) : NULL;
+    launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->exec.comm_stream}, copy + mine,
+                           model->weights.params + u.shard, u.chunk);
+    if (weights) cast_shard_chunk(model, 1 + layer, weights + mine, NULL, model->exec.comm_stream);
+    comm_group_start(model->sharding.shard_comm);
     if (gathers_whole_bf16(model))
-        comm_all_gather(model->shard_comm, copy, u.chunk, ncclBfloat16, sizeof(bf16), model->comm_stream);
+        comm_all_gather(model->sharding.shard_comm, copy, u.chunk, ncclBfloat16, sizeof(bf16),
+                        model->exec.comm_stream);
     else
-        broadcast_bf16_read_tensors(model, 1 + layer, copy, model->comm_stream);
-    if (weights) comm_all_gather(model->shard_comm, weights, u.chunk, ncclUint8, 1, model->comm_stream);
-    comm_group_end(model->shard_comm);
-    if (weights) transpose_layer_weights(model, layer, model->comm_stream);
+        broadcast_bf16_read_tensors(model, 1 + layer, copy, model->exec.comm_stream);
+    if (weights)
+        comm_all_gather(model->sharding.shard_comm, weights, u.chunk, ncclUint8, 1, model->exec.comm_stream);
+    comm_group_end(model->sharding.shard_comm);
+    if (weights) transpose_layer_weights(model, layer, model->exec.comm_stream);
 }
 
 // ZeRO-1: the BF16 copy (this rank's chunk already written; float8: the tensors it reads in BF16) and the
 // FP8 weights in parameter layout, each rank casting its chunk, both gathered in place; then W^T locally.
 static void publish_zero1(GPT *model) {
-    ShardUnit u = shard_map_unit(&model->shards, 0);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
     if (model->fp8_weights)
-        cast_shard_chunk(model, 0, model->weights_fp8 + (size_t)model->shards.rank * u.chunk,
-                         weight_counts(model), model->stream);
-    if (model->shard_comm->comm) {
+        cast_shard_chunk(model, 0, model->weights.weights_fp8 + (size_t)model->sharding.shards.rank * u.chunk,
+                         weight_counts(model), model->exec.stream);
+    if (model->sharding.shard_comm->comm) {
         comm_after_compute(model);
-        comm_group_start(model->shard_comm);
+        comm_group_start(model->sharding.shard_comm);
         if (gathers_whole_bf16(model))
-            comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
-                            model->comm_stream);
+            comm_all_gather(model->sharding.shard_comm, model->weights.params_bf16, u.chunk, ncclBfloat16,
+                            sizeof(bf16), model->exec.comm_stream);
         else
-            broadcast_bf16_read_tensors(model, 0, model->params_bf16, model->comm_stream);
+            broadcast_bf16_read_tensors(model, 0, model->weights.params_bf16, model->exec.comm_stream);
         if (model->fp8_weights)
-            comm_all_gather(model->shard_comm, model->weights_fp8, u.chunk, ncclUint8, 1, model->comm_stream);
-        comm_group_end(model->shard_comm);
+            comm_all_gather(model->sharding.shard_comm, model->weights.weights_fp8, u.chunk, ncclUint8, 1,
+                            model->exec.comm_stream);
+        comm_group_end(model->sharding.shard_comm);
         compute_after_comm(model);
     }
     if (model->fp8_weights)
-        for (int l = 0; l < model->config.num_layers; l++) transpose_layer_weights(model, l, model->stream);
+        for (int l = 0; l < model->config.num_layers; l++)
+            transpose_layer_weights(model, l, model->exec.stream);
 }
 
 // ZeRO-3: between passes slot s holds layer s (s < 2): the update gathers the global unit and layers 0 and
@@ -724,10 +787,10 @@ static void publish_zero1(GPT *model) {
 // until the next update reads them there. Weight telemetry: the casts happen at every gather, so the
 // shard's saturated and flushed values are counted here, once per update.
 static void publish_zero3(GPT *model) {
-    model->layers_resident = 0;
+    model->sharding.layers_resident = 0;
     if (model->fp8_weights)
         for (int l = 0; l < model->config.num_layers; l++)
-            cast_shard_chunk(model, 1 + l, NULL, weight_counts(model), model->stream);
+            cast_shard_chunk(model, 1 + l, NULL, weight_counts(model), model->exec.stream);
     comm_after_compute(model);
     gather_global(model);
     gather_layer(model, 0);
@@ -739,8 +802,8 @@ static void publish_zero3(GPT *model) {
 // the FP8 weights with each weight's exact amax, the BF16 copy everywhere it is needed. With end_step also
 // the step's end of FP8 scaling: the amaxes max-reduced over ranks, histories and scales updated.
 static void publish_weights(GPT *model, int end_step) {
-    Fp8DeviceState *s = &model->scaling;
-    cudaStream_t stream = model->stream;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
+    cudaStream_t stream = model->exec.stream;
     if (model->fp8_weights) {
         if (model->zero_stage == 0)
             cast_weights(model);
@@ -750,12 +813,12 @@ static void publish_weights(GPT *model, int end_step) {
         if (model->zero_stage != 0) {
             launch<scale_from_amax_kernel>({ceil_div(s->num_weights, 128), 128, 0, stream}, s->weight_scale,
                                            s->weight_descale, s->weight_amax, (const float *)NULL, 0,
-                                           s->num_weights, FP8_E4M3, model->margin);
+                                           s->num_weights, FP8_E4M3, model->fp8_state.margin);
         }
         if (end_step) {
             launch<fp8_end_step_kernel>({ceil_div(s->num_tensors, 128), 128, 0, stream}, *s,
-                                        fp8_recipe_uses_history(model->recipe), model->step_params,
-                                        model->step_results);
+                                        fp8_recipe_uses_history(model->fp8_state.recipe),
+                                        model->io.step_params, model->io.step_results);
         }
     }
     if (model->zero_stage == 1) publish_zero1(model);
@@ -765,10 +828,10 @@ static void publish_weights(GPT *model, int end_step) {
 // At start-up: this rank's BF16 chunk from the master (AdamW writes it afterwards), then publish.
 static void refresh_compute_weights(GPT *model) {
     if (model->zero_stage != 3) {
-        ShardUnit u = shard_map_unit(&model->shards, 0);
-        launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->stream},
-                               model->params_bf16 + (size_t)model->shards.rank * u.chunk, model->params,
-                               u.chunk);
+        ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
+        launch<to_bf16_kernel>({elementwise_blocks(u.chunk), 256, 0, model->exec.stream},
+                               model->weights.params_bf16 + (size_t)model->sharding.shards.rank * u.chunk,
+                               model->weights.params, u.chunk);
     }
     publish_weights(model, 0);
 }
@@ -804,55 +867,58 @@ static GemmOperand block_operand(const fp8 *data, Fp8Format format, const void *
 // CPU's cast_blocks.
 static void fp8_block_cast(GPT *model, int index, const bf16 *x, int rows, int cols, fp8 *out, void *factors,
                            fp8 *out_t, void *factors_t, int record, Fp8Format format) {
-    Fp8DeviceState *s = &model->scaling;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
     BlockRecord rec = {NULL, NULL, NULL, NULL};
     if (record)
-        rec = {&s->amax_current[index], &s->counts[2 * index], &model->block_scale_min[index],
-               &model->block_scale_max[index]};
-    block_cast<bf16>(model->recipe, out, factors, out_t, factors_t, rec, x, rows, cols, format, model->margin,
-                     model->pow2_scales, model->stream);
+        rec = {&s->amax_current[index], &s->counts[2 * index], &model->fp8_state.block_scale_min[index],
+               &model->fp8_state.block_scale_max[index]};
+    block_cast<bf16>(model->fp8_state.recipe, out, factors, out_t, factors_t, rec, x, rows, cols, format,
+                     model->fp8_state.margin, model->fp8_state.pow2_scales, model->exec.stream);
 }
 
 // The FP8 operands of a linear's GEMMs in the recipe's scaling: per tensor (a pointer to 1/scale) or per
 // block (the factors, block_operand's scale modes). Tensor `index`'s cast in cast_fp8 (tiles along its
 // features), or transposed in cast_fp8_t (tiles along the tokens).
 static GemmOperand cast_operand(GPT *model, int index, int transposed) {
-    Fp8Format format = fp8_role_format(model->recipe, fp8_tensor_role(index));
-    const fp8 *data = transposed ? model->cast_fp8_t : model->cast_fp8;
-    if (!fp8_recipe_is_block(model->recipe)) return fp8_operand(data, format, &model->scaling.descale[index]);
-    return block_operand(data, format, transposed ? model->cast_factors_t : model->cast_factors,
-                         model->recipe, 0);
+    Fp8Format format = fp8_role_format(model->fp8_state.recipe, fp8_tensor_role(index));
+    const fp8 *data = transposed ? model->work.cast_fp8_t : model->work.cast_fp8;
+    if (!fp8_recipe_is_block(model->fp8_state.recipe))
+        return fp8_operand(data, format, &model->fp8_state.scaling.descale[index]);
+    return block_operand(data, format,
+                         transposed ? model->fp8_state.cast_factors_t : model->fp8_state.cast_factors,
+                         model->fp8_state.recipe, 0);
 }
 
 // W (OC, IC) as the forward reads it, or W^T (IC, OC) as the data gradient does.
 static GemmOperand weight_operand(GPT *model, int layer, int linear, int transposed) {
     const fp8 *data = transposed ? weight_fp8_t(model, layer, linear) : weight_fp8(model, layer, linear);
-    if (!fp8_recipe_is_block(model->recipe))
+    if (!fp8_recipe_is_block(model->fp8_state.recipe))
         return fp8_operand(data, FP8_E4M3,
-                           &model->scaling.weight_descale[layer * NUM_BLOCK_LINEARS + linear]);
-    return block_operand(data, FP8_E4M3, weight_factors(model, layer, linear, transposed), model->recipe, 1);
+                           &model->fp8_state.scaling.weight_descale[layer * NUM_BLOCK_LINEARS + linear]);
+    return block_operand(data, FP8_E4M3, weight_factors(model, layer, linear, transposed),
+                         model->fp8_state.recipe, 1);
 }
 
 // The scale of tensor `index`'s cast of x (n). delayed: this step's scale, or while the tensor's history is
 // empty the exact scale of x's amax, the max over the ranks (the kernels check the history on the device;
 // the host only knows whether any is empty); current: x's amax measured first, the exact scale.
 static void fp8_prepare_scale(GPT *model, int index, const bf16 *x, size_t n, Fp8Format format) {
-    Fp8DeviceState *s = &model->scaling;
-    if (!fp8_recipe_uses_history(model->recipe)) {
+    Fp8DeviceState *s = &model->fp8_state.scaling;
+    if (!fp8_recipe_uses_history(model->fp8_state.recipe)) {
         measure_scale<bf16>(&s->amax_measure[index], &s->scale[index], &s->descale[index], x, n, format,
-                            model->margin, model->stream);
-    } else if (model->histories_empty) {
+                            model->fp8_state.margin, model->exec.stream);
+    } else if (model->fp8_state.histories_empty) {
         const float *history = s->amax_history + (size_t)index * s->history_len;
-        measure_amax<bf16>(&s->amax_measure[index], history, s->history_len, x, n, model->stream);
-        if (model->comm.comm) {
+        measure_amax<bf16>(&s->amax_measure[index], history, s->history_len, x, n, model->exec.stream);
+        if (model->sharding.comm.comm) {
             comm_after_compute(model);
-            comm_all_reduce(&model->comm, &s->amax_measure[index], 1, ncclFloat32, ncclMax,
-                            model->comm_stream);
+            comm_all_reduce(&model->sharding.comm, &s->amax_measure[index], 1, ncclFloat32, ncclMax,
+                            model->exec.comm_stream);
             compute_after_comm(model);
         }
-        launch<scale_from_amax_kernel>({1, 32, 0, model->stream}, &s->scale[index], &s->descale[index],
+        launch<scale_from_amax_kernel>({1, 32, 0, model->exec.stream}, &s->scale[index], &s->descale[index],
                                        &s->amax_measure[index], history, s->history_len, 1, format,
-                                       model->margin);
+                                       model->fp8_state.margin);
     }
 }
 
@@ -867,7 +933,7 @@ static fp8 *saved_input_t(GPT *model, int layer, int linear) {
     // in units of C: qkv (C wide), attproj (C), fc (C), fcproj (GPT-2 4C, Llama F); a layer's inputs are
     // linear_input_features_sum wide (GPT-2 7C)
     static const int column_offset[NUM_BLOCK_LINEARS] = {0, 1, 2, 3};
-    return model->inputs_fp8_t +
+    return model->acts.inputs_fp8_t +
            ((size_t)kept_layer(model, layer) * linear_input_features_sum(cfg) + column_offset[linear] * C) *
                N;
 }
@@ -876,18 +942,21 @@ static fp8 *saved_input_t(GPT *model, int layer, int linear) {
 static char *saved_input_factors_t(GPT *model, int layer, int linear) {
     const GPTConfig *cfg = &model->config;
     size_t N = (size_t)model->B * model->T;
-    return model->input_factors_t +
-           (size_t)kept_layer(model, layer) * input_factor_offset(cfg, model->recipe, N, NUM_BLOCK_LINEARS) +
-           input_factor_offset(cfg, model->recipe, N, linear);
+    return model->fp8_state.input_factors_t +
+           (size_t)kept_layer(model, layer) *
+               input_factor_offset(cfg, model->fp8_state.recipe, N, NUM_BLOCK_LINEARS) +
+           input_factor_offset(cfg, model->fp8_state.recipe, N, linear);
 }
 
 // The forward's input saved for the weight gradient, x^T (IC, N).
 static GemmOperand saved_input_operand(GPT *model, int layer, int linear) {
     const fp8 *data = saved_input_t(model, layer, linear);
-    if (!fp8_recipe_is_block(model->recipe))
-        return fp8_operand(data, FP8_E4M3,
-                           &model->scaling.descale[fp8_tensor_index(layer, linear, FP8_ROLE_INPUT)]);
-    return block_operand(data, FP8_E4M3, saved_input_factors_t(model, layer, linear), model->recipe, 0);
+    if (!fp8_recipe_is_block(model->fp8_state.recipe))
+        return fp8_operand(
+            data, FP8_E4M3,
+            &model->fp8_state.scaling.descale[fp8_tensor_index(layer, linear, FP8_ROLE_INPUT)]);
+    return block_operand(data, FP8_E4M3, saved_input_factors_t(model, layer, linear), model->fp8_state.recipe,
+                         0);
 }
 
 // A linear's FP8 GEMMs, one form for every recipe, once its casts are in place: the forward's out (N,OC) =
@@ -905,8 +974,9 @@ static void fp8_forward_gemm(GPT *model, int layer, int linear, bf16 *out) {
           .N = OC,
           .K = IC,
           .epilogue = gemm_bias(linear_bias(model, layer, linear)),
-          .fast_accum = fp8_gemm_fast_accum(model->recipe, model->fast_accum, FAST_ACCUM_FORWARD)},
-         model->stream);
+          .fast_accum =
+              fp8_gemm_fast_accum(model->fp8_state.recipe, model->fp8_state.fast_accum, FAST_ACCUM_FORWARD)},
+         model->exec.stream);
 }
 
 // The backward's dinp (N,IC) = dout . W and dW (OC,IC) += dout^T . x, from the output gradient's casts in
@@ -916,7 +986,8 @@ static void fp8_backward_gemms(GPT *model, int layer, int linear, bf16 *dinp) {
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
     // only with --fp8_fast_accum 2, a study's choice: fast accumulation costs the gradients precision
-    const int fast = fp8_gemm_fast_accum(model->recipe, model->fast_accum, FAST_ACCUM_ALL);
+    const int fast =
+        fp8_gemm_fast_accum(model->fp8_state.recipe, model->fp8_state.fast_accum, FAST_ACCUM_ALL);
     // dinp (N,IC) = dout_q (N,OC) . (W^T (IC,OC))^T
     gemm(&model->gemm,
          {.D = dinp,
@@ -928,7 +999,7 @@ static void fp8_backward_gemms(GPT *model, int layer, int linear, bf16 *dinp) {
           .N = IC,
           .K = OC,
           .fast_accum = fast},
-         model->stream);
+         model->exec.stream);
     // dW (OC,IC) += dout^T (OC,N) . (x^T (IC,N))^T
     gemm(&model->gemm,
          {.D = grad_of(model, linear_weight_tensor(linear), layer),
@@ -941,7 +1012,7 @@ static void fp8_backward_gemms(GPT *model, int layer, int linear, bf16 *dinp) {
           .K = N,
           .accumulate = 1,
           .fast_accum = fast},
-         model->stream);
+         model->exec.stream);
 }
 
 // The per-tensor recipes, the scale prepared (fp8_prepare_scale): the input (N,IC) from `load` cast to E4M3
@@ -951,12 +1022,12 @@ static void fp8_backward_gemms(GPT *model, int layer, int linear, bf16 *dinp) {
 template <typename Load>
 static void fp8_linear_forward(GPT *model, int layer, int linear, bf16 *out, Load load, int record) {
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->scaling;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
     int N = model->B * model->T, IC = linear_in_features(cfg, linear);
     int index = fp8_tensor_index(layer, linear, FP8_ROLE_INPUT);
-    cast_transpose_values(out ? model->cast_fp8 : NULL, saved_input_t(model, layer, linear),
+    cast_transpose_values(out ? model->work.cast_fp8 : NULL, saved_input_t(model, layer, linear),
                           record ? &s->amax_current[index] : NULL, record ? &s->counts[2 * index] : NULL,
-                          (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->stream);
+                          (float *)NULL, load, N, IC, &s->scale[index], FP8_E4M3, model->exec.stream);
     if (out) fp8_forward_gemm(model, layer, linear, out);
 }
 
@@ -970,11 +1041,12 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
     int weight_tensor = linear_weight_tensor(linear);
     const bf16 *bias = linear_bias(model, layer, linear);
-    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->recipe)) {
+    if (model->dtype == DTYPE_FLOAT8 && fp8_recipe_is_block(model->fp8_state.recipe)) {
         // tiles along IC for this GEMM, along the tokens into the saved transpose for the weight gradient
-        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC, model->cast_fp8,
-                       model->cast_factors, saved_input_t(model, layer, linear),
-                       saved_input_factors_t(model, layer, linear), record_amax, FP8_E4M3);
+        fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC,
+                       model->work.cast_fp8, model->fp8_state.cast_factors,
+                       saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear),
+                       record_amax, FP8_E4M3);
         fp8_forward_gemm(model, layer, linear, out);
     } else if (model->dtype == DTYPE_FLOAT8) {
         fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, (size_t)N * IC,
@@ -992,7 +1064,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
                                     .N = OC,
                                     .K = IC,
                                     .epilogue = gemm_gelu_bias(bias, out)},
-                                   model->stream))
+                                   model->exec.stream))
             return 1;
         gemm(&model->gemm,
              {.D = out,
@@ -1004,7 +1076,7 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
               .N = OC,
               .K = IC,
               .epilogue = gemm_bias(bias)},
-             model->stream);
+             model->exec.stream);
     }
     return 0;
 }
@@ -1016,7 +1088,8 @@ static int linear_forward(GPT *model, int layer, int linear, bf16 *out, const bf
 // written nor read back. The current recipe and a first step measure the stored tensor's amax before casting:
 // two passes there.
 static int casts_compute_inputs(const GPT *model) {
-    return model->dtype == DTYPE_FLOAT8 && fp8_recipe_uses_history(model->recipe) && !model->histories_empty;
+    return model->dtype == DTYPE_FLOAT8 && fp8_recipe_uses_history(model->fp8_state.recipe) &&
+           !model->fp8_state.histories_empty;
 }
 
 // What the backward of a linear needs of its input without running the linear: float8 keeps the FP8
@@ -1024,7 +1097,7 @@ static int casts_compute_inputs(const GPT *model) {
 static void save_linear_input(GPT *model, int layer, int linear, const bf16 *inp) {
     if (model->dtype != DTYPE_FLOAT8) return;
     int N = model->B * model->T, IC = linear_in_features(&model->config, linear);
-    if (fp8_recipe_is_block(model->recipe)) {
+    if (fp8_recipe_is_block(model->fp8_state.recipe)) {
         fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_INPUT), inp, N, IC, NULL, NULL,
                        saved_input_t(model, layer, linear), saved_input_factors_t(model, layer, linear), 0,
                        FP8_E4M3);
@@ -1042,14 +1115,15 @@ static void fp8_linear_backward(GPT *model, int layer, int linear, bf16 *dinp, L
     static_assert(CAST_ROWS == COLUMN_SUM_ROWS && CAST_WARPS == COLUMN_SUM_THREADS_Y,
                   "the cast's column sums must be bias_backward's partial sums");
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->scaling;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear);
     int index = fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT);
     float *dbias = linear_bias_grad(model, layer, linear);
-    cast_transpose_values(model->cast_fp8, model->cast_fp8_t, &s->amax_current[index], &s->counts[2 * index],
-                          dbias ? model->reduce_scratch : NULL, load, N, OC, &s->scale[index],
-                          fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT), model->stream);
-    if (dbias) bias_backward_from_partials(dbias, model->reduce_scratch, N, OC, model->stream);
+    cast_transpose_values(model->work.cast_fp8, model->work.cast_fp8_t, &s->amax_current[index],
+                          &s->counts[2 * index], dbias ? model->work.reduce_scratch : NULL, load, N, OC,
+                          &s->scale[index], fp8_role_format(model->fp8_state.recipe, FP8_ROLE_GRAD_OUTPUT),
+                          model->exec.stream);
+    if (dbias) bias_backward_from_partials(dbias, model->work.reduce_scratch, N, OC, model->exec.stream);
     fp8_backward_gemms(model, layer, linear, dinp);
 }
 
@@ -1064,21 +1138,22 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
                            const bf16 *gelu_pre) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T, OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
-    if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->recipe)) {
+    if (model->dtype == DTYPE_FLOAT8 && !fp8_recipe_is_block(model->fp8_state.recipe)) {
         fp8_prepare_scale(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, (size_t)N * OC,
-                          fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT));
+                          fp8_role_format(model->fp8_state.recipe, FP8_ROLE_GRAD_OUTPUT));
         fp8_linear_backward(model, layer, linear, dinp, StoredValues<bf16>{dout});
         return 0;
     }
     int weight_tensor = linear_weight_tensor(linear);
     float *dweight = grad_of(model, weight_tensor, layer), *dbias = linear_bias_grad(model, layer, linear);
     if (model->dtype == DTYPE_FLOAT8) {
-        if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
+        if (dbias) bias_backward(dbias, dout, N, OC, model->work.reduce_scratch, model->exec.stream);
         // block recipes: dout in tiles along OC for the data gradient, along the tokens (transposed) for the
         // weight gradient
         fp8_block_cast(model, fp8_tensor_index(layer, linear, FP8_ROLE_GRAD_OUTPUT), dout, N, OC,
-                       model->cast_fp8, model->cast_factors, model->cast_fp8_t, model->cast_factors_t, 1,
-                       fp8_role_format(model->recipe, FP8_ROLE_GRAD_OUTPUT));
+                       model->work.cast_fp8, model->fp8_state.cast_factors, model->work.cast_fp8_t,
+                       model->fp8_state.cast_factors_t, 1,
+                       fp8_role_format(model->fp8_state.recipe, FP8_ROLE_GRAD_OUTPUT));
         fp8_backward_gemms(model, layer, linear, dinp);
         return 0;
     }
@@ -1095,13 +1170,13 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
                              .accumulate = 1};
     // with a bias, cuBLASLt's epilogue sums the rows into scratch, or else a kernel does
     GemmCall fused_call = dweight_call;
-    fused_call.epilogue = gemm_bias_grad(model->reduce_scratch);
-    if (dbias && gemm_fused(&model->gemm, fused_call, model->stream)) {
-        launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->stream}, dbias,
-                           (const float *)model->reduce_scratch, (size_t)OC);
+    fused_call.epilogue = gemm_bias_grad(model->work.reduce_scratch);
+    if (dbias && gemm_fused(&model->gemm, fused_call, model->exec.stream)) {
+        launch<add_kernel>({ceil_div(OC, 256), 256, 0, model->exec.stream}, dbias,
+                           (const float *)model->work.reduce_scratch, (size_t)OC);
     } else {
-        gemm(&model->gemm, dweight_call, model->stream);
-        if (dbias) bias_backward(dbias, dout, N, OC, model->reduce_scratch, model->stream);
+        gemm(&model->gemm, dweight_call, model->exec.stream);
+        if (dbias) bias_backward(dbias, dout, N, OC, model->work.reduce_scratch, model->exec.stream);
     }
     int gelu_done = gelu_pre && gemm_fused(&model->gemm,
                                            {.D = dinp,
@@ -1112,15 +1187,15 @@ static int linear_backward(GPT *model, int layer, int linear, bf16 *dinp, const 
                                             .N = IC,
                                             .K = OC,
                                             .epilogue = gemm_dgelu(gelu_pre)},
-                                           model->stream);
+                                           model->exec.stream);
     if (!gelu_done)
         gemm(&model->gemm, {.D = dinp, .d_type = CUDA_R_16BF, .A = g, .B = w, .M = N, .N = IC, .K = OC},
-             model->stream);
+             model->exec.stream);
     return gelu_done;
 }
 
 // ----------------------------------------------------------------------------
-// Forward and backward of the whole model, on the tokens in model->tokens
+// Forward and backward of the whole model, on the tokens in model->io.tokens
 
 // One layer's activations. Kept per layer (or, with --recompute, one layer's worth); the GEMM inputs
 // ln1, atty, ln2, fch_gelu only by the bfloat16 plan: float8 keeps their FP8 transposes instead and uses
@@ -1138,23 +1213,23 @@ static LayerActs layer_acts(GPT *model, int layer) {
     size_t k = (size_t)kept_layer(model, layer), g = model->keeps_gemm_inputs ? k : 0;
     size_t stats = norm_stats_floats(cfg) * N;
     LayerActs a;
-    a.ln1 = model->ln1 + g * NC;
-    a.atty = model->atty + g * NC;
-    a.ln2 = model->ln2 + g * NC;
-    a.fch_gelu = model->fch_gelu + g * N * model_ffn_dim(cfg);
-    a.qkv = model->qkv + k * N * model_qkv_features(cfg);
-    a.residual2 = model->residual2 + k * NC;
-    a.fch = model->fch + k * N * linear_out_features(cfg, LIN_FC);
-    a.ln1_stats = model->ln1_stats + k * stats;
-    a.ln2_stats = model->ln2_stats + k * stats;
-    a.att_lse = model->att_lse + k * N * NH;
+    a.ln1 = model->acts.ln1 + g * NC;
+    a.atty = model->acts.atty + g * NC;
+    a.ln2 = model->acts.ln2 + g * NC;
+    a.fch_gelu = model->acts.fch_gelu + g * N * model_ffn_dim(cfg);
+    a.qkv = model->acts.qkv + k * N * model_qkv_features(cfg);
+    a.residual2 = model->acts.residual2 + k * NC;
+    a.fch = model->acts.fch + k * N * linear_out_features(cfg, LIN_FC);
+    a.ln1_stats = model->acts.ln1_stats + k * stats;
+    a.ln2_stats = model->acts.ln2_stats + k * stats;
+    a.att_lse = model->acts.att_lse + k * N * NH;
     return a;
 }
 
 // The input of layer l: the embeddings, or the previous layer's output (kept for every layer).
 static const bf16 *layer_input(GPT *model, int layer) {
     size_t NC = (size_t)model->B * model->T * model->config.channels;
-    return layer == 0 ? model->encoded : model->residual3 + (layer - 1) * NC;
+    return layer == 0 ? model->acts.encoded : model->acts.residual3 + (layer - 1) * NC;
 }
 
 // out (N,OC) = linear `linear` of the LayerNorm (gain tensor ln_weight, bias the next) of x (N,C), or with
@@ -1171,10 +1246,10 @@ static int layernorm_linear_forward(GPT *model, int l, int ln_weight, bf16 *ln, 
     const bf16 *weight = weight_bf16(model, ln_weight, l), *x = add ? sum : inp;
     const bf16 *bias = rms ? NULL : weight_bf16(model, ln_weight + 1, l);
     if (rms)
-        residual_rmsnorm_forward(fused ? NULL : ln, stats, sum, inp, add, weight, N, C, model->stream);
+        residual_rmsnorm_forward(fused ? NULL : ln, stats, sum, inp, add, weight, N, C, model->exec.stream);
     else
         residual_layernorm_forward(fused ? NULL : ln, stats, stats + N, sum, inp, add, weight, bias, N, C,
-                                   model->stream);
+                                   model->exec.stream);
     if (!fused) return linear_forward(model, l, linear, out, ln, gelu_out, record_amax);
     if (rms)
         fp8_linear_forward(model, l, linear, out, RmsNormValues{x, stats, weight}, record_amax);
@@ -1199,9 +1274,9 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
         return;
     }
     if (model_parts(cfg).mlp == MLP_SWIGLU)
-        swiglu_forward(fch_gelu, fch, N, model_ffn_dim(cfg), model->stream);
+        swiglu_forward(fch_gelu, fch, N, model_ffn_dim(cfg), model->exec.stream);
     else if (!gelu_done)
-        gelu_forward(fch_gelu, fch, (size_t)N * 4 * cfg->channels, model->stream);
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * cfg->channels, model->exec.stream);
     if (out)
         linear_forward(model, l, LIN_FCPROJ, out, fch_gelu, NULL, record_amax);
     else
@@ -1216,25 +1291,27 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
     int rotary = model_has_rotary(cfg), swiglu = model_parts(cfg).mlp == MLP_SWIGLU;
     size_t NC = (size_t)N * C;
-    cudaStream_t stream = model->stream;
+    cudaStream_t stream = model->exec.stream;
     const bf16 *residual = layer_input(model, l);
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
     layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV, a.qkv,
                              NULL, record_amax);
-    if (rotary) rope_rotate(a.qkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 0, stream);
+    if (rotary) rope_rotate(a.qkv, model->acts.rope, B, T, C, NH, model_kv_heads(cfg), 0, stream);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
-    linear_forward(model, l, LIN_ATTPROJ, model->dc, a.atty, NULL, record_amax); // dc: scratch in the forward
+    linear_forward(model, l, LIN_ATTPROJ, model->work.dc, a.atty, NULL,
+                   record_amax); // dc: scratch in the forward
     // residual2 = residual + dc, and the norm of it, in one pass; in bfloat16 fc's GEMM applies GPT-2's GELU
     int gelu_done =
-        layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->dc,
+        layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->work.dc,
                                  LIN_FC, a.fch, swiglu ? NULL : a.fch_gelu, record_amax);
-    gelu_linear_forward(model, l, a.fch, a.fch_gelu, gelu_done, recomputing ? NULL : model->dc, record_amax);
+    gelu_linear_forward(model, l, a.fch, a.fch_gelu, gelu_done, recomputing ? NULL : model->work.dc,
+                        record_amax);
     if (recomputing) {
         nvtxRangePop();
         return;
     }
-    residual_forward(model->residual3 + l * NC, a.residual2, model->dc, NC, stream);
+    residual_forward(model->acts.residual3 + l * NC, a.residual2, model->work.dc, NC, stream);
     nvtxRangePop();
 }
 
@@ -1242,18 +1319,18 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
 // compute stream is done with the layer the slot held (its layer_done, recorded earlier in this pass).
 static void prefetch_layer(GPT *model, int layer) {
     int slot = layer % 2;
-    if (model->weight_slots == 2)
-        cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[slot], 0));
+    if (model->sharding.weight_slots == 2)
+        cuda_check(cudaStreamWaitEvent(model->exec.comm_stream, model->exec.layer_done[slot], 0));
     gather_layer(model, layer);
-    cuda_check(cudaEventRecord(model->layer_gathered[slot], model->comm_stream));
+    cuda_check(cudaEventRecord(model->exec.layer_gathered[slot], model->exec.comm_stream));
 }
 
 static void wait_for_layer(GPT *model, int layer) {
-    cuda_check(cudaStreamWaitEvent(model->stream, model->layer_gathered[layer % 2], 0));
+    cuda_check(cudaStreamWaitEvent(model->exec.stream, model->exec.layer_gathered[layer % 2], 0));
 }
 
 static void layer_finished(GPT *model, int layer) {
-    cuda_check(cudaEventRecord(model->layer_done[layer % 2], model->stream));
+    cuda_check(cudaEventRecord(model->exec.layer_done[layer % 2], model->exec.stream));
 }
 
 // The LM head's weight: GPT-2's tied to wte, Llama's its own.
@@ -1265,10 +1342,10 @@ static void gpt_forward(GPT *model, int record_amax) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers, N = B * T;
     size_t NC = (size_t)N * C;
-    cudaStream_t stream = model->stream;
-    int zero3 = model->zero_stage == 3, gathering = zero3 && !model->layers_resident;
+    cudaStream_t stream = model->exec.stream;
+    int zero3 = model->zero_stage == 3, gathering = zero3 && !model->sharding.layers_resident;
     int rms = model_parts(cfg).norm == NORM_RMSNORM;
-    encoder_forward(model->encoded, model->tokens, weight_bf16(model, PT_WTE, 0),
+    encoder_forward(model->acts.encoded, model->io.tokens, weight_bf16(model, PT_WTE, 0),
                     param_in_arch(cfg, PT_WPE) ? weight_bf16(model, PT_WPE, 0) : NULL, B, T, C, stream);
     for (int l = 0; l < L; l++) {
         if (gathering && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
@@ -1276,19 +1353,21 @@ static void gpt_forward(GPT *model, int record_amax) {
         layer_forward(model, l, record_amax, 0);
         if (zero3) layer_finished(model, l);
     }
-    model->layers_resident = zero3 && model->weight_slots == L;
+    model->sharding.layers_resident = zero3 && model->sharding.weight_slots == L;
     nvtxRangePushA("lm head");
     if (rms)
-        residual_rmsnorm_forward(model->lnf, model->lnf_stats, NULL, model->residual3 + (L - 1) * NC, NULL,
-                                 weight_bf16(model, PT_LNFW, 0), N, C, stream);
+        residual_rmsnorm_forward(model->acts.lnf, model->acts.lnf_stats, NULL,
+                                 model->acts.residual3 + (L - 1) * NC, NULL, weight_bf16(model, PT_LNFW, 0),
+                                 N, C, stream);
     else
-        layernorm_forward(model->lnf, model->lnf_stats, model->lnf_stats + N, model->residual3 + (L - 1) * NC,
-                          weight_bf16(model, PT_LNFW, 0), weight_bf16(model, PT_LNFB, 0), N, C, stream);
+        layernorm_forward(model->acts.lnf, model->acts.lnf_stats, model->acts.lnf_stats + N,
+                          model->acts.residual3 + (L - 1) * NC, weight_bf16(model, PT_LNFW, 0),
+                          weight_bf16(model, PT_LNFB, 0), N, C, stream);
     // LM head, GPT-2's tied to wte, Llama's its own, BF16: (N,C) . (Vp,C)^T -> (N,Vp)
     gemm(&model->gemm,
-         {.D = model->logits,
+         {.D = model->acts.logits,
           .d_type = CUDA_R_16BF,
-          .A = bf16_operand(model->lnf),
+          .A = bf16_operand(model->acts.lnf),
           .B = bf16_operand(weight_bf16(model, lm_head(cfg), 0)),
           .trans_b = 1,
           .M = N,
@@ -1302,7 +1381,7 @@ static void gpt_forward(GPT *model, int record_amax) {
 // layers 0 and 1 back in their slots for the next pass.
 static void forward_only(GPT *model) {
     gpt_forward(model, 0);
-    if (model->zero_stage != 3 || model->config.num_layers <= 2 || model->layers_resident) return;
+    if (model->zero_stage != 3 || model->config.num_layers <= 2 || model->sharding.layers_resident) return;
     comm_after_compute(model);
     gather_layer(model, 0);
     gather_layer(model, 1);
@@ -1314,63 +1393,65 @@ static void forward_only(GPT *model) {
 static void gpt_loss(GPT *model, int write_dlogits, float *loss_sum) {
     const GPTConfig *cfg = &model->config;
     int N = model->B * model->T;
-    float dloss = 1.0f / ((float)N * model->accum_steps * model->comm.world_size);
+    float dloss = 1.0f / ((float)N * model->accum_steps * model->sharding.comm.world_size);
     nvtxRangePushA("cross-entropy");
-    crossentropy_forward_backward(model->logits, model->losses, model->tokens + N, dloss, N, cfg->vocab_size,
-                                  cfg->padded_vocab_size, write_dlogits, model->stream);
-    launch<accumulate_mean_kernel>({1, 256, 0, model->stream}, loss_sum, model->losses, N);
+    crossentropy_forward_backward(model->acts.logits, model->acts.losses, model->io.tokens + N, dloss, N,
+                                  cfg->vocab_size, cfg->padded_vocab_size, write_dlogits, model->exec.stream);
+    launch<accumulate_mean_kernel>({1, 256, 0, model->exec.stream}, loss_sum, model->acts.losses, N);
     nvtxRangePop();
 }
 
-// dresidual += the input gradient of norm `weight` (layer l) of inp given dout (model->dc): GPT-2's
+// dresidual += the input gradient of norm `weight` (layer l) of inp given dout (model->work.dc): GPT-2's
 // LayerNorm or Llama's RMSNorm; the norm's parameter gradients accumulate.
 static void norm_backward(GPT *model, int weight, int l, const bf16 *inp, const float *stats) {
     int N = model->B * model->T, C = model->config.channels;
     if (model_parts(&model->config).norm == NORM_RMSNORM)
-        rmsnorm_backward(model->dresidual, grad_of(model, weight, l), model->dc, inp,
-                         weight_bf16(model, weight, l), stats, N, C, model->reduce_scratch, model->stream);
+        rmsnorm_backward(model->work.dresidual, grad_of(model, weight, l), model->work.dc, inp,
+                         weight_bf16(model, weight, l), stats, N, C, model->work.reduce_scratch,
+                         model->exec.stream);
     else
-        layernorm_backward(model->dresidual, grad_of(model, weight, l), grad_of(model, weight + 1, l),
-                           model->dc, inp, weight_bf16(model, weight, l), stats, stats + N, N, C,
-                           model->reduce_scratch, model->stream);
+        layernorm_backward(model->work.dresidual, grad_of(model, weight, l), grad_of(model, weight + 1, l),
+                           model->work.dc, inp, weight_bf16(model, weight, l), stats, stats + N, N, C,
+                           model->work.reduce_scratch, model->exec.stream);
 }
 
 static void layer_backward(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
     int B = model->B, T = model->T, C = cfg->channels, NH = cfg->num_heads, N = B * T;
     size_t NC = (size_t)N * C;
-    cudaStream_t stream = model->stream;
+    cudaStream_t stream = model->exec.stream;
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d backward", l);
     if (model_parts(cfg).mlp == MLP_SWIGLU) {
         // SwiGLU's output gradient (N,F) over its output, which only fcproj's weight gradient read (and with
         // casts_compute_inputs no kernel wrote: the buffer is free)
         int F = model_ffn_dim(cfg);
-        linear_backward(model, l, LIN_FCPROJ, a.fch_gelu, model->dresidual, a.fch_gelu, NULL);
+        linear_backward(model, l, LIN_FCPROJ, a.fch_gelu, model->work.dresidual, a.fch_gelu, NULL);
         if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
-            fp8_linear_backward(model, l, LIN_FC, model->dc, SwigluBackwardValues{a.fch_gelu, a.fch, F});
+            fp8_linear_backward(model, l, LIN_FC, model->work.dc, SwigluBackwardValues{a.fch_gelu, a.fch, F});
         } else {
-            swiglu_backward(model->dfch, a.fch_gelu, a.fch, N, F, stream);
-            linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
+            swiglu_backward(model->work.dfch, a.fch_gelu, a.fch, N, F, stream);
+            linear_backward(model, l, LIN_FC, model->work.dc, model->work.dfch, a.ln2, NULL);
         }
     } else {
         // in bfloat16 fcproj's data-gradient GEMM applies the GELU's backward
         int gelu_done =
-            linear_backward(model, l, LIN_FCPROJ, model->dfch, model->dresidual, a.fch_gelu, a.fch);
+            linear_backward(model, l, LIN_FCPROJ, model->work.dfch, model->work.dresidual, a.fch_gelu, a.fch);
         if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
-            fp8_linear_backward(model, l, LIN_FC, model->dc, GeluBackwardValues{model->dfch, a.fch});
+            fp8_linear_backward(model, l, LIN_FC, model->work.dc,
+                                GeluBackwardValues{model->work.dfch, a.fch});
         } else {
-            if (!gelu_done) gelu_backward(model->dfch, a.fch, 4 * NC, stream);
-            linear_backward(model, l, LIN_FC, model->dc, model->dfch, a.ln2, NULL);
+            if (!gelu_done) gelu_backward(model->work.dfch, a.fch, 4 * NC, stream);
+            linear_backward(model, l, LIN_FC, model->work.dc, model->work.dfch, a.ln2, NULL);
         }
     }
     norm_backward(model, PT_LN2W, l, a.residual2, a.ln2_stats);
-    linear_backward(model, l, LIN_ATTPROJ, model->dc, model->dresidual, a.atty, NULL);
-    attention_backward(&model->attention, model->dqkv, model->att_delta, model->dc, a.qkv, a.atty, a.att_lse,
-                       B, T, C, NH, stream);
+    linear_backward(model, l, LIN_ATTPROJ, model->work.dc, model->work.dresidual, a.atty, NULL);
+    attention_backward(&model->attention, model->work.dqkv, model->work.att_delta, model->work.dc, a.qkv,
+                       a.atty, a.att_lse, B, T, C, NH, stream);
     if (model_has_rotary(cfg))
-        rope_rotate(model->dqkv, model->rope, B, T, C, NH, model_kv_heads(cfg), 1, stream);
-    linear_backward(model, l, LIN_QKV, model->dc, model->dqkv, a.ln1, NULL);
+        rope_rotate(model->work.dqkv, model->acts.rope, B, T, C, NH, model_kv_heads(cfg), 1, stream);
+    linear_backward(model, l, LIN_QKV, model->work.dc, model->work.dqkv, a.ln1, NULL);
     norm_backward(model, PT_LN1W, l, layer_input(model, l), a.ln1_stats);
     nvtxRangePop();
 }
@@ -1380,52 +1461,55 @@ static void layer_backward(GPT *model, int l) {
 // reduce-scatter of the layer that used it before (l+2) has read it.
 static void begin_layer_backward(GPT *model, int l) {
     int L = model->config.num_layers;
-    if (!model->layers_resident && l - 1 >= 0 && l - 1 <= L - 3) prefetch_layer(model, l - 1);
-    if (!model->layers_resident && l <= L - 3) wait_for_layer(model, l);
-    if (l + 2 <= L - 1) cuda_check(cudaStreamWaitEvent(model->stream, model->grads_free[l % 2], 0));
-    ShardUnit u = shard_map_unit(&model->shards, 1 + l);
-    cuda_check(cudaMemsetAsync(model->grads + grad_slot_offset(model, l), 0,
-                               u.chunk * model->shards.ways * sizeof(float), model->stream));
+    if (!model->sharding.layers_resident && l - 1 >= 0 && l - 1 <= L - 3) prefetch_layer(model, l - 1);
+    if (!model->sharding.layers_resident && l <= L - 3) wait_for_layer(model, l);
+    if (l + 2 <= L - 1) cuda_check(cudaStreamWaitEvent(model->exec.stream, model->exec.grads_free[l % 2], 0));
+    ShardUnit u = shard_map_unit(&model->sharding.shards, 1 + l);
+    cuda_check(cudaMemsetAsync(model->gradients.grads + grad_slot_offset(model, l), 0,
+                               u.chunk * model->sharding.shards.ways * sizeof(float), model->exec.stream));
 }
 
 // The gradients' sums over the ranks of c, on the communication stream: in FP32, or in BF16 through
 // grads_bf16 (--grad_reduce_dtype bfloat16).
 static void sum_gradients(GPT *model, Comm *c, float *buf, size_t n) {
-    if (model->grads_bf16_elems)
-        comm_all_reduce_bf16(c, buf, n, model->grads_bf16, model->grads_bf16_elems, model->comm_stream);
+    if (model->gradients.grads_bf16_elems)
+        comm_all_reduce_bf16(c, buf, n, model->gradients.grads_bf16, model->gradients.grads_bf16_elems,
+                             model->exec.comm_stream);
     else
-        comm_all_reduce(c, buf, n, ncclFloat32, ncclSum, model->comm_stream);
+        comm_all_reduce(c, buf, n, ncclFloat32, ncclSum, model->exec.comm_stream);
 }
 
 static void reduce_scatter_gradients(GPT *model, float *base, size_t chunk) {
-    if (model->grads_bf16_elems)
-        comm_reduce_scatter_bf16(model->shard_comm, base, chunk, model->grads_bf16, model->grads_bf16_elems,
-                                 model->comm_stream);
+    if (model->gradients.grads_bf16_elems)
+        comm_reduce_scatter_bf16(model->sharding.shard_comm, base, chunk, model->gradients.grads_bf16,
+                                 model->gradients.grads_bf16_elems, model->exec.comm_stream);
     else
-        comm_reduce_scatter(model->shard_comm, base, chunk, model->comm_stream);
+        comm_reduce_scatter(model->sharding.shard_comm, base, chunk, model->exec.comm_stream);
 }
 
 // ZeRO-3, after layer l's backward: its gradient slot reduce-scattered in place and this rank's chunk added
 // into the gradient shard, on the communication stream while the next layer computes.
 static void end_layer_backward(GPT *model, int l) {
-    ShardUnit u = shard_map_unit(&model->shards, 1 + l);
-    float *slot = model->grads + grad_slot_offset(model, l);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, 1 + l);
+    float *slot = model->gradients.grads + grad_slot_offset(model, l);
     layer_finished(model, l);
-    cuda_check(cudaStreamWaitEvent(model->comm_stream, model->layer_done[l % 2], 0));
+    cuda_check(cudaStreamWaitEvent(model->exec.comm_stream, model->exec.layer_done[l % 2], 0));
     reduce_scatter_gradients(model, slot, u.chunk);
-    launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
-                       slot + (size_t)model->shards.rank * u.chunk, u.chunk);
-    cuda_check(cudaEventRecord(model->grads_free[l % 2], model->comm_stream));
+    launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->exec.comm_stream},
+                       model->gradients.grad_shard + u.shard,
+                       slot + (size_t)model->sharding.shards.rank * u.chunk, u.chunk);
+    cuda_check(cudaEventRecord(model->exec.grads_free[l % 2], model->exec.comm_stream));
 }
 
 // ZeRO-3, after the backward: the global unit's gradients (LM head, final LayerNorm, embeddings) likewise,
 // and the compute stream waits for every reduce-scatter of this micro-step.
 static void reduce_scatter_global(GPT *model) {
-    ShardUnit u = shard_map_unit(&model->shards, 0);
+    ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
     comm_after_compute(model);
-    reduce_scatter_gradients(model, model->grads, u.chunk);
-    launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->comm_stream}, model->grad_shard + u.shard,
-                       model->grads + (size_t)model->shards.rank * u.chunk, u.chunk);
+    reduce_scatter_gradients(model, model->gradients.grads, u.chunk);
+    launch<add_kernel>({elementwise_blocks(u.chunk), 256, 0, model->exec.comm_stream},
+                       model->gradients.grad_shard + u.shard,
+                       model->gradients.grads + (size_t)model->sharding.shards.rank * u.chunk, u.chunk);
     compute_after_comm(model);
 }
 
@@ -1434,16 +1518,17 @@ static void gpt_backward(GPT *model) {
     int B = model->B, T = model->T, C = cfg->channels, L = cfg->num_layers, N = B * T;
     int Vp = cfg->padded_vocab_size, zero3 = model->zero_stage == 3;
     size_t NC = (size_t)N * C;
-    cudaStream_t stream = model->stream;
-    const bf16 *dlogits = model->logits;
+    cudaStream_t stream = model->exec.stream;
+    const bf16 *dlogits = model->acts.logits;
     if (zero3) { // this micro-step's global gradients (the last ones were reduce-scattered and joined)
-        ShardUnit u = shard_map_unit(&model->shards, 0);
-        cuda_check(cudaMemsetAsync(model->grads, 0, u.chunk * model->shards.ways * sizeof(float), stream));
+        ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
+        cuda_check(cudaMemsetAsync(model->gradients.grads, 0,
+                                   u.chunk * model->sharding.shards.ways * sizeof(float), stream));
     }
     nvtxRangePushA("lm head backward");
     int head = lm_head(cfg);
     gemm(&model->gemm,
-         {.D = model->dc,
+         {.D = model->work.dc,
           .d_type = CUDA_R_16BF,
           .A = bf16_operand(dlogits),
           .B = bf16_operand(weight_bf16(model, head, 0)),
@@ -1456,14 +1541,14 @@ static void gpt_backward(GPT *model) {
           .d_type = CUDA_R_32F,
           .A = bf16_operand(dlogits),
           .trans_a = 1,
-          .B = bf16_operand(model->lnf),
+          .B = bf16_operand(model->acts.lnf),
           .M = Vp,
           .N = C,
           .K = N,
           .accumulate = 1},
          stream);
-    cuda_check(cudaMemsetAsync(model->dresidual, 0, NC * sizeof(bf16), stream));
-    norm_backward(model, PT_LNFW, 0, model->residual3 + (L - 1) * NC, model->lnf_stats);
+    cuda_check(cudaMemsetAsync(model->work.dresidual, 0, NC * sizeof(bf16), stream));
+    norm_backward(model, PT_LNFW, 0, model->acts.residual3 + (L - 1) * NC, model->acts.lnf_stats);
     nvtxRangePop();
     for (int l = L - 1; l >= 0; l--) {
         if (zero3) begin_layer_backward(model, l);
@@ -1471,11 +1556,11 @@ static void gpt_backward(GPT *model) {
         layer_backward(model, l);
         if (zero3) end_layer_backward(model, l);
     }
-    const int *buckets = model->tokens + 2 * N;
+    const int *buckets = model->io.tokens + 2 * N;
     encoder_backward(
         grad_of(model, PT_WTE, 0), param_in_arch(cfg, PT_WPE) ? grad_of(model, PT_WPE, 0) : NULL,
-        model->dresidual, model->tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C,
-        model->reduce_scratch,
+        model->work.dresidual, model->io.tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C,
+        model->work.reduce_scratch,
         stream); // N buckets: the unused ones are empty, so the launch does not depend on the batch
     if (zero3) reduce_scatter_global(model);
 }
@@ -1490,23 +1575,24 @@ static void gpt_backward(GPT *model) {
 static void upload_batch(GPT *model, const int *inputs, const int *targets) {
     int N = model->B * model->T;
     size_t bytes = model->plan.bytes[BUF_TOKENS] / 2;
-    int *host = model->tokens_host;
-    comm_wait_event(&model->comm, model->tokens_taken, "the previous batch's upload");
+    int *host = model->io.tokens_host;
+    comm_wait_event(&model->sharding.comm, model->io.tokens_taken, "the previous batch's upload");
     memcpy(host, inputs, N * sizeof(int));
     memcpy(host + N, targets, N * sizeof(int));
     int *positions = host + 2 * N, *bucket_tokens = host + 3 * N, *starts = host + 4 * N;
     encoder_buckets_host(inputs, N, positions, starts, bucket_tokens, &host[5 * N + 1]);
-    cuda_check(cudaMemcpyAsync(model->tokens_next, host, bytes, cudaMemcpyHostToDevice, model->copy_stream));
-    cuda_check(cudaEventRecord(model->tokens_uploaded, model->copy_stream));
-    cuda_check(cudaStreamWaitEvent(model->stream, model->tokens_uploaded, 0));
     cuda_check(
-        cudaMemcpyAsync(model->tokens, model->tokens_next, bytes, cudaMemcpyDeviceToDevice, model->stream));
-    cuda_check(cudaEventRecord(model->tokens_taken, model->stream));
+        cudaMemcpyAsync(model->io.tokens_next, host, bytes, cudaMemcpyHostToDevice, model->exec.copy_stream));
+    cuda_check(cudaEventRecord(model->io.tokens_uploaded, model->exec.copy_stream));
+    cuda_check(cudaStreamWaitEvent(model->exec.stream, model->io.tokens_uploaded, 0));
+    cuda_check(cudaMemcpyAsync(model->io.tokens, model->io.tokens_next, bytes, cudaMemcpyDeviceToDevice,
+                               model->exec.stream));
+    cuda_check(cudaEventRecord(model->io.tokens_taken, model->exec.stream));
 }
 
 static void micro_step(GPT *model) {
     gpt_forward(model, 1);
-    gpt_loss(model, 1, &model->step_results->loss_sum);
+    gpt_loss(model, 1, &model->io.step_results->loss_sum);
     gpt_backward(model);
 }
 
@@ -1514,24 +1600,27 @@ static void micro_step(GPT *model) {
 // ZeRO-1 this rank's chunk into the gradient shard (ZeRO-3 reduce-scattered them in the backward); with
 // shard groups those sums are the group's, and the shards are then summed across the groups.
 static void reduce_gradients(GPT *model) {
-    if (model->zero_stage == 0 && model->comm.comm) {
+    if (model->zero_stage == 0 && model->sharding.comm.comm) {
         comm_after_compute(model);
-        sum_gradients(model, &model->comm, model->grads, model->num_params);
+        sum_gradients(model, &model->sharding.comm, model->gradients.grads, model->num_params);
         compute_after_comm(model);
     }
     if (model->zero_stage == 1) {
-        ShardUnit u = shard_map_unit(&model->shards, 0);
-        if (model->shard_comm->comm) {
+        ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
+        if (model->sharding.shard_comm->comm) {
             comm_after_compute(model);
-            reduce_scatter_gradients(model, model->grads, u.chunk);
+            reduce_scatter_gradients(model, model->gradients.grads, u.chunk);
             compute_after_comm(model);
         }
-        cuda_check(cudaMemcpyAsync(model->grad_shard, model->grads + (size_t)model->shards.rank * u.chunk,
-                                   u.chunk * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+        cuda_check(cudaMemcpyAsync(model->gradients.grad_shard,
+                                   model->gradients.grads + (size_t)model->sharding.shards.rank * u.chunk,
+                                   u.chunk * sizeof(float), cudaMemcpyDeviceToDevice, model->exec.stream));
     }
-    if (model->zero_stage != 0 && model->replica_comm.comm) { // the groups' shards summed, once a step
+    if (model->zero_stage != 0 &&
+        model->sharding.replica_comm.comm) { // the groups' shards summed, once a step
         comm_after_compute(model);
-        sum_gradients(model, &model->replica_comm, model->grad_shard, model->shard_floats);
+        sum_gradients(model, &model->sharding.replica_comm, model->gradients.grad_shard,
+                      model->sharding.shard_floats);
         compute_after_comm(model);
     }
 }
@@ -1542,20 +1631,22 @@ static void reduce_gradients(GPT *model) {
 // gather.
 static void adamw_step(GPT *model, const float *grads) {
     nvtxRangePushA("adamw");
-    for (int unit = 0; unit < model->num_units; unit++) {
-        ShardUnit u = shard_map_unit(&model->shards, unit);
+    for (int unit = 0; unit < model->sharding.num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->sharding.shards, unit);
         if (!u.owned) continue;
-        bf16 *copy = model->zero_stage == 0   ? model->params_bf16
-                     : model->zero_stage == 1 ? model->params_bf16 + (size_t)model->shards.rank * u.chunk
-                                              : NULL;
-        const size_t begin = shard_unit_begin(&model->shards, &u), end = begin + u.owned;
+        bf16 *copy = model->zero_stage == 0 ? model->weights.params_bf16
+                     : model->zero_stage == 1
+                         ? model->weights.params_bf16 + (size_t)model->sharding.shards.rank * u.chunk
+                         : NULL;
+        const size_t begin = shard_unit_begin(&model->sharding.shards, &u), end = begin + u.owned;
         for (size_t start = begin; start < end;) {
             int decayed;
             const size_t stop = param_decay_run(&model->config, start, end, &decayed);
             const size_t at = u.shard + (start - begin), n = stop - start;
-            launch<adamw_kernel>({elementwise_blocks((n + 3) / 4), 256, 0, model->stream}, model->params + at,
-                                 copy ? copy + (start - begin) : NULL, grads + at, model->m + at,
-                                 model->v + at, n, decayed, model->step_params, model->step_results);
+            launch<adamw_kernel>({elementwise_blocks((n + 3) / 4), 256, 0, model->exec.stream},
+                                 model->weights.params + at, copy ? copy + (start - begin) : NULL, grads + at,
+                                 model->weights.m + at, model->weights.v + at, n, decayed,
+                                 model->io.step_params, model->io.step_results);
             start = stop;
         }
     }
@@ -1566,49 +1657,50 @@ static void adamw_step(GPT *model, const float *grads) {
 // activations and gradients and its share of the weights), their sum for the host's per-step line, and
 // fresh counts unless the host reads this step's telemetry (StepParams.keep_fp8_counts).
 static void summarise_fp8_counts(GPT *model) {
-    Fp8DeviceState *s = &model->scaling;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
     int counted = s->num_tensors + s->num_weights;
-    if (model->comm.comm) {
+    if (model->sharding.comm.comm) {
         comm_after_compute(model);
-        comm_all_reduce(&model->comm, s->counts, 2 * (size_t)counted, ncclUint64, ncclSum,
-                        model->comm_stream);
+        comm_all_reduce(&model->sharding.comm, s->counts, 2 * (size_t)counted, ncclUint64, ncclSum,
+                        model->exec.comm_stream);
         compute_after_comm(model);
     }
-    launch<fp8_step_telemetry_kernel>({1, 256, 0, model->stream}, model->step_results, s->counts,
-                                      model->block_scale_min, model->block_scale_max, counted,
-                                      model->step_params);
+    launch<fp8_step_telemetry_kernel>({1, 256, 0, model->exec.stream}, model->io.step_results, s->counts,
+                                      model->fp8_state.block_scale_min, model->fp8_state.block_scale_max,
+                                      counted, model->io.step_params);
 }
 
 // After the micro-steps: gradients reduced, their norm, the skip decision (the same on every rank: the
 // loss and the squared norm are sums over the ranks), AdamW, the new weight casts and scales, and zeroed
 // gradients for the next step.
 static void update_step(GPT *model) {
-    cudaStream_t stream = model->stream;
-    float *grads = model->zero_stage == 0 ? model->grads : model->grad_shard;
+    cudaStream_t stream = model->exec.stream;
+    float *grads = model->zero_stage == 0 ? model->gradients.grads : model->gradients.grad_shard;
     reduce_gradients(model);
-    launch<inject_nan_kernel>({1, 1, 0, stream}, grads, model->step_params);
-    global_norm_squared(&model->step_results->norm_squared, grads, model->shard_floats, model->reduce_scratch,
-                        stream);
-    launch<stop_vote_kernel>({1, 1, 0, stream}, model->step_results, model->step_params);
-    if (model->comm.comm) {
+    launch<inject_nan_kernel>({1, 1, 0, stream}, grads, model->io.step_params);
+    global_norm_squared(&model->io.step_results->norm_squared, grads, model->sharding.shard_floats,
+                        model->work.reduce_scratch, stream);
+    launch<stop_vote_kernel>({1, 1, 0, stream}, model->io.step_results, model->io.step_params);
+    if (model->sharding.comm.comm) {
         comm_after_compute(model);
-        comm_group_start(&model->comm);
+        comm_group_start(&model->sharding.comm);
         // the loss sum and, beside it, the votes to stop: every rank learns both from one all-reduce
-        comm_all_reduce(&model->comm, &model->step_results->loss_sum, 2, ncclFloat32, ncclSum,
-                        model->comm_stream);
-        comm_group_end(&model->comm);
+        comm_all_reduce(&model->sharding.comm, &model->io.step_results->loss_sum, 2, ncclFloat32, ncclSum,
+                        model->exec.comm_stream);
+        comm_group_end(&model->sharding.comm);
         if (model->zero_stage != 0) // every group holds all the shards: the norm is one group's sum
-            comm_all_reduce(model->shard_comm, &model->step_results->norm_squared, 1, ncclFloat64, ncclSum,
-                            model->comm_stream);
+            comm_all_reduce(model->sharding.shard_comm, &model->io.step_results->norm_squared, 1, ncclFloat64,
+                            ncclSum, model->exec.comm_stream);
         compute_after_comm(model);
     }
-    launch<step_decide_kernel>({1, 1, 0, stream}, model->step_results, model->step_params,
-                               model->guard_history);
+    launch<step_decide_kernel>({1, 1, 0, stream}, model->io.step_results, model->io.step_params,
+                               model->io.guard_history);
     adamw_step(model, grads);
     if (model->zero_stage == 3)
-        cuda_check(cudaMemsetAsync(model->grad_shard, 0, model->plan.bytes[BUF_GRAD_SHARD], stream));
+        cuda_check(
+            cudaMemsetAsync(model->gradients.grad_shard, 0, model->plan.bytes[BUF_GRAD_SHARD], stream));
     else
-        cuda_check(cudaMemsetAsync(model->grads, 0, model->plan.bytes[BUF_GRADS], stream));
+        cuda_check(cudaMemsetAsync(model->gradients.grads, 0, model->plan.bytes[BUF_GRADS], stream));
     publish_weights(model, 1);
     if (model->dtype == DTYPE_FLOAT8) summarise_fp8_counts(model);
 }
@@ -1624,20 +1716,20 @@ static void run_captured(GPT *model, StepFunction fn, cudaGraphExec_t *exec, int
     }
     if (!*exec) {
         cudaGraph_t graph;
-        cuda_check(cudaStreamBeginCapture(model->stream, cudaStreamCaptureModeThreadLocal));
+        cuda_check(cudaStreamBeginCapture(model->exec.stream, cudaStreamCaptureModeThreadLocal));
         fn(model);
-        cuda_check(cudaStreamEndCapture(model->stream, &graph));
+        cuda_check(cudaStreamEndCapture(model->exec.stream, &graph));
         cuda_check(cudaGraphInstantiate(exec, graph, 0));
         cuda_check(cudaGraphDestroy(graph));
     }
-    cuda_check(cudaGraphLaunch(*exec, model->stream));
+    cuda_check(cudaGraphLaunch(*exec, model->exec.stream));
 }
 
 // Step `step`'s values into pinned slot step % 2, whose last copy (step - 2's) has run: the host has read
 // step - 2's results, copied after it. updates_known: the AdamW updates of the steps the host has read.
 static void set_step_params(GPT *model, const TrainOptions *opts, int step, long long updates_known,
                             int stop_vote) {
-    StepParams *p = &model->step_params_host[step % 2];
+    StepParams *p = &model->io.step_params_host[step % 2];
     p->stop_vote = stop_vote;
     p->skip_loss_z = opts->skip_loss_z;
     p->skip_norm_z = opts->skip_norm_z;
@@ -1655,33 +1747,33 @@ static void set_step_params(GPT *model, const TrainOptions *opts, int step, long
         p->beta1_candidates[i] = 1.0f - powf(opts->beta1, (float)(updates_known + 1 + i));
         p->beta2_candidates[i] = 1.0f - powf(opts->beta2, (float)(updates_known + 1 + i));
     }
-    p->inv_micro_batches = 1.0f / (float)(model->accum_steps * model->comm.world_size);
+    p->inv_micro_batches = 1.0f / (float)(model->accum_steps * model->sharding.comm.world_size);
     p->fp8_margin = opts->fp8_margin;
     p->history_len = opts->amax_history;
     p->step = step;
-    cuda_check(
-        cudaMemcpyAsync(model->step_params, p, sizeof(StepParams), cudaMemcpyHostToDevice, model->stream));
+    cuda_check(cudaMemcpyAsync(model->io.step_params, p, sizeof(StepParams), cudaMemcpyHostToDevice,
+                               model->exec.stream));
 }
 
 // Step `step`'s results on their way into pinned slot step % 2, which the host reads (step_results_of)
 // while the next step runs.
 static void copy_step_results(GPT *model, int step) {
-    cuda_check(cudaMemcpyAsync(&model->step_results_host[step % 2], model->step_results, sizeof(StepResults),
-                               cudaMemcpyDeviceToHost, model->stream));
-    cuda_check(cudaEventRecord(model->results_copied[step % 2], model->stream));
+    cuda_check(cudaMemcpyAsync(&model->io.step_results_host[step % 2], model->io.step_results,
+                               sizeof(StepResults), cudaMemcpyDeviceToHost, model->exec.stream));
+    cuda_check(cudaEventRecord(model->io.results_copied[step % 2], model->exec.stream));
 }
 
 static const StepResults *step_results_of(GPT *model, int step) {
-    comm_wait_event(&model->comm, model->results_copied[step % 2], "the step's results");
-    return &model->step_results_host[step % 2];
+    comm_wait_event(&model->sharding.comm, model->io.results_copied[step % 2], "the step's results");
+    return &model->io.step_results_host[step % 2];
 }
 
 // The results as everything enqueued so far leaves them: waits for the device.
 static const StepResults *read_results_now(GPT *model) {
-    StepResults *r = &model->step_results_host[RESULTS_NOW];
-    cuda_check(
-        cudaMemcpyAsync(r, model->step_results, sizeof(StepResults), cudaMemcpyDeviceToHost, model->stream));
-    comm_wait_stream(&model->comm, model->stream, "the step's results");
+    StepResults *r = &model->io.step_results_host[RESULTS_NOW];
+    cuda_check(cudaMemcpyAsync(r, model->io.step_results, sizeof(StepResults), cudaMemcpyDeviceToHost,
+                               model->exec.stream));
+    comm_wait_stream(&model->sharding.comm, model->exec.stream, "the step's results");
     return r;
 }
 
@@ -1689,27 +1781,27 @@ static const StepResults *read_results_now(GPT *model) {
 // step guard's window (its record count is the state's: the host's StepGuard only stages the window for the
 // state file); no loss summed yet.
 static void upload_step_state(GPT *model, const TrainState *state, const StepGuard *guard) {
-    StepResults *r = &model->step_results_host[RESULTS_NOW];
+    StepResults *r = &model->io.step_results_host[RESULTS_NOW];
     memset(r, 0, sizeof(*r));
     r->updates_applied = state->updates_applied;
     r->guard_count = state->guard_count;
-    copy_to_device(model->step_results, r, sizeof(*r));
-    copy_to_device(model->guard_history, guard->history, 2 * (size_t)guard->window * sizeof(float));
+    copy_to_device(model->io.step_results, r, sizeof(*r));
+    copy_to_device(model->io.guard_history, guard->history, 2 * (size_t)guard->window * sizeof(float));
 }
 
 // The mean validation loss over num_batches batches of every rank (each reads its own rows).
 static float evaluate(GPT *model, DataLoader *loader, int num_batches) {
     dataloader_reset(loader);
-    cuda_check(cudaMemsetAsync(&model->step_results->val_loss_sum, 0, sizeof(float), model->stream));
+    cuda_check(cudaMemsetAsync(&model->io.step_results->val_loss_sum, 0, sizeof(float), model->exec.stream));
     for (int i = 0; i < num_batches; i++) {
         dataloader_next_batch(loader);
         upload_batch(model, loader->inputs, loader->targets);
         forward_only(model);
-        gpt_loss(model, 0, &model->step_results->val_loss_sum);
+        gpt_loss(model, 0, &model->io.step_results->val_loss_sum);
     }
     double sum = read_results_now(model)->val_loss_sum;
     sum_over_ranks(model, &sum, 1);
-    return (float)(sum / model->comm.world_size / num_batches);
+    return (float)(sum / model->sharding.comm.world_size / num_batches);
 }
 
 // The examples of --eval_data that the model answers correctly (eval_data.h), summed over the ranks: the
@@ -1721,8 +1813,8 @@ static int score_eval_set(GPT *model, EvalSet *set) {
         eval_set_batch(set, batch);
         upload_batch(model, set->inputs, set->targets);
         forward_only(model);
-        gpt_loss(model, 0, &model->step_results->val_loss_sum);
-        copy_to_host(model, losses, model->losses, N * sizeof(float));
+        gpt_loss(model, 0, &model->io.step_results->val_loss_sum);
+        copy_to_host(model, losses, model->acts.losses, N * sizeof(float));
         eval_set_take_losses(set, batch, losses);
     }
     free(losses);
@@ -1738,9 +1830,10 @@ static const float *gpu_position_logits(void *model_ptr, const int *tokens, int 
     int Vp = model->config.padded_vocab_size;
     upload_batch(model, tokens, tokens);
     forward_only(model);
-    copy_to_host(model, model->sample_row_bf16, model->logits + (size_t)position * Vp, Vp * sizeof(bf16));
-    for (int v = 0; v < Vp; v++) model->sample_row[v] = __bfloat162float(model->sample_row_bf16[v]);
-    return model->sample_row;
+    copy_to_host(model, model->io.sample_row_bf16, model->acts.logits + (size_t)position * Vp,
+                 Vp * sizeof(bf16));
+    for (int v = 0; v < Vp; v++) model->io.sample_row[v] = __bfloat162float(model->io.sample_row_bf16[v]);
+    return model->io.sample_row;
 }
 
 // A sum over the ranks with a buffer of its own, for any n: before the model's buffers exist (run_control.h's
@@ -1784,28 +1877,28 @@ static void sum_over_ranks_at_start(void *comm_ptr, double *values, int n) {
 // process draws. Never the whole vector on one host with ZeRO-1/3.
 static void load_master(GPT *model, const char *path, uint64_t seed) {
     size_t most = 1;
-    for (int unit = 0; unit < model->num_units; unit++) {
-        ShardUnit u = shard_map_unit(&model->shards, unit);
+    for (int unit = 0; unit < model->sharding.num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->sharding.shards, unit);
         if (u.owned > most) most = u.owned;
     }
     float *host = (float *)malloc_check(most * sizeof(float), "parameters");
-    for (int unit = 0; unit < model->num_units; unit++) {
-        ShardUnit u = shard_map_unit(&model->shards, unit);
+    for (int unit = 0; unit < model->sharding.num_units; unit++) {
+        ShardUnit u = shard_map_unit(&model->sharding.shards, unit);
         if (!u.owned) continue;
-        size_t begin = shard_unit_begin(&model->shards, &u);
+        size_t begin = shard_unit_begin(&model->sharding.shards, &u);
         if (path)
             load_model_range(path, &model->config, begin, u.owned, host);
         else
             gpt_init_range(host, &model->config, seed, begin, u.owned);
-        copy_to_device(model->params + u.shard, host, u.owned * sizeof(float));
+        copy_to_device(model->weights.params + u.shard, host, u.owned * sizeof(float));
     }
     free(host);
 }
 
 static void comm_destroy_all(GPT *model) {
-    comm_destroy(&model->replica_comm);
-    comm_destroy(&model->group_comm);
-    comm_destroy(&model->comm);
+    comm_destroy(&model->sharding.replica_comm);
+    comm_destroy(&model->sharding.group_comm);
+    comm_destroy(&model->sharding.comm);
 }
 
 // ----------------------------------------------------------------------------
@@ -1816,38 +1909,38 @@ static void comm_destroy_all(GPT *model) {
 // ZeRO-3 layers 0 and 1 (the pass gathers the others whole as it reaches them).
 static void begin_bf16_pass(GPT *model) {
     model->dtype = DTYPE_BFLOAT16;
-    if (!model->fp8_weights || !model->comm.comm || model->zero_stage == 0) return;
+    if (!model->fp8_weights || !model->sharding.comm.comm || model->zero_stage == 0) return;
     comm_after_compute(model);
     if (model->zero_stage == 1) {
-        ShardUnit u = shard_map_unit(&model->shards, 0);
-        comm_all_gather(model->shard_comm, model->params_bf16, u.chunk, ncclBfloat16, sizeof(bf16),
-                        model->comm_stream);
+        ShardUnit u = shard_map_unit(&model->sharding.shards, 0);
+        comm_all_gather(model->sharding.shard_comm, model->weights.params_bf16, u.chunk, ncclBfloat16,
+                        sizeof(bf16), model->exec.comm_stream);
     } else {
-        model->layers_resident = 0; // a float8 pass's kept layers lack the BF16 linear weights
+        model->sharding.layers_resident = 0; // a float8 pass's kept layers lack the BF16 linear weights
         gather_layer(model, 0);
         if (model->config.num_layers > 1) gather_layer(model, 1);
     }
     compute_after_comm(model);
 }
 
-// The loss of the batch in model->tokens through the bfloat16 path on the same weights (the BF16 copy);
+// The loss of the batch in model->io.tokens through the bfloat16 path on the same weights (the BF16 copy);
 // runs op by op and leaves the FP8 state untouched. Reads back, so it synchronises: only on check steps.
 // This rank's batch only: the caller averages over ranks.
 static float bf16_shadow_loss(GPT *model) {
     int dtype = model->dtype;
     begin_bf16_pass(model);
-    cuda_check(cudaMemsetAsync(&model->step_results->val_loss_sum, 0, sizeof(float), model->stream));
+    cuda_check(cudaMemsetAsync(&model->io.step_results->val_loss_sum, 0, sizeof(float), model->exec.stream));
     forward_only(model);
-    gpt_loss(model, 0, &model->step_results->val_loss_sum);
+    gpt_loss(model, 0, &model->io.step_results->val_loss_sum);
     model->dtype = dtype;
     return read_results_now(model)->val_loss_sum;
 }
 
 // Fresh FP8 cast counters and block-scale spreads.
 static void reset_fp8_counts(GPT *model) {
-    Fp8DeviceState *s = &model->scaling;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
     size_t num_counts = 2 * (size_t)(s->num_tensors + s->num_weights);
-    cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->stream));
+    cuda_check(cudaMemsetAsync(s->counts, 0, num_counts * sizeof(unsigned long long), model->exec.stream));
     reset_block_scale_stats(model);
 }
 
@@ -1856,7 +1949,7 @@ static void reset_fp8_counts(GPT *model) {
 // (reduce_fp8_amaxes), the scales the same on all.
 static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     const GPTConfig *cfg = &model->config;
-    Fp8DeviceState *s = &model->scaling;
+    Fp8DeviceState *s = &model->fp8_state.scaling;
     int n = s->num_tensors, w = s->num_weights;
     size_t num_counts = 2 * (size_t)(n + w);
     unsigned long long *counts = (unsigned long long *)malloc_check(num_counts * 8, "fp8 stats");
@@ -1865,21 +1958,24 @@ static void fetch_fp8_stats(GPT *model, Fp8Stats *stats) {
     copy_to_host(model, stats->amax + n, s->weight_amax, w * sizeof(float));
     copy_to_host(model, stats->scale + n, s->weight_scale, w * sizeof(float));
     copy_to_host(model, counts, s->counts, num_counts * sizeof(unsigned long long));
-    int block = fp8_recipe_is_block(model->recipe), weight_casts = fp8_weight_casts(model->recipe);
+    int block = fp8_recipe_is_block(model->fp8_state.recipe),
+        weight_casts = fp8_weight_casts(model->fp8_state.recipe);
     if (block) { // each tensor's spread of block scales; its scale is that of the block holding its amax
-        copy_to_host(model, stats->scale_min, model->block_scale_min, (n + w) * sizeof(float));
-        copy_to_host(model, stats->scale_max, model->block_scale_max, (n + w) * sizeof(float));
+        copy_to_host(model, stats->scale_min, model->fp8_state.block_scale_min, (n + w) * sizeof(float));
+        copy_to_host(model, stats->scale_max, model->fp8_state.block_scale_max, (n + w) * sizeof(float));
     }
     reset_fp8_counts(model);
     // block recipes cast each activation and gradient twice (tiles along each GEMM's reduction), mxfp8 each
     // weight too
-    size_t N = (size_t)model->B * model->T * model->accum_steps * model->comm.world_size * (block ? 2 : 1);
+    size_t N =
+        (size_t)model->B * model->T * model->accum_steps * model->sharding.comm.world_size * (block ? 2 : 1);
     for (int t = 0; t < n + w; t++) {
         int linear = t < n ? (t / 2) % NUM_BLOCK_LINEARS : (t - n) % NUM_BLOCK_LINEARS;
         size_t OC = linear_out_features(cfg, linear), IC = linear_in_features(cfg, linear);
         if (block)
-            stats->scale[t] = fp8_block_scale(stats->amax[t], model->recipe, fp8_stats_format(stats, t),
-                                              model->margin, model->pow2_scales);
+            stats->scale[t] =
+                fp8_block_scale(stats->amax[t], model->fp8_state.recipe, fp8_stats_format(stats, t),
+                                model->fp8_state.margin, model->fp8_state.pow2_scales);
         else
             stats->scale_min[t] = stats->scale_max[t] = stats->scale[t]; // one scale per tensor
         stats->saturated[t] = counts[2 * t];
@@ -1941,12 +2037,12 @@ static double energy_all_ranks(GPT *model, EnergyMeter *meter) {
 
 // ----------------------------------------------------------------------------
 // Debug state (debug_state.h): the first step read back op by op, for test/compare_debug_state (one
-// process, ZeRO-0 or ZeRO-1: the gradients lie in parameter layout in model->grads)
+// process, ZeRO-0 or ZeRO-1: the gradients lie in parameter layout in model->gradients.grads)
 
 static void logits_to_host(GPT *model, float *out) {
     size_t n = (size_t)model->B * model->T * model->config.padded_vocab_size;
     bf16 *staging = (bf16 *)malloc_check(n * sizeof(bf16), "debug state");
-    copy_to_host(model, staging, model->logits, n * sizeof(bf16));
+    copy_to_host(model, staging, model->acts.logits, n * sizeof(bf16));
     for (size_t i = 0; i < n; i++) out[i] = __bfloat162float(staging[i]);
     free(staging);
 }
@@ -1957,10 +2053,10 @@ static void debug_first_micro_step(GPT *model, DebugState *debug, const int *inp
     logits_to_host(model, debug->logits);
     memcpy(debug->inputs, inputs, N * sizeof(int));
     memcpy(debug->targets, targets, N * sizeof(int));
-    gpt_loss(model, 1, &model->step_results->loss_sum);
+    gpt_loss(model, 1, &model->io.step_results->loss_sum);
     gpt_backward(model);
     debug->loss = read_results_now(model)->loss_sum;
-    copy_to_host(model, debug->grads, model->grads, model->num_params * sizeof(float));
+    copy_to_host(model, debug->grads, model->gradients.grads, model->num_params * sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
@@ -1978,7 +2074,7 @@ typedef struct {
 // (whether the step was applied picks the next step's kernels), the debug state's steps, and the float8
 // telemetry steps (--fp8_stats_every; their records are read whole, once the step has run).
 static int host_waits_for_step(const GPT *model, const TrainOptions *opts, int step, int have_debug) {
-    return model->histories_empty || have_debug ||
+    return model->fp8_state.histories_empty || have_debug ||
            (model->dtype == DTYPE_FLOAT8 && fp8_stats_due(opts, step + 1));
 }
 
@@ -1994,14 +2090,14 @@ static void finish_step(GPT *model, const TrainOptions *opts, int step, double s
     if (r->skipped)
         state->skipped_steps++;
     else
-        model->histories_empty = 0; // the step's amaxes entered every history
+        model->fp8_state.histories_empty = 0; // the step's amaxes entered every history
     state->updates_applied = r->updates_applied;
     state->guard_count = r->guard_count;
     state->step = step + 1;
     run_control_step_time(control, ms);
     run_control_after_step(control, (int)r->stop_votes, r->skipped != SKIP_NONE, &state->consecutive_skips);
     if (debug->step_losses) debug->step_losses[step - debug->first_step] = r->loss;
-    const StepParams *p = &model->step_params_host[step % 2];
+    const StepParams *p = &model->io.step_params_host[step % 2];
     StepRecord record = {step + 1,
                          opts->steps,
                          r->loss,
@@ -2174,13 +2270,14 @@ static void write_model_part(void *run, FILE *f, const char *tmp) {
     float *host = (float *)malloc_check(CHECKPOINT_PIECE * sizeof(float), "checkpoint staging");
     if (model->zero_stage == 0) {
         size_t begin, count;
-        model_file_share(model->num_params, model->comm.rank, model->comm.world_size, &begin, &count);
-        write_model_range(model, f, tmp, begin, count, model->params + begin, host);
-    } else if (model->replica == 0) { // the other groups hold the same shards
-        for (int unit = 0; unit < model->num_units; unit++) {
-            ShardUnit u = shard_map_unit(&model->shards, unit);
-            write_model_range(model, f, tmp, shard_unit_begin(&model->shards, &u), u.owned,
-                              model->params + u.shard, host);
+        model_file_share(model->num_params, model->sharding.comm.rank, model->sharding.comm.world_size,
+                         &begin, &count);
+        write_model_range(model, f, tmp, begin, count, model->weights.params + begin, host);
+    } else if (model->sharding.replica == 0) { // the other groups hold the same shards
+        for (int unit = 0; unit < model->sharding.num_units; unit++) {
+            ShardUnit u = shard_map_unit(&model->sharding.shards, unit);
+            write_model_range(model, f, tmp, shard_unit_begin(&model->sharding.shards, &u), u.owned,
+                              model->weights.params + u.shard, host);
         }
     }
     free(host);
@@ -2195,7 +2292,8 @@ static void read_model(void *run, const char *path) {
 static void state_blocks(void *run, float *staging, StateBlock blocks[NUM_STATE_BLOCKS]) {
     GPT *model = &((Run *)run)->model;
     StepGuard *guard = &((Run *)run)->guard;
-    size_t S = model->shard_floats, H = (size_t)model->scaling.num_tensors * model->scaling.history_len;
+    size_t S = model->sharding.shard_floats,
+           H = (size_t)model->fp8_state.scaling.num_tensors * model->fp8_state.scaling.history_len;
     blocks[STATE_ADAM_M] = StateBlock{staging, S};
     blocks[STATE_ADAM_V] = StateBlock{staging + S, S};
     blocks[STATE_AMAX_HISTORY] = StateBlock{staging + 2 * S, H};
@@ -2205,10 +2303,12 @@ static void state_blocks(void *run, float *staging, StateBlock blocks[NUM_STATE_
 static void state_to_blocks(void *run, StateBlock blocks[NUM_STATE_BLOCKS]) {
     GPT *model = &((Run *)run)->model;
     StepGuard *guard = &((Run *)run)->guard;
-    copy_to_host(model, guard->history, model->guard_history, 2 * (size_t)guard->window * sizeof(float));
-    copy_to_host(model, blocks[STATE_ADAM_M].data, model->m, blocks[STATE_ADAM_M].count * sizeof(float));
-    copy_to_host(model, blocks[STATE_ADAM_V].data, model->v, blocks[STATE_ADAM_V].count * sizeof(float));
-    copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->scaling.amax_history,
+    copy_to_host(model, guard->history, model->io.guard_history, 2 * (size_t)guard->window * sizeof(float));
+    copy_to_host(model, blocks[STATE_ADAM_M].data, model->weights.m,
+                 blocks[STATE_ADAM_M].count * sizeof(float));
+    copy_to_host(model, blocks[STATE_ADAM_V].data, model->weights.v,
+                 blocks[STATE_ADAM_V].count * sizeof(float));
+    copy_to_host(model, blocks[STATE_AMAX_HISTORY].data, model->fp8_state.scaling.amax_history,
                  blocks[STATE_AMAX_HISTORY].count * sizeof(float));
 }
 
@@ -2217,24 +2317,24 @@ static void state_to_blocks(void *run, StateBlock blocks[NUM_STATE_BLOCKS]) {
 static void state_from_blocks(void *run, const TrainState *state, StateBlock blocks[NUM_STATE_BLOCKS]) {
     (void)state;
     GPT *model = &((Run *)run)->model;
-    copy_to_device(model->m, blocks[STATE_ADAM_M].data, blocks[STATE_ADAM_M].count * sizeof(float));
-    copy_to_device(model->v, blocks[STATE_ADAM_V].data, blocks[STATE_ADAM_V].count * sizeof(float));
-    copy_to_device(model->scaling.amax_history, blocks[STATE_AMAX_HISTORY].data,
+    copy_to_device(model->weights.m, blocks[STATE_ADAM_M].data, blocks[STATE_ADAM_M].count * sizeof(float));
+    copy_to_device(model->weights.v, blocks[STATE_ADAM_V].data, blocks[STATE_ADAM_V].count * sizeof(float));
+    copy_to_device(model->fp8_state.scaling.amax_history, blocks[STATE_AMAX_HISTORY].data,
                    blocks[STATE_AMAX_HISTORY].count * sizeof(float));
-    model->histories_empty = 0;
-    for (int t = 0; t < model->scaling.num_tensors; t++)
-        model->histories_empty |=
-            fp8_history_empty(blocks[STATE_AMAX_HISTORY].data + (size_t)t * model->scaling.history_len,
-                              model->scaling.history_len);
+    model->fp8_state.histories_empty = 0;
+    for (int t = 0; t < model->fp8_state.scaling.num_tensors; t++)
+        model->fp8_state.histories_empty |= fp8_history_empty(
+            blocks[STATE_AMAX_HISTORY].data + (size_t)t * model->fp8_state.scaling.history_len,
+            model->fp8_state.scaling.history_len);
 }
 
 static CheckpointIO checkpoint_io(Run *r) {
     GPT *model = &r->model;
-    size_t staging =
-        2 * model->shard_floats + (size_t)model->scaling.num_tensors * model->scaling.history_len;
+    size_t staging = 2 * model->sharding.shard_floats +
+                     (size_t)model->fp8_state.scaling.num_tensors * model->fp8_state.scaling.history_len;
     CheckpointIO io = {r,
                        sum_over_ranks_at_start,
-                       &model->comm,
+                       &model->sharding.comm,
                        r->dist.rank,
                        r->dist.world_size,
                        write_model_part,
@@ -2249,7 +2349,7 @@ static CheckpointIO checkpoint_io(Run *r) {
 static void checkpoint_now(Run *r) {
     double start = wall_time_ms();
     r->state.train_position = r->train_loader.pos;
-    comm_wait_stream(&r->model.comm, r->model.stream, "the step before a checkpoint");
+    comm_wait_stream(&r->model.sharding.comm, r->model.exec.stream, "the step before a checkpoint");
     CheckpointIO io = checkpoint_io(r);
     checkpoint_save(&io, &r->opts, &r->state, &r->cfg);
     run_control_checkpoint_time(&r->control, wall_time_ms() - start);
@@ -2391,8 +2491,8 @@ static void build_model(Run *r) {
     }
     gpt_alloc(model, &r->cfg, opts, r->B, r->T, r->accum_steps, &r->comm,
               dist->replicas > 1 ? &r->group : NULL);
-    if (dist->replicas > 1) model->replica_comm = r->replicas;
-    model->replica = dist->replica;
+    if (dist->replicas > 1) model->sharding.replica_comm = r->replicas;
+    model->sharding.replica = dist->replica;
     r->state =
         train_state_init(opts, &r->train_loader, r->B, r->T, r->accum_steps, dist->rank, dist->world_size);
     check_ranks_same_data(&r->train_loader, dist->rank, dist->world_size, sum_over_ranks_at_start, &r->comm);
@@ -2405,8 +2505,9 @@ static void build_model(Run *r) {
         load_master(model, *opts->init_from ? opts->init_from : NULL, (uint64_t)opts->seed);
     }
     upload_step_state(model, &r->state, &r->guard); // synchronous copies: before any collective is in flight
-    launch<scales_from_history_kernel>({ceil_div(model->scaling.num_tensors, 128), 128, 0, model->stream},
-                                       model->scaling, opts->fp8_margin);
+    launch<scales_from_history_kernel>(
+        {ceil_div(model->fp8_state.scaling.num_tensors, 128), 128, 0, model->exec.stream},
+        model->fp8_state.scaling, opts->fp8_margin);
     refresh_compute_weights(model);
     fp8_stats_alloc(&r->stats, r->cfg.num_layers, opts->fp8_recipe);
     if (opts->dtype == DTYPE_FLOAT8) reset_fp8_counts(model); // the start-up weight casts belong to no step
@@ -2452,7 +2553,7 @@ static void open_records(Run *r) {
     r->pending_start = 0.0;
     run_control_start(&r->control, opts);
     run_control_reserve_checkpoint(&r->control, 4.0 * (double)r->model.num_params / world +
-                                                    8.0 * (double)r->model.shard_floats);
+                                                    8.0 * (double)r->model.sharding.shard_floats);
     dist_stall_if_chosen(&r->dist, opts->inject_stall_rank);
 }
 
@@ -2489,7 +2590,7 @@ static int set_up_run(Run *r, int argc, char **argv) {
     if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->comm))
         return end_in_set_up(r, 0, EXIT_STOPPED);
     build_model(r);
-    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->model.comm))
+    if (stopped_in_set_up(r->dist.rank, r->dist.world_size, sum_over_ranks_at_start, &r->model.sharding.comm))
         return end_in_set_up(r, 1, EXIT_STOPPED);
     open_records(r);
     return RUN_GOES_ON;
@@ -2518,8 +2619,8 @@ static void queue_micro_step(Run *r, int step, int micro, int bf16_check) {
         debug_first_micro_step(model, &r->debug, r->train_loader.inputs, r->train_loader.targets);
     } else {
         // graphs only once no cast measures first: a captured step replays the same kernels
-        run_captured(model, micro_step, &model->micro_graph, r->use_graph && !model->histories_empty,
-                     &r->micro_calls);
+        run_captured(model, micro_step, &model->exec.micro_graph,
+                     r->use_graph && !model->fp8_state.histories_empty, &r->micro_calls);
     }
     if (bf16_check && micro == 0) {
         // loss_sum holds this first micro-batch's loss alone
@@ -2542,8 +2643,8 @@ static void train_step(Run *r, int step) {
                     run_control_vote(&r->control, r->log.failed));
     int bf16_check = opts->bf16_check_every > 0 && (step + 1) % opts->bf16_check_every == 0;
     for (int micro = 0; micro < r->accum_steps; micro++) queue_micro_step(r, step, micro, bf16_check);
-    run_captured(model, update_step, &model->update_graph, r->use_graph && !model->histories_empty,
-                 &r->update_calls);
+    run_captured(model, update_step, &model->exec.update_graph,
+                 r->use_graph && !model->fp8_state.histories_empty, &r->update_calls);
     copy_step_results(model, step);
     nvtxRangePop();
 }

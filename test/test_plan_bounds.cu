@@ -133,9 +133,9 @@ static size_t norm_stats_per_token(const GPTConfig *cfg) {
 // in parameter layout from the unit's start.
 static ShardUnit unit_of(GPT *m, int tensor, int layer, size_t *gathered_at, size_t *reduced_at) {
     int unit = m->zero_stage == 3 && param_is_per_layer(tensor) ? 1 + layer : 0;
-    *gathered_at = unit ? slot_offset(m, layer, m->weight_slots) : 0;
+    *gathered_at = unit ? slot_offset(m, layer, m->sharding.weight_slots) : 0;
     *reduced_at = unit ? grad_slot_offset(m, layer) : 0;
-    return shard_map_unit(&m->shards, unit);
+    return shard_map_unit(&m->sharding.shards, unit);
 }
 
 // weight_bf16 and grad_of of every tensor of every layer the architecture has (the trainer never takes the
@@ -158,10 +158,11 @@ static void check_weights(GPT *m) {
             if (m->zero_stage == 0) continue;
             size_t at, reduced_at;
             ShardUnit u = unit_of(m, t, l, &at, &reduced_at);
-            size_t full = u.chunk * m->shards.ways, in_unit = param_offset(cfg, t, l) - u.start;
-            IN_REGION(w, n, m->params_bf16 + at, full);
-            IN_REGION(g, n, m->grads + reduced_at, full);
-            expect_layout(w == m->params_bf16 + at + in_unit && g == m->grads + reduced_at + in_unit,
+            size_t full = u.chunk * m->sharding.shards.ways, in_unit = param_offset(cfg, t, l) - u.start;
+            IN_REGION(w, n, m->weights.params_bf16 + at, full);
+            IN_REGION(g, n, m->gradients.grads + reduced_at, full);
+            expect_layout(w == m->weights.params_bf16 + at + in_unit &&
+                              g == m->gradients.grads + reduced_at + in_unit,
                           "weight_bf16 / grad_of: not where the gather puts the tensor");
         }
     }
@@ -189,8 +190,8 @@ static void check_linear_weights(GPT *m) {
             if (m->zero_stage == 0) continue;
             size_t at, reduced_at;
             ShardUnit u = unit_of(m, tensor, l, &at, &reduced_at);
-            IN_REGION(w, n, m->params_bf16 + at, u.chunk * m->shards.ways);
-            IN_REGION(g, n, m->grads + reduced_at, u.chunk * m->shards.ways);
+            IN_REGION(w, n, m->weights.params_bf16 + at, u.chunk * m->sharding.shards.ways);
+            IN_REGION(g, n, m->gradients.grads + reduced_at, u.chunk * m->sharding.shards.ways);
         }
     scope_label[0] = '\0';
 }
@@ -208,14 +209,16 @@ static void check_fp8_weights(GPT *m) {
             GEMM_IN_BUFFER(m, BUF_WEIGHTS_FP8_T, wt, IC * OC);
             GEMM_IN_BUFFER(m, BUF_INPUT_FP8_T, saved_input_t(m, l, lin), IC * N);
             if (m->zero_stage == 3) // W^T: the layer's weight slot; W: where gather_layer gathers the layer
-                IN_REGION(wt, IC * OC, m->weights_fp8_t + (size_t)(l % m->weight_slots) * per_layer,
+                IN_REGION(wt, IC * OC,
+                          m->weights.weights_fp8_t + (size_t)(l % m->sharding.weight_slots) * per_layer,
                           per_layer);
             if (m->zero_stage != 0) {
                 size_t at, reduced_at;
                 int tensor = linear_weight_tensor(lin);
                 ShardUnit u = unit_of(m, tensor, l, &at, &reduced_at);
-                fp8 *gathered = m->zero_stage == 3 ? m->weights_fp8 + (at - m->global_slot) : m->weights_fp8;
-                IN_REGION(w, OC * IC, gathered, u.chunk * m->shards.ways);
+                fp8 *gathered = m->zero_stage == 3 ? m->weights.weights_fp8 + (at - m->sharding.global_slot)
+                                                   : m->weights.weights_fp8;
+                IN_REGION(w, OC * IC, gathered, u.chunk * m->sharding.shards.ways);
                 expect_layout(w == gathered + param_offset(cfg, tensor, l) - u.start,
                               "weight_fp8: not where the gather puts the weight");
             }
@@ -230,7 +233,7 @@ static void check_block_factors(GPT *m) {
     const GPTConfig *cfg = &m->config;
     size_t N = (size_t)m->B * m->T, W = model_widest_features(cfg),
            counted = (size_t)cfg->num_layers * NUM_BLOCK_LINEARS * 3;
-    int recipe = m->recipe;
+    int recipe = m->fp8_state.recipe;
     std::vector<std::pair<const char *, size_t>> regions; // start, bytes
     auto add = [&](const char *what, const void *p, size_t bytes) {
         expect_in_buffer(m, BUF_FP8_BLOCK_SCALES, what, p, bytes, GEMM_ALIGN);
@@ -247,10 +250,10 @@ static void check_block_factors(GPT *m) {
                     fp8_tile_factor_bytes(recipe, IC, N));
         }
     scope_label[0] = '\0';
-    add("cast factors", m->cast_factors, fp8_tile_factor_bytes(recipe, N, W));
-    add("cast_t factors", m->cast_factors_t, fp8_tile_factor_bytes(recipe, W, N));
-    add("block_scale_min", m->block_scale_min, counted * sizeof(float));
-    add("block_scale_max", m->block_scale_max, counted * sizeof(float));
+    add("cast factors", m->fp8_state.cast_factors, fp8_tile_factor_bytes(recipe, N, W));
+    add("cast_t factors", m->fp8_state.cast_factors_t, fp8_tile_factor_bytes(recipe, W, N));
+    add("block_scale_min", m->fp8_state.block_scale_min, counted * sizeof(float));
+    add("block_scale_max", m->fp8_state.block_scale_max, counted * sizeof(float));
     std::sort(regions.begin(), regions.end());
     for (size_t i = 1; i < regions.size(); i++)
         expect_layout(regions[i - 1].first + regions[i - 1].second <= regions[i].first,
@@ -283,7 +286,7 @@ static void check_activations(GPT *m) {
         IN_BUFFER(m, BUF_LN2_STATS, a.ln2_stats, stats);
         IN_BUFFER(m, BUF_ATT_LSE, a.att_lse, N * cfg->num_heads);
         IN_BUFFER(m, l == 0 ? BUF_ENCODED : BUF_RESIDUAL3, layer_input(m, l), NC);
-        IN_BUFFER(m, BUF_RESIDUAL3, m->residual3 + l * NC, NC); // layer_forward's output
+        IN_BUFFER(m, BUF_RESIDUAL3, m->acts.residual3 + l * NC, NC); // layer_forward's output
     }
     scope_label[0] = '\0';
 }
@@ -298,19 +301,19 @@ static void check_model_buffers(GPT *m) {
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
         widest = max_size(widest, max_size(linear_in_features(cfg, lin), linear_out_features(cfg, lin)));
     }
-    IN_BUFFER(m, BUF_ENCODED, m->encoded, NC);
-    GEMM_IN_BUFFER(m, BUF_LNF, m->lnf, NC);
-    IN_BUFFER(m, BUF_LNF_STATS, m->lnf_stats, N * norm_stats_per_token(cfg));
-    GEMM_IN_BUFFER(m, BUF_LOGITS, m->logits, N * cfg->padded_vocab_size);
-    IN_BUFFER(m, BUF_LOSSES, m->losses, N);
-    GEMM_IN_BUFFER(m, BUF_DRESIDUAL, m->dresidual, NC);
-    GEMM_IN_BUFFER(m, BUF_DC, m->dc, NC);
-    GEMM_IN_BUFFER(m, BUF_DQKV, m->dqkv, N * linear_out_features(cfg, LIN_QKV));
-    GEMM_IN_BUFFER(m, BUF_DFCH, m->dfch, N * linear_out_features(cfg, LIN_FC));
-    IN_BUFFER(m, BUF_ATT_DELTA, m->att_delta, N * cfg->num_heads);
+    IN_BUFFER(m, BUF_ENCODED, m->acts.encoded, NC);
+    GEMM_IN_BUFFER(m, BUF_LNF, m->acts.lnf, NC);
+    IN_BUFFER(m, BUF_LNF_STATS, m->acts.lnf_stats, N * norm_stats_per_token(cfg));
+    GEMM_IN_BUFFER(m, BUF_LOGITS, m->acts.logits, N * cfg->padded_vocab_size);
+    IN_BUFFER(m, BUF_LOSSES, m->acts.losses, N);
+    GEMM_IN_BUFFER(m, BUF_DRESIDUAL, m->work.dresidual, NC);
+    GEMM_IN_BUFFER(m, BUF_DC, m->work.dc, NC);
+    GEMM_IN_BUFFER(m, BUF_DQKV, m->work.dqkv, N * linear_out_features(cfg, LIN_QKV));
+    GEMM_IN_BUFFER(m, BUF_DFCH, m->work.dfch, N * linear_out_features(cfg, LIN_FC));
+    IN_BUFFER(m, BUF_ATT_DELTA, m->work.att_delta, N * cfg->num_heads);
     if (m->dtype == DTYPE_FLOAT8) {
-        GEMM_IN_BUFFER(m, BUF_CAST_FP8, m->cast_fp8, N * widest);
-        GEMM_IN_BUFFER(m, BUF_CAST_FP8_T, m->cast_fp8_t, N * widest);
+        GEMM_IN_BUFFER(m, BUF_CAST_FP8, m->work.cast_fp8, N * widest);
+        GEMM_IN_BUFFER(m, BUF_CAST_FP8_T, m->work.cast_fp8_t, N * widest);
     }
     // the largest *_scratch_floats of a kernel the trainer gives it: the norms' backward (LayerNorm's or
     // RMSNorm's), the bias gradients of the linears that have one (the float8 casts' column sums alike),
@@ -321,45 +324,45 @@ static void check_model_buffers(GPT *m) {
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++)
         if (param_tensor_size(cfg, linear_weight_tensor(lin) + 1))
             scratch = max_size(scratch, bias_backward_scratch_floats((int)N, linear_out_features(cfg, lin)));
-    scratch = max_size(scratch, global_norm_squared_scratch_floats(m->shard_floats));
+    scratch = max_size(scratch, global_norm_squared_scratch_floats(m->sharding.shard_floats));
     scratch = max_size(scratch, encoder_backward_scratch_floats(m->B, m->T, (int)C));
-    expect_in_buffer(m, BUF_REDUCE_SCRATCH, "reduce_scratch", m->reduce_scratch, scratch * sizeof(float),
+    expect_in_buffer(m, BUF_REDUCE_SCRATCH, "reduce_scratch", m->work.reduce_scratch, scratch * sizeof(float),
                      sizeof(double));
     // gpt_alloc: rope_table writes (maxT, hs/2) pairs of cos and sin into a host buffer of the plan's
     // bytes, copied whole; the kernel reads its first T rows (cli.h refuses T > maxT)
     if (model_has_rotary(cfg))
-        IN_BUFFER(m, BUF_ROPE_TABLE, m->rope, (size_t)cfg->max_seq_len * (C / cfg->num_heads / 2) * 2);
+        IN_BUFFER(m, BUF_ROPE_TABLE, m->acts.rope, (size_t)cfg->max_seq_len * (C / cfg->num_heads / 2) * 2);
     // upload_batch, gpt_loss, encoder_backward: inputs, targets, then the buckets' positions, tokens, starts
     // (N + 1) and count
-    IN_BUFFER(m, BUF_TOKENS, m->tokens, N);
-    IN_BUFFER(m, BUF_TOKENS, m->tokens + N, N);
-    IN_BUFFER(m, BUF_TOKENS, m->tokens + 2 * N, N);
-    IN_BUFFER(m, BUF_TOKENS, m->tokens + 3 * N, N);
-    IN_BUFFER(m, BUF_TOKENS, m->tokens + 4 * N, N + 1);
-    IN_BUFFER(m, BUF_TOKENS, m->tokens + 5 * N + 1, 1);
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens, N);
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens + N, N);
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens + 2 * N, N);
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens + 3 * N, N);
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens + 4 * N, N + 1);
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens + 5 * N + 1, 1);
     // the next batch's area after the current one's (the device copy reads one while the other is written)
-    IN_BUFFER(m, BUF_TOKENS, m->tokens_next, 5 * N + 2);
-    expect_layout(m->tokens_next >= m->tokens + 5 * N + 2, "tokens_next overlaps tokens");
-    IN_BUFFER(m, BUF_STEP, m->step_params, 1);
-    IN_BUFFER(m, BUF_STEP, m->step_results, 1);
-    IN_BUFFER(m, BUF_STEP, m->guard_history, 2 * GUARD_MAX_WINDOW);
-    expect_layout((char *)m->step_results >= (char *)(m->step_params + 1) &&
-                      (char *)m->guard_history >= (char *)(m->step_results + 1),
+    IN_BUFFER(m, BUF_TOKENS, m->io.tokens_next, 5 * N + 2);
+    expect_layout(m->io.tokens_next >= m->io.tokens + 5 * N + 2, "tokens_next overlaps tokens");
+    IN_BUFFER(m, BUF_STEP, m->io.step_params, 1);
+    IN_BUFFER(m, BUF_STEP, m->io.step_results, 1);
+    IN_BUFFER(m, BUF_STEP, m->io.guard_history, 2 * GUARD_MAX_WINDOW);
+    expect_layout((char *)m->io.step_results >= (char *)(m->io.step_params + 1) &&
+                      (char *)m->io.guard_history >= (char *)(m->io.step_results + 1),
                   "the step's parameters, results and guard window overlap");
     GEMM_IN_BUFFER(m, BUF_GEMM_WORKSPACE, (char *)plan_ptr(m, BUF_GEMM_WORKSPACE), GEMM_WORKSPACE_BYTES);
     // gpt_alloc: cuDNN's fused attention runs in the workspace the plan sized for it (--attention fast; auto
     // in a build with cuDNN), which the exact kernels do not have
     if (m->plan.settings.fast_attention)
-        GEMM_IN_BUFFER(m, BUF_ATTENTION_WORKSPACE, m->attention_workspace,
+        GEMM_IN_BUFFER(m, BUF_ATTENTION_WORKSPACE, m->work.attention_workspace,
                        attention_workspace_bytes(m->B, m->T, cfg->num_heads));
     else
-        expect_layout(!m->attention_workspace, "an attention workspace without the fast attention");
+        expect_layout(!m->work.attention_workspace, "an attention workspace without the fast attention");
 }
 
 // fp8_state_views: every array, the counters 8-byte aligned, and amax_current followed by weight_amax (one
 // all-reduce takes both).
 static void check_fp8_state(GPT *m) {
-    Fp8DeviceState *s = &m->scaling;
+    Fp8DeviceState *s = &m->fp8_state.scaling;
     size_t n = s->num_tensors, w = s->num_weights;
     IN_BUFFER(m, BUF_FP8_STATE, s->amax_history, n * s->history_len);
     IN_BUFFER(m, BUF_FP8_STATE, s->amax_current, n + w);
@@ -378,64 +381,65 @@ static void check_fp8_state(GPT *m) {
 // This rank's chunk of every unit in the shard buffers (AdamW, load_master, the gradient shard), and per
 // ZeRO stage the regions the collectives, the optimizer's BF16 writes and the checkpoint staging take.
 static void check_shards(GPT *m) {
-    int ways = m->shards.ways, zero = m->zero_stage;
-    size_t S = m->shard_floats;
-    for (int unit = 0; unit < m->num_units; unit++) {
+    int ways = m->sharding.shards.ways, zero = m->zero_stage;
+    size_t S = m->sharding.shard_floats;
+    for (int unit = 0; unit < m->sharding.num_units; unit++) {
         snprintf(scope_label, sizeof(scope_label), " | unit %d", unit);
-        ShardUnit u = shard_map_unit(&m->shards, unit);
-        size_t full = u.chunk * ways, mine = (size_t)m->shards.rank * u.chunk;
-        IN_BUFFER(m, BUF_PARAMS, m->params + u.shard, u.chunk);
-        IN_BUFFER(m, BUF_ADAM_M, m->m + u.shard, u.chunk);
-        IN_BUFFER(m, BUF_ADAM_V, m->v + u.shard, u.chunk);
+        ShardUnit u = shard_map_unit(&m->sharding.shards, unit);
+        size_t full = u.chunk * ways, mine = (size_t)m->sharding.shards.rank * u.chunk;
+        IN_BUFFER(m, BUF_PARAMS, m->weights.params + u.shard, u.chunk);
+        IN_BUFFER(m, BUF_ADAM_M, m->weights.m + u.shard, u.chunk);
+        IN_BUFFER(m, BUF_ADAM_V, m->weights.v + u.shard, u.chunk);
         if (zero == 0) { // adamw_step reads the gradients and writes the whole BF16 copy
-            IN_BUFFER(m, BUF_GRADS, m->grads + u.shard, u.owned);
-            IN_BUFFER(m, BUF_PARAMS_BF16, m->params_bf16, u.owned);
-            IN_BUFFER(m, BUF_PARAMS, m->params, u.size); // save_model's unit, read in place
+            IN_BUFFER(m, BUF_GRADS, m->gradients.grads + u.shard, u.owned);
+            IN_BUFFER(m, BUF_PARAMS_BF16, m->weights.params_bf16, u.owned);
+            IN_BUFFER(m, BUF_PARAMS, m->weights.params, u.size); // save_model's unit, read in place
             continue;
         }
-        IN_BUFFER(m, BUF_GRAD_SHARD, m->grad_shard + u.shard, u.chunk);
+        IN_BUFFER(m, BUF_GRAD_SHARD, m->gradients.grad_shard + u.shard, u.chunk);
         // gather_master_unit: the unit staged whole in the gradients (a ZeRO-3 layer in the first slot)
-        float *staging = m->grads + (unit == 0 ? 0 : m->global_slot);
+        float *staging = m->gradients.grads + (unit == 0 ? 0 : m->sharding.global_slot);
         IN_BUFFER(m, BUF_GRADS, staging, full);
         IN_BUFFER(m, BUF_GRADS, staging + mine, u.chunk);
         if (zero == 1) { // reduce_gradients, adamw_step / refresh_compute_weights, publish_zero1
-            IN_BUFFER(m, BUF_GRADS, m->grads, full);
-            IN_BUFFER(m, BUF_GRADS, m->grads + mine, u.chunk);
-            IN_BUFFER(m, BUF_PARAMS_BF16, m->params_bf16, full);
-            IN_BUFFER(m, BUF_PARAMS_BF16, m->params_bf16 + mine, u.chunk);
+            IN_BUFFER(m, BUF_GRADS, m->gradients.grads, full);
+            IN_BUFFER(m, BUF_GRADS, m->gradients.grads + mine, u.chunk);
+            IN_BUFFER(m, BUF_PARAMS_BF16, m->weights.params_bf16, full);
+            IN_BUFFER(m, BUF_PARAMS_BF16, m->weights.params_bf16 + mine, u.chunk);
             if (m->fp8_weights) {
-                IN_BUFFER(m, BUF_WEIGHTS_FP8, m->weights_fp8, full);
-                IN_BUFFER(m, BUF_WEIGHTS_FP8, m->weights_fp8 + mine, u.chunk);
+                IN_BUFFER(m, BUF_WEIGHTS_FP8, m->weights.weights_fp8, full);
+                IN_BUFFER(m, BUF_WEIGHTS_FP8, m->weights.weights_fp8 + mine, u.chunk);
             }
             continue;
         }
         // ZeRO-3: gather_global / gather_layer, begin_ and end_layer_backward, reduce_scatter_global
         int layer = unit - 1;
-        size_t at = unit == 0 ? 0 : slot_offset(m, layer, m->weight_slots),
+        size_t at = unit == 0 ? 0 : slot_offset(m, layer, m->sharding.weight_slots),
                reduced_at = unit == 0 ? 0 : grad_slot_offset(m, layer),
-               slot = unit == 0 ? m->global_slot : m->layer_slot;
-        IN_REGION(staging, full, m->grads + (unit == 0 ? 0 : m->global_slot), slot);
-        bf16 *copy = m->params_bf16 + at;
-        float *grads = m->grads + reduced_at;
+               slot = unit == 0 ? m->sharding.global_slot : m->sharding.layer_slot;
+        IN_REGION(staging, full, m->gradients.grads + (unit == 0 ? 0 : m->sharding.global_slot), slot);
+        bf16 *copy = m->weights.params_bf16 + at;
+        float *grads = m->gradients.grads + reduced_at;
         IN_BUFFER(m, BUF_PARAMS_BF16, copy, full);
-        IN_REGION(copy, full, m->params_bf16 + at, slot);
+        IN_REGION(copy, full, m->weights.params_bf16 + at, slot);
         IN_BUFFER(m, BUF_PARAMS_BF16, copy + mine, u.chunk);
         IN_BUFFER(m, BUF_GRADS, grads, full);
-        IN_REGION(grads, full, m->grads + reduced_at, slot);
+        IN_REGION(grads, full, m->gradients.grads + reduced_at, slot);
         IN_BUFFER(m, BUF_GRADS, grads + mine, u.chunk);
         if (unit > 0 && m->fp8_weights) {
-            fp8 *weights = m->weights_fp8 + (at - m->global_slot);
+            fp8 *weights = m->weights.weights_fp8 + (at - m->sharding.global_slot);
             IN_BUFFER(m, BUF_WEIGHTS_FP8, weights, full);
             IN_BUFFER(m, BUF_WEIGHTS_FP8, weights + mine, u.chunk);
         }
     }
     scope_label[0] = '\0';
     // state_blocks, global_norm_squared, the update's gradients; debug_first_micro_step (ZeRO-0/1)
-    IN_BUFFER(m, BUF_PARAMS, m->params, S);
-    IN_BUFFER(m, BUF_ADAM_M, m->m, S);
-    IN_BUFFER(m, BUF_ADAM_V, m->v, S);
-    IN_BUFFER(m, zero == 0 ? BUF_GRADS : BUF_GRAD_SHARD, zero == 0 ? m->grads : m->grad_shard, S);
-    if (zero != 3) IN_BUFFER(m, BUF_GRADS, m->grads, m->num_params);
+    IN_BUFFER(m, BUF_PARAMS, m->weights.params, S);
+    IN_BUFFER(m, BUF_ADAM_M, m->weights.m, S);
+    IN_BUFFER(m, BUF_ADAM_V, m->weights.v, S);
+    IN_BUFFER(m, zero == 0 ? BUF_GRADS : BUF_GRAD_SHARD,
+              zero == 0 ? m->gradients.grads : m->gradients.grad_shard, S);
+    if (zero != 3) IN_BUFFER(m, BUF_GRADS, m->gradients.grads, m->num_params);
 }
 
 // ZeRO-3's regions themselves, every slot index whatever the number of layers: the global region and
@@ -443,25 +447,26 @@ static void check_shards(GPT *m) {
 // each 256-byte aligned (memory_plan.h's unit_slot_elements).
 static void check_zero3_slots(GPT *m) {
     size_t per_layer = linear_weights_per_layer(&m->config);
-    expect_in_buffer(m, BUF_PARAMS_BF16, "global region of params_bf16", m->params_bf16,
-                     m->global_slot * sizeof(bf16), PLAN_ALIGN);
-    expect_in_buffer(m, BUF_GRADS, "global region of grads", m->grads, m->global_slot * sizeof(float),
-                     PLAN_ALIGN);
+    expect_in_buffer(m, BUF_PARAMS_BF16, "global region of params_bf16", m->weights.params_bf16,
+                     m->sharding.global_slot * sizeof(bf16), PLAN_ALIGN);
+    expect_in_buffer(m, BUF_GRADS, "global region of grads", m->gradients.grads,
+                     m->sharding.global_slot * sizeof(float), PLAN_ALIGN);
     for (int slot = 0; slot < 2; slot++) {
         snprintf(scope_label, sizeof(scope_label), " | gradient slot %d", slot);
-        expect_in_buffer(m, BUF_GRADS, "grads slot", m->grads + grad_slot_offset(m, slot),
-                         m->layer_slot * sizeof(float), PLAN_ALIGN);
+        expect_in_buffer(m, BUF_GRADS, "grads slot", m->gradients.grads + grad_slot_offset(m, slot),
+                         m->sharding.layer_slot * sizeof(float), PLAN_ALIGN);
     }
-    for (int slot = 0; slot < m->weight_slots; slot++) {
+    for (int slot = 0; slot < m->sharding.weight_slots; slot++) {
         snprintf(scope_label, sizeof(scope_label), " | weight slot %d", slot);
         expect_in_buffer(m, BUF_PARAMS_BF16, "params_bf16 slot",
-                         m->params_bf16 + slot_offset(m, slot, m->weight_slots), m->layer_slot * sizeof(bf16),
-                         PLAN_ALIGN);
+                         m->weights.params_bf16 + slot_offset(m, slot, m->sharding.weight_slots),
+                         m->sharding.layer_slot * sizeof(bf16), PLAN_ALIGN);
         if (!m->fp8_weights) continue;
         expect_in_buffer(m, BUF_WEIGHTS_FP8, "weights_fp8 slot",
-                         m->weights_fp8 + (size_t)slot * m->layer_slot, m->layer_slot, PLAN_ALIGN);
+                         m->weights.weights_fp8 + (size_t)slot * m->sharding.layer_slot,
+                         m->sharding.layer_slot, PLAN_ALIGN);
         expect_in_buffer(m, BUF_WEIGHTS_FP8_T, "weights_fp8_t slot",
-                         m->weights_fp8_t + (size_t)slot * per_layer, per_layer, GEMM_ALIGN);
+                         m->weights.weights_fp8_t + (size_t)slot * per_layer, per_layer, GEMM_ALIGN);
     }
     scope_label[0] = '\0';
 }
@@ -472,7 +477,7 @@ static void check_layout(GPT *m) {
     check_weights(m);
     check_linear_weights(m);
     if (m->fp8_weights) check_fp8_weights(m);
-    if (m->block_scale_min) check_block_factors(m);
+    if (m->fp8_state.block_scale_min) check_block_factors(m);
     check_activations(m);
     check_model_buffers(m);
     check_fp8_state(m);
@@ -556,9 +561,11 @@ static int check_small_models(long *padded_units) {
                                             GPT m;
                                             carve(&m, &cfg, &opts, world, rank);
                                             check_layout(&m);
-                                            for (int unit = 0; unit < m.num_units; unit++)
+                                            for (int unit = 0; unit < m.sharding.num_units; unit++)
                                                 *padded_units +=
-                                                    shard_map_unit(&m.shards, unit).size % m.shards.ways != 0;
+                                                    shard_map_unit(&m.sharding.shards, unit).size %
+                                                        m.sharding.shards.ways !=
+                                                    0;
                                             layouts++;
                                         }
             }
@@ -682,7 +689,7 @@ static void self_test(void) {
     check(planted_failures(&m, check_layout) > 0,
           "self-test: activations of every layer in a --recompute 1 plan are caught");
     carve(&m, &cfg, &opts, 3, 2);
-    m.shards.rank = 3; // a rank past the world: its chunks end past the gathered units
+    m.sharding.shards.rank = 3; // a rank past the world: its chunks end past the gathered units
     check(planted_failures(&m, check_layout) > 0, "self-test: a rank past the world size is caught");
     self_test_llama();
 }
