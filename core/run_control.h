@@ -6,7 +6,9 @@
 //    then continues bit-exactly. A stop asked for during set-up ends the run before its first step, with
 //    EXIT_STOPPED too (stopped_in_set_up). A second signal ends the process at once (128 + the signal, as
 //    the default action would): the files of a checkpoint being written are temp files, removed here, and
-//    `latest_checkpoint` still names the previous complete one.
+//    `latest_checkpoint` still names the previous complete one. A SIGTERM that follows a SIGTERM within
+//    REPEATED_SIGTERM_MS (2 s) is the same request, not a second one: at a time limit or a preemption's end
+//    Slurm sends every task SIGTERM twice, some milliseconds apart.
 //  - SIGPIPE (stdout's reader gone: `| head`, a dead `tee`) and SIGXFSZ (a file-size limit) are ignored: the
 //    write then fails with EPIPE or EFBIG where it is made, and says so. A checkpoint or log write fails with
 //    its line; a failed stdout stops the run with a checkpoint and exit 1 (run_control_vote).
@@ -23,6 +25,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
@@ -37,13 +40,24 @@
 #define EXIT_UNHEALTHY 76 // the guards skipped too many steps: the weights are those of the last good step
 
 static volatile sig_atomic_t stop_signal_received;
+static volatile sig_atomic_t stop_signal_s, stop_signal_ms; // when it came: CLOCK_MONOTONIC, s and ms
 
-// Async-signal-safe: unlink and write and _exit only.
+// Slurm's time limit sends each task SIGTERM, SIGCONT and SIGTERM again (slurmd's time-limit request, then
+// the job's termination; a preemption's end does the same): a SIGTERM this soon after the first is that one.
+#define REPEATED_SIGTERM_MS 2000
+
+// Async-signal-safe: clock_gettime, unlink and write and _exit only.
 static inline void on_stop_signal(int signo) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     if (!stop_signal_received) {
+        stop_signal_s = (sig_atomic_t)now.tv_sec;
+        stop_signal_ms = (sig_atomic_t)(now.tv_nsec / 1000000);
         stop_signal_received = signo;
         return;
     }
+    long long since_ms = 1000LL * (now.tv_sec - stop_signal_s) + now.tv_nsec / 1000000 - stop_signal_ms;
+    if (signo == SIGTERM && stop_signal_received == SIGTERM && since_ms < REPEATED_SIGTERM_MS) return;
     for (int i = 0; i < MAX_OPEN_TEMP_FILES; i++)
         if (open_temp_files[i][0]) unlink(open_temp_files[i]);
     static const char line[] = "error: a second stop signal: ending now; latest_checkpoint still names the "

@@ -2,7 +2,8 @@
 # test_preempt.sh: runs that end early keep their work, on ./train_cpu and ./train_emu (the CUDA trainer on the
 # emulation), one process and two (mpirun). A float8 d2 model, B=4, T=32, constant learning rate.
 #  1. Stop requests: a SIGTERM the run sends itself at step 5 (--inject_signal_step), a SIGTERM from outside
-#     once 3 steps are logged, and --time_limit_s 1: each exits 75 with a checkpoint before the last step, and
+#     once 3 steps are logged (sent twice, 0.1 s apart, as Slurm's time limit does, while every fsync takes
+#     half a second more), and --time_limit_s 1: each exits 75 with a checkpoint before the last step, and
 #     `--resume 1` then ends byte-identical (final model and state files, the log's step records) to a run
 #     that never stopped. Two processes: the signal reaches rank 1 only, both stop after the same step.
 #     A stop signal during set-up (pending as the trainer starts) ends the run with exit 75 before the first
@@ -120,12 +121,17 @@ os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${ta
     same_end "$tag: a stop during set-up" "$TMP/${tag}_setup" "$TMP/${tag}_straight" "$steps" 1
 
     # from outside, as a scheduler (SIGTERM) or a closed terminal (SIGHUP) sends it, once three steps are
-    # logged. The cases from here to the time limit's run the trainers' shared code (run_control.h,
-    # checkpoint_io.h, launch.sh): train_cpu alone runs them.
+    # logged. SIGTERM as Slurm sends it at a time limit: SIGTERM, SIGCONT, SIGTERM again (here 0.1 s later,
+    # so that the first has surely been taken, while the checkpoint's fsyncs, slowed by half a second each
+    # with test/slow_fsync_shim.c, keep the run going): one stop request, not two. The cases from here to the
+    # time limit's run the trainers' shared code (run_control.h, checkpoint_io.h, launch.sh): train_cpu alone
+    # runs them.
     signals=(TERM)
     [ "$tag" = train_cpu ] && signals+=(HUP)
     for sig in "${signals[@]}"; do
-        "$bin" "${base[@]}" --output_dir "$TMP/${tag}_$sig" --log_file "$TMP/${tag}_$sig.jsonl" \
+        slow=()
+        [ "$sig" = TERM ] && slow=(env LD_PRELOAD="$PWD/test/build/slow_fsync_shim.so" SLOW_FSYNC_S=0.5)
+        "${slow[@]}" "$bin" "${base[@]}" --output_dir "$TMP/${tag}_$sig" --log_file "$TMP/${tag}_$sig.jsonl" \
             >"$TMP/${tag}_$sig.out" 2>&1 &
         pid=$!
         for ((i = 0; i < 1200; i++)); do
@@ -133,6 +139,10 @@ os.execv(sys.argv[1], sys.argv[1:])" "$bin" "${args[@]}" --output_dir "$TMP/${ta
             sleep 0.05
         done
         kill -$sig "$pid"
+        if [ "$sig" = TERM ]; then
+            sleep 0.1
+            { kill -CONT "$pid" && kill -TERM "$pid"; } || bad "$tag: the run had ended before the second SIGTERM"
+        fi
         status=0
         wait "$pid" || status=$?
         stopped_early "$tag: SIG$sig from outside" "$status" "$TMP/${tag}_$sig" "$steps"
