@@ -574,7 +574,7 @@ static void carve_buffers(GPT *model, Arena *arena) {
     const GPTConfig *cfg = &model->config;
     size_t P = model->num_params, L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
     size_t Vp = cfg->padded_vocab_size, B = model->B, T = model->T, BT = B * T;
-    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_FC), F = model_ffn_dim(cfg);
+    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_MLP_UP), F = model_ffn_dim(cfg);
     size_t W = model_widest_features(cfg);
     int dtype = model->dtype;
     model->params = arena_take(arena, P);
@@ -1278,7 +1278,7 @@ static LayerActs layer_acts(GPT *model, int l) {
     const GPTConfig *cfg = &model->config;
     Activations *a = &model->acts;
     size_t N = (size_t)model->B * model->T, NC = N * cfg->channels, k = model->recompute ? 0 : (size_t)l;
-    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_FC), F = model_ffn_dim(cfg);
+    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_MLP_UP), F = model_ffn_dim(cfg);
     LayerActs la;
     la.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * NC;
     la.ln1 = a->ln1 + k * NC;
@@ -1338,23 +1338,25 @@ static void block_forward(GPT *model, int l, int record_amax) {
     size_t NC = (size_t)N * C, NF = (size_t)N * model_ffn_dim(cfg);
     float *proj_out = model->acts.proj_out;
     LayerActs la = layer_acts(model, l);
-    norm_forward(model, la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, PT_LN1W, l);
+    norm_forward(model, la.ln1, la.ln1_mean, la.ln1_rstd, la.residual, PT_ATTN_NORM_W, l);
     linear_forward(model, l, LIN_QKV, la.qkv, la.ln1, la.input_q[LIN_QKV], N, record_amax, 0);
     if (rotary) rope_rotate(la.qkv, model->acts.rope, B, T, C, NH, KVH, 0, dtype);
     attention_forward(la.atty, la.att, la.qkv, B, T, C, NH, KVH, dtype);
-    linear_forward(model, l, LIN_ATTPROJ, proj_out, la.atty, la.input_q[LIN_ATTPROJ], N, record_amax, 0);
+    linear_forward(model, l, LIN_ATTN_OUT, proj_out, la.atty, la.input_q[LIN_ATTN_OUT], N, record_amax, 0);
     residual_forward(la.residual2, la.residual, proj_out, NC, dtype);
-    norm_forward(model, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, PT_LN2W, l);
+    norm_forward(model, la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, PT_MLP_NORM_W, l);
     // bfloat16 takes the GELU of fc's FP32 output and rounds that output after, as the GPU's GEMM does in
     // cuBLASLt's epilogue (GELU_AUX_BIAS); float8 of the rounded output, as the GPU's FP8 path does
     int gelu_of_fp32 = dtype == DTYPE_BFLOAT16 && !swiglu;
-    linear_forward(model, l, LIN_FC, la.fch, la.ln2, la.input_q[LIN_FC], N, record_amax, gelu_of_fp32);
+    linear_forward(model, l, LIN_MLP_UP, la.fch, la.ln2, la.input_q[LIN_MLP_UP], N, record_amax,
+                   gelu_of_fp32);
     if (swiglu)
         swiglu_forward(la.fch_gelu, la.fch, N, model_ffn_dim(cfg), dtype);
     else
         gelu_forward(la.fch_gelu, la.fch, NF, dtype);
     if (gelu_of_fp32) round_to_storage(la.fch, NF, dtype);
-    linear_forward(model, l, LIN_FCPROJ, proj_out, la.fch_gelu, la.input_q[LIN_FCPROJ], N, record_amax, 0);
+    linear_forward(model, l, LIN_MLP_DOWN, proj_out, la.fch_gelu, la.input_q[LIN_MLP_DOWN], N, record_amax,
+                   0);
     residual_forward(la.residual3, la.residual2, proj_out, NC, dtype);
 }
 
@@ -1367,11 +1369,12 @@ static void gpt_forward(GPT *model, const int *inputs, const int *targets, int r
     size_t NC = (size_t)N * C;
     Activations *a = &model->acts;
     float *w = model->params_compute;
-    int head = model_parts(cfg).tied_head ? PT_WTE : PT_LMHEAD;
-    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_WTE, 0),
-                    param_in_arch(cfg, PT_WPE) ? param_ptr(w, cfg, PT_WPE, 0) : NULL, B, T, C, dtype);
+    int head = model_parts(cfg).tied_head ? PT_TOKEN_EMBED : PT_LM_HEAD;
+    encoder_forward(a->encoded, inputs, param_ptr(w, cfg, PT_TOKEN_EMBED, 0),
+                    param_in_arch(cfg, PT_POS_EMBED) ? param_ptr(w, cfg, PT_POS_EMBED, 0) : NULL, B, T, C,
+                    dtype);
     for (int l = 0; l < L; l++) block_forward(model, l, record_amax);
-    norm_forward(model, a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC, PT_LNFW, 0);
+    norm_forward(model, a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * NC, PT_FINAL_NORM_W, 0);
     // LM head, GPT-2's tied to wte, Llama's its own: (B,T,C) -> (B,T,Vp), BF16 compute (the black list keeps
     // it out of FP8)
     gemm(model->gemm_pack, 0, 1, N, Vp, C, 1.0f, a->lnf, param_ptr(w, cfg, head, 0), 0.0f, a->logits);
@@ -1396,24 +1399,24 @@ static void block_backward(GPT *model, int l) {
     if (model->recompute) block_forward(model, l, 0);
     LayerActs la = layer_acts(model, l);
     if (swiglu) {
-        linear_backward(model, l, LIN_FCPROJ, g->dhidden, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ],
-                        N, 0);
+        linear_backward(model, l, LIN_MLP_DOWN, g->dhidden, g->dresidual, la.fch_gelu,
+                        la.input_q[LIN_MLP_DOWN], N, 0);
         swiglu_backward(g->dfch, g->dhidden, la.fch, N, model_ffn_dim(cfg), dtype);
     } else {
         // bfloat16 rounds fcproj's input gradient once, after the GELU's backward, as the GPU's GEMM does in
         // cuBLASLt's epilogue (DGELU); float8 also before it, as the GPU's FP8 path does
-        linear_backward(model, l, LIN_FCPROJ, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_FCPROJ], N,
-                        dtype == DTYPE_BFLOAT16);
+        linear_backward(model, l, LIN_MLP_DOWN, g->dfch, g->dresidual, la.fch_gelu, la.input_q[LIN_MLP_DOWN],
+                        N, dtype == DTYPE_BFLOAT16);
         gelu_backward(g->dfch, la.fch, NF, dtype);
     }
-    linear_backward(model, l, LIN_FC, g->dc, g->dfch, la.ln2, la.input_q[LIN_FC], N, 0);
-    norm_backward(model, g->dresidual, g->dc, la.residual2, la.ln2_mean, la.ln2_rstd, PT_LN2W, l);
-    linear_backward(model, l, LIN_ATTPROJ, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTPROJ], N, 0);
+    linear_backward(model, l, LIN_MLP_UP, g->dc, g->dfch, la.ln2, la.input_q[LIN_MLP_UP], N, 0);
+    norm_backward(model, g->dresidual, g->dc, la.residual2, la.ln2_mean, la.ln2_rstd, PT_MLP_NORM_W, l);
+    linear_backward(model, l, LIN_ATTN_OUT, g->dc, g->dresidual, la.atty, la.input_q[LIN_ATTN_OUT], N, 0);
     attention_backward(g->dqkv, g->att_row, g->dc, la.qkv, la.att, B, T, C, NH, KVH);
     round_to_storage(g->dqkv, (size_t)N * model_qkv_features(cfg), dtype);
     if (rotary) rope_rotate(g->dqkv, model->acts.rope, B, T, C, NH, KVH, 1, dtype);
     linear_backward(model, l, LIN_QKV, g->dc, g->dqkv, la.ln1, la.input_q[LIN_QKV], N, 0);
-    norm_backward(model, g->dresidual, g->dc, la.residual, la.ln1_mean, la.ln1_rstd, PT_LN1W, l);
+    norm_backward(model, g->dresidual, g->dc, la.residual, la.ln1_mean, la.ln1_rstd, PT_ATTN_NORM_W, l);
 }
 
 // Backward of the last forward; gradients accumulate into model->grads, the loss gradient scaled by
@@ -1426,22 +1429,22 @@ static void gpt_backward(GPT *model, const int *inputs, const int *targets, floa
     Activations *a = &model->acts;
     Gradients *g = &model->dacts;
     float *w = model->params_compute, *dw = model->grads;
-    int head = model_parts(cfg).tied_head ? PT_WTE : PT_LMHEAD;
+    int head = model_parts(cfg).tied_head ? PT_TOKEN_EMBED : PT_LM_HEAD;
     softmax_crossentropy_backward(a->probs, targets, dloss, N, Vp, dtype);
     float *dlogits = a->probs;
     gemm(model->gemm_pack, 0, 0, N, C, Vp, 1.0f, dlogits, param_ptr(w, cfg, head, 0), 0.0f, g->dc);
     round_to_storage(g->dc, NC, dtype);
     gemm(model->gemm_pack, 1, 0, Vp, C, N, 1.0f, dlogits, a->lnf, 1.0f, param_ptr(dw, cfg, head, 0));
     memset(g->dresidual, 0, NC * sizeof(float));
-    norm_backward(model, g->dresidual, g->dc, a->residual3 + (L - 1) * NC, a->lnf_mean, a->lnf_rstd, PT_LNFW,
-                  0);
+    norm_backward(model, g->dresidual, g->dc, a->residual3 + (L - 1) * NC, a->lnf_mean, a->lnf_rstd,
+                  PT_FINAL_NORM_W, 0);
     for (int l = L - 1; l >= 0; l--) {
         block_backward(model, l);
         unit_gradients_done(model, 1 + l);
     }
-    encoder_backward(param_ptr(dw, cfg, PT_WTE, 0),
-                     param_in_arch(cfg, PT_WPE) ? param_ptr(dw, cfg, PT_WPE, 0) : NULL, g->dresidual, inputs,
-                     B, T, C);
+    encoder_backward(param_ptr(dw, cfg, PT_TOKEN_EMBED, 0),
+                     param_in_arch(cfg, PT_POS_EMBED) ? param_ptr(dw, cfg, PT_POS_EMBED, 0) : NULL,
+                     g->dresidual, inputs, B, T, C);
     unit_gradients_done(model, 0);
 }
 

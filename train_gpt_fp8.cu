@@ -458,7 +458,7 @@ static void gpt_alloc(GPT *model, const GPTConfig *cfg, const TrainOptions *opts
                               ? rmsnorm_backward_scratch_floats((int)N, cfg->channels)
                               : layernorm_backward_scratch_floats((int)N, cfg->channels);
     if (norm_scratch > scratch ||
-        bias_backward_scratch_floats((int)N, (int)param_tensor_size(cfg, PT_FCB)) > scratch ||
+        bias_backward_scratch_floats((int)N, (int)param_tensor_size(cfg, PT_MLP_UP_B)) > scratch ||
         global_norm_squared_scratch_floats(model->sharding.shard_floats) > scratch)
         fail("memory_plan.h: reduce_scratch_floats is smaller than a kernel's scratch (a bug)");
 }
@@ -541,7 +541,7 @@ static size_t param_position(const GPT *model, int tensor, int layer, int slots)
     const GPTConfig *cfg = &model->config;
     size_t offset = param_offset(cfg, tensor, layer);
     if (model->zero_stage != 3 || !param_is_per_layer(tensor)) return offset;
-    return slot_offset(model, layer, slots) + offset - param_offset(cfg, PT_LN1W, layer);
+    return slot_offset(model, layer, slots) + offset - param_offset(cfg, PT_ATTN_NORM_W, layer);
 }
 
 static const bf16 *weight_bf16(GPT *model, int tensor, int layer) {
@@ -1219,7 +1219,7 @@ static LayerActs layer_acts(GPT *model, int layer) {
     a.fch_gelu = model->acts.fch_gelu + g * N * model_ffn_dim(cfg);
     a.qkv = model->acts.qkv + k * N * model_qkv_features(cfg);
     a.residual2 = model->acts.residual2 + k * NC;
-    a.fch = model->acts.fch + k * N * linear_out_features(cfg, LIN_FC);
+    a.fch = model->acts.fch + k * N * linear_out_features(cfg, LIN_MLP_UP);
     a.ln1_stats = model->acts.ln1_stats + k * stats;
     a.ln2_stats = model->acts.ln2_stats + k * stats;
     a.att_lse = model->acts.att_lse + k * N * NH;
@@ -1268,9 +1268,10 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
     int N = model->B * model->T;
     if (casts_compute_inputs(model)) {
         if (model_parts(cfg).mlp == MLP_SWIGLU)
-            fp8_linear_forward(model, l, LIN_FCPROJ, out, SwigluValues{fch, model_ffn_dim(cfg)}, record_amax);
+            fp8_linear_forward(model, l, LIN_MLP_DOWN, out, SwigluValues{fch, model_ffn_dim(cfg)},
+                               record_amax);
         else
-            fp8_linear_forward(model, l, LIN_FCPROJ, out, GeluValues{fch}, record_amax);
+            fp8_linear_forward(model, l, LIN_MLP_DOWN, out, GeluValues{fch}, record_amax);
         return;
     }
     if (model_parts(cfg).mlp == MLP_SWIGLU)
@@ -1278,9 +1279,9 @@ static void gelu_linear_forward(GPT *model, int l, const bf16 *fch, bf16 *fch_ge
     else if (!gelu_done)
         gelu_forward(fch_gelu, fch, (size_t)N * 4 * cfg->channels, model->exec.stream);
     if (out)
-        linear_forward(model, l, LIN_FCPROJ, out, fch_gelu, NULL, record_amax);
+        linear_forward(model, l, LIN_MLP_DOWN, out, fch_gelu, NULL, record_amax);
     else
-        save_linear_input(model, l, LIN_FCPROJ, fch_gelu);
+        save_linear_input(model, l, LIN_MLP_DOWN, fch_gelu);
 }
 
 // residual3[l] = layer l of the input. recomputing (the backward's replay, --recompute 1): the same
@@ -1295,16 +1296,16 @@ static void layer_forward(GPT *model, int l, int record_amax, int recomputing) {
     const bf16 *residual = layer_input(model, l);
     LayerActs a = layer_acts(model, l);
     nvtx_push("layer %d %s", l, recomputing ? "recompute" : "forward");
-    layernorm_linear_forward(model, l, PT_LN1W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV, a.qkv,
-                             NULL, record_amax);
+    layernorm_linear_forward(model, l, PT_ATTN_NORM_W, a.ln1, a.ln1_stats, NULL, residual, NULL, LIN_QKV,
+                             a.qkv, NULL, record_amax);
     if (rotary) rope_rotate(a.qkv, model->acts.rope, B, T, C, NH, model_kv_heads(cfg), 0, stream);
     attention_forward(&model->attention, a.atty, a.att_lse, a.qkv, B, T, C, NH, stream);
-    linear_forward(model, l, LIN_ATTPROJ, model->work.dc, a.atty, NULL,
+    linear_forward(model, l, LIN_ATTN_OUT, model->work.dc, a.atty, NULL,
                    record_amax); // dc: scratch in the forward
     // residual2 = residual + dc, and the norm of it, in one pass; in bfloat16 fc's GEMM applies GPT-2's GELU
     int gelu_done =
-        layernorm_linear_forward(model, l, PT_LN2W, a.ln2, a.ln2_stats, a.residual2, residual, model->work.dc,
-                                 LIN_FC, a.fch, swiglu ? NULL : a.fch_gelu, record_amax);
+        layernorm_linear_forward(model, l, PT_MLP_NORM_W, a.ln2, a.ln2_stats, a.residual2, residual,
+                                 model->work.dc, LIN_MLP_UP, a.fch, swiglu ? NULL : a.fch_gelu, record_amax);
     gelu_linear_forward(model, l, a.fch, a.fch_gelu, gelu_done, recomputing ? NULL : model->work.dc,
                         record_amax);
     if (recomputing) {
@@ -1335,7 +1336,7 @@ static void layer_finished(GPT *model, int layer) {
 
 // The LM head's weight: GPT-2's tied to wte, Llama's its own.
 static int lm_head(const GPTConfig *cfg) {
-    return model_parts(cfg).tied_head ? PT_WTE : PT_LMHEAD;
+    return model_parts(cfg).tied_head ? PT_TOKEN_EMBED : PT_LM_HEAD;
 }
 
 static void gpt_forward(GPT *model, int record_amax) {
@@ -1345,8 +1346,9 @@ static void gpt_forward(GPT *model, int record_amax) {
     cudaStream_t stream = model->exec.stream;
     int zero3 = model->zero_stage == 3, gathering = zero3 && !model->sharding.layers_resident;
     int rms = model_parts(cfg).norm == NORM_RMSNORM;
-    encoder_forward(model->acts.encoded, model->io.tokens, weight_bf16(model, PT_WTE, 0),
-                    param_in_arch(cfg, PT_WPE) ? weight_bf16(model, PT_WPE, 0) : NULL, B, T, C, stream);
+    encoder_forward(model->acts.encoded, model->io.tokens, weight_bf16(model, PT_TOKEN_EMBED, 0),
+                    param_in_arch(cfg, PT_POS_EMBED) ? weight_bf16(model, PT_POS_EMBED, 0) : NULL, B, T, C,
+                    stream);
     for (int l = 0; l < L; l++) {
         if (gathering && l + 1 >= 2 && l + 1 < L) prefetch_layer(model, l + 1); // overlaps layer l
         if (gathering && l >= 2) wait_for_layer(model, l);
@@ -1357,12 +1359,12 @@ static void gpt_forward(GPT *model, int record_amax) {
     nvtxRangePushA("lm head");
     if (rms)
         residual_rmsnorm_forward(model->acts.lnf, model->acts.lnf_stats, NULL,
-                                 model->acts.residual3 + (L - 1) * NC, NULL, weight_bf16(model, PT_LNFW, 0),
-                                 N, C, stream);
+                                 model->acts.residual3 + (L - 1) * NC, NULL,
+                                 weight_bf16(model, PT_FINAL_NORM_W, 0), N, C, stream);
     else
         layernorm_forward(model->acts.lnf, model->acts.lnf_stats, model->acts.lnf_stats + N,
-                          model->acts.residual3 + (L - 1) * NC, weight_bf16(model, PT_LNFW, 0),
-                          weight_bf16(model, PT_LNFB, 0), N, C, stream);
+                          model->acts.residual3 + (L - 1) * NC, weight_bf16(model, PT_FINAL_NORM_W, 0),
+                          weight_bf16(model, PT_FINAL_NORM_B, 0), N, C, stream);
     // LM head, GPT-2's tied to wte, Llama's its own, BF16: (N,C) . (Vp,C)^T -> (N,Vp)
     gemm(&model->gemm,
          {.D = model->acts.logits,
@@ -1426,33 +1428,34 @@ static void layer_backward(GPT *model, int l) {
         // SwiGLU's output gradient (N,F) over its output, which only fcproj's weight gradient read (and with
         // casts_compute_inputs no kernel wrote: the buffer is free)
         int F = model_ffn_dim(cfg);
-        linear_backward(model, l, LIN_FCPROJ, a.fch_gelu, model->work.dresidual, a.fch_gelu, NULL);
+        linear_backward(model, l, LIN_MLP_DOWN, a.fch_gelu, model->work.dresidual, a.fch_gelu, NULL);
         if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
-            fp8_linear_backward(model, l, LIN_FC, model->work.dc, SwigluBackwardValues{a.fch_gelu, a.fch, F});
+            fp8_linear_backward(model, l, LIN_MLP_UP, model->work.dc,
+                                SwigluBackwardValues{a.fch_gelu, a.fch, F});
         } else {
             swiglu_backward(model->work.dfch, a.fch_gelu, a.fch, N, F, stream);
-            linear_backward(model, l, LIN_FC, model->work.dc, model->work.dfch, a.ln2, NULL);
+            linear_backward(model, l, LIN_MLP_UP, model->work.dc, model->work.dfch, a.ln2, NULL);
         }
     } else {
         // in bfloat16 fcproj's data-gradient GEMM applies the GELU's backward
-        int gelu_done =
-            linear_backward(model, l, LIN_FCPROJ, model->work.dfch, model->work.dresidual, a.fch_gelu, a.fch);
+        int gelu_done = linear_backward(model, l, LIN_MLP_DOWN, model->work.dfch, model->work.dresidual,
+                                        a.fch_gelu, a.fch);
         if (casts_compute_inputs(model)) { // fc's output gradient computed by its cast, never stored
-            fp8_linear_backward(model, l, LIN_FC, model->work.dc,
+            fp8_linear_backward(model, l, LIN_MLP_UP, model->work.dc,
                                 GeluBackwardValues{model->work.dfch, a.fch});
         } else {
             if (!gelu_done) gelu_backward(model->work.dfch, a.fch, 4 * NC, stream);
-            linear_backward(model, l, LIN_FC, model->work.dc, model->work.dfch, a.ln2, NULL);
+            linear_backward(model, l, LIN_MLP_UP, model->work.dc, model->work.dfch, a.ln2, NULL);
         }
     }
-    norm_backward(model, PT_LN2W, l, a.residual2, a.ln2_stats);
-    linear_backward(model, l, LIN_ATTPROJ, model->work.dc, model->work.dresidual, a.atty, NULL);
+    norm_backward(model, PT_MLP_NORM_W, l, a.residual2, a.ln2_stats);
+    linear_backward(model, l, LIN_ATTN_OUT, model->work.dc, model->work.dresidual, a.atty, NULL);
     attention_backward(&model->attention, model->work.dqkv, model->work.att_delta, model->work.dc, a.qkv,
                        a.atty, a.att_lse, B, T, C, NH, stream);
     if (model_has_rotary(cfg))
         rope_rotate(model->work.dqkv, model->acts.rope, B, T, C, NH, model_kv_heads(cfg), 1, stream);
     linear_backward(model, l, LIN_QKV, model->work.dc, model->work.dqkv, a.ln1, NULL);
-    norm_backward(model, PT_LN1W, l, layer_input(model, l), a.ln1_stats);
+    norm_backward(model, PT_ATTN_NORM_W, l, layer_input(model, l), a.ln1_stats);
     nvtxRangePop();
 }
 
@@ -1548,7 +1551,7 @@ static void gpt_backward(GPT *model) {
           .accumulate = 1},
          stream);
     cuda_check(cudaMemsetAsync(model->work.dresidual, 0, NC * sizeof(bf16), stream));
-    norm_backward(model, PT_LNFW, 0, model->acts.residual3 + (L - 1) * NC, model->acts.lnf_stats);
+    norm_backward(model, PT_FINAL_NORM_W, 0, model->acts.residual3 + (L - 1) * NC, model->acts.lnf_stats);
     nvtxRangePop();
     for (int l = L - 1; l >= 0; l--) {
         if (zero3) begin_layer_backward(model, l);
@@ -1558,9 +1561,9 @@ static void gpt_backward(GPT *model) {
     }
     const int *buckets = model->io.tokens + 2 * N;
     encoder_backward(
-        grad_of(model, PT_WTE, 0), param_in_arch(cfg, PT_WPE) ? grad_of(model, PT_WPE, 0) : NULL,
-        model->work.dresidual, model->io.tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C,
-        model->work.reduce_scratch,
+        grad_of(model, PT_TOKEN_EMBED, 0),
+        param_in_arch(cfg, PT_POS_EMBED) ? grad_of(model, PT_POS_EMBED, 0) : NULL, model->work.dresidual,
+        model->io.tokens, buckets, buckets + 2 * N, buckets + N, N, B, T, C, model->work.reduce_scratch,
         stream); // N buckets: the unused ones are empty, so the launch does not depend on the batch
     if (zero3) reduce_scatter_global(model);
 }

@@ -200,25 +200,27 @@ static inline int pad_vocab(int vocab_size) {
 // fcgatew its gate, adjacent so that the block's fc linear is one (2F,C) GEMM, [up; gate].
 // Checkpoint I/O converts to and from llm.c's tensor-major order.
 
+// The tensors by what they are for in either architecture; the comments (and PARAM_TENSOR_NAMES) give
+// llm.c's names, which the layout above and the model files use.
 enum {
-    PT_WTE,
-    PT_WPE,
-    PT_LN1W,
-    PT_LN1B,
-    PT_QKVW,
-    PT_QKVB,
-    PT_ATTPROJW,
-    PT_ATTPROJB,
-    PT_LN2W,
-    PT_LN2B,
-    PT_FCW,
-    PT_FCB,
-    PT_FCGATEW,
-    PT_FCPROJW,
-    PT_FCPROJB,
-    PT_LNFW,
-    PT_LNFB,
-    PT_LMHEAD,
+    PT_TOKEN_EMBED,  // wte: the token embedding (Vp,C)
+    PT_POS_EMBED,    // wpe: learned positions (maxT,C)
+    PT_ATTN_NORM_W,  // ln1w: the norm before attention
+    PT_ATTN_NORM_B,  // ln1b
+    PT_QKV_W,        // qkvw: the q, k and v projections, stacked
+    PT_QKV_B,        // qkvb
+    PT_ATTN_OUT_W,   // attprojw: attention's output projection
+    PT_ATTN_OUT_B,   // attprojb
+    PT_MLP_NORM_W,   // ln2w: the norm before the MLP
+    PT_MLP_NORM_B,   // ln2b
+    PT_MLP_UP_W,     // fcw: the MLP's first linear (GELU's input; SwiGLU's up projection)
+    PT_MLP_UP_B,     // fcb
+    PT_MLP_GATE_W,   // fcgatew: SwiGLU's gate
+    PT_MLP_DOWN_W,   // fcprojw: the MLP's output projection
+    PT_MLP_DOWN_B,   // fcprojb
+    PT_FINAL_NORM_W, // lnfw: the norm before the head
+    PT_FINAL_NORM_B, // lnfb
+    PT_LM_HEAD,      // lmhead: the head (Vp,C), where it is not tied to the token embedding
     NUM_PARAM_TENSORS
 };
 
@@ -227,7 +229,7 @@ static const char *const PARAM_TENSOR_NAMES[NUM_PARAM_TENSORS] = {
     "ln2b", "fcw", "fcb",  "fcgatew", "fcprojw", "fcprojb", "lnfw",     "lnfb",     "lmhead"};
 
 GPT_HD static inline int param_is_per_layer(int tensor) {
-    return tensor >= PT_LN1W && tensor <= PT_FCPROJB;
+    return tensor >= PT_ATTN_NORM_W && tensor <= PT_MLP_DOWN_B;
 }
 
 // The tensors of an architecture's parts: a position embedding for learned positions, norm biases for
@@ -235,20 +237,20 @@ GPT_HD static inline int param_is_per_layer(int tensor) {
 GPT_HD static inline int param_in_arch(const GPTConfig *cfg, int tensor) {
     ArchParts parts = model_parts(cfg);
     switch (tensor) {
-    case PT_WPE:
+    case PT_POS_EMBED:
         return parts.position == POSITION_LEARNED;
-    case PT_LN1B:
-    case PT_LN2B:
-    case PT_LNFB:
+    case PT_ATTN_NORM_B:
+    case PT_MLP_NORM_B:
+    case PT_FINAL_NORM_B:
         return parts.norm == NORM_LAYERNORM;
-    case PT_QKVB:
-    case PT_ATTPROJB:
-    case PT_FCB:
-    case PT_FCPROJB:
+    case PT_QKV_B:
+    case PT_ATTN_OUT_B:
+    case PT_MLP_UP_B:
+    case PT_MLP_DOWN_B:
         return parts.biases;
-    case PT_FCGATEW:
+    case PT_MLP_GATE_W:
         return parts.mlp == MLP_SWIGLU;
-    case PT_LMHEAD:
+    case PT_LM_HEAD:
         return !parts.tied_head;
     default:
         return 1;
@@ -261,22 +263,22 @@ GPT_HD static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) 
     size_t C = (size_t)cfg->channels, F = (size_t)model_ffn_dim(cfg), QKV = (size_t)model_qkv_features(cfg);
     if (!param_in_arch(cfg, tensor)) return 0;
     switch (tensor) {
-    case PT_WTE:
-    case PT_LMHEAD:
+    case PT_TOKEN_EMBED:
+    case PT_LM_HEAD:
         return (size_t)cfg->padded_vocab_size * C;
-    case PT_WPE:
+    case PT_POS_EMBED:
         return (size_t)cfg->max_seq_len * C;
-    case PT_QKVW:
+    case PT_QKV_W:
         return QKV * C;
-    case PT_QKVB:
+    case PT_QKV_B:
         return QKV;
-    case PT_ATTPROJW:
+    case PT_ATTN_OUT_W:
         return C * C;
-    case PT_FCW:
-    case PT_FCGATEW:
-    case PT_FCPROJW:
+    case PT_MLP_UP_W:
+    case PT_MLP_GATE_W:
+    case PT_MLP_DOWN_W:
         return F * C;
-    case PT_FCB:
+    case PT_MLP_UP_B:
         return F;
     default:
         return C; // the LayerNorm weights and biases, attprojb, fcprojb
@@ -288,15 +290,15 @@ GPT_HD static inline size_t param_tensor_size(const GPTConfig *cfg, int tensor) 
 GPT_HD static inline int global_tensor(int i) {
     switch (i) {
     case 0:
-        return PT_WTE;
+        return PT_TOKEN_EMBED;
     case 1:
-        return PT_WPE;
+        return PT_POS_EMBED;
     case 2:
-        return PT_LNFW;
+        return PT_FINAL_NORM_W;
     case 3:
-        return PT_LNFB;
+        return PT_FINAL_NORM_B;
     default:
-        return PT_LMHEAD;
+        return PT_LM_HEAD;
     }
 }
 
@@ -308,7 +310,7 @@ GPT_HD static inline size_t param_global_size(const GPTConfig *cfg) {
 
 GPT_HD static inline size_t param_layer_size(const GPTConfig *cfg) {
     size_t n = 0;
-    for (int t = PT_LN1W; t <= PT_FCPROJB; t++) n += param_tensor_size(cfg, t);
+    for (int t = PT_ATTN_NORM_W; t <= PT_MLP_DOWN_B; t++) n += param_tensor_size(cfg, t);
     return n;
 }
 
@@ -324,7 +326,7 @@ static inline size_t param_offset(const GPTConfig *cfg, int tensor, int layer) {
         return offset;
     }
     size_t offset = param_global_size(cfg) + (size_t)layer * param_layer_size(cfg);
-    for (int t = PT_LN1W; t < tensor; t++) offset += param_tensor_size(cfg, t);
+    for (int t = PT_ATTN_NORM_W; t < tensor; t++) offset += param_tensor_size(cfg, t);
     return offset;
 }
 
@@ -333,7 +335,7 @@ GPT_HD static inline int param_tensor_at(const GPTConfig *cfg, size_t offset) {
     size_t global = param_global_size(cfg);
     if (offset >= global) {
         size_t within = (offset - global) % param_layer_size(cfg);
-        int tensor = PT_LN1W;
+        int tensor = PT_ATTN_NORM_W;
         while (within >= param_tensor_size(cfg, tensor)) within -= param_tensor_size(cfg, tensor++);
         return tensor;
     }
@@ -355,8 +357,9 @@ static inline size_t param_locate(const GPTConfig *cfg, size_t offset, int *tens
 // Weight decay applies to the 2-D weights only (embeddings, matmul weights and the head), not to the norms'
 // weights or biases.
 GPT_HD static inline int param_is_decayed(int tensor) {
-    return tensor == PT_WTE || tensor == PT_WPE || tensor == PT_QKVW || tensor == PT_ATTPROJW ||
-           tensor == PT_FCW || tensor == PT_FCGATEW || tensor == PT_FCPROJW || tensor == PT_LMHEAD;
+    return tensor == PT_TOKEN_EMBED || tensor == PT_POS_EMBED || tensor == PT_QKV_W ||
+           tensor == PT_ATTN_OUT_W || tensor == PT_MLP_UP_W || tensor == PT_MLP_GATE_W ||
+           tensor == PT_MLP_DOWN_W || tensor == PT_LM_HEAD;
 }
 
 // The end (at most limit) of the run of parameters from `offset` whose tensors all share the weight decay
@@ -377,32 +380,32 @@ static inline size_t param_decay_run(const GPTConfig *cfg, size_t offset, size_t
 // The four linear layers of a block: their weight tensor, bias tensor (the one after it; Llama's are
 // empty), and (out, in) features. Llama's fc is SwiGLU's up and gate projections in one GEMM: its weight
 // is fcw and fcgatew, adjacent.
-enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_BLOCK_LINEARS };
+enum { LIN_QKV, LIN_ATTN_OUT, LIN_MLP_UP, LIN_MLP_DOWN, NUM_BLOCK_LINEARS };
 
 GPT_HD static inline int linear_weight_tensor(int linear) {
     switch (linear) {
     case LIN_QKV:
-        return PT_QKVW;
-    case LIN_ATTPROJ:
-        return PT_ATTPROJW;
-    case LIN_FC:
-        return PT_FCW;
+        return PT_QKV_W;
+    case LIN_ATTN_OUT:
+        return PT_ATTN_OUT_W;
+    case LIN_MLP_UP:
+        return PT_MLP_UP_W;
     default:
-        return PT_FCPROJW;
+        return PT_MLP_DOWN_W;
     }
 }
 
 // The block linears' weights, which float8 reads in FP8 only (every other tensor it reads in BF16).
 GPT_HD static inline int param_is_linear_weight(int tensor) {
-    return tensor == PT_QKVW || tensor == PT_ATTPROJW || tensor == PT_FCW || tensor == PT_FCGATEW ||
-           tensor == PT_FCPROJW;
+    return tensor == PT_QKV_W || tensor == PT_ATTN_OUT_W || tensor == PT_MLP_UP_W ||
+           tensor == PT_MLP_GATE_W || tensor == PT_MLP_DOWN_W;
 }
 
 GPT_HD static inline int linear_out_features(const GPTConfig *cfg, int linear) {
     switch (linear) {
     case LIN_QKV:
         return model_qkv_features(cfg);
-    case LIN_FC:
+    case LIN_MLP_UP:
         return (model_parts(cfg).mlp == MLP_SWIGLU ? 2 : 1) * model_ffn_dim(cfg); // SwiGLU: fc and its gate
     default:
         return cfg->channels;
@@ -410,7 +413,7 @@ GPT_HD static inline int linear_out_features(const GPTConfig *cfg, int linear) {
 }
 
 GPT_HD static inline int linear_in_features(const GPTConfig *cfg, int linear) {
-    return linear == LIN_FCPROJ ? model_ffn_dim(cfg) : cfg->channels;
+    return linear == LIN_MLP_DOWN ? model_ffn_dim(cfg) : cfg->channels;
 }
 
 // Elements of the linear's weight (OC, IC), from linear_weight_tensor's offset on.
@@ -422,7 +425,7 @@ GPT_HD static inline size_t linear_weight_size(const GPTConfig *cfg, int linear)
 // wider. It bounds every linear's input too (fcproj's F is at most fc's output), so it sizes the scratch that
 // holds any one linear's input or output gradient.
 static inline int model_widest_features(const GPTConfig *cfg) {
-    int fc = linear_out_features(cfg, LIN_FC), qkv = model_qkv_features(cfg);
+    int fc = linear_out_features(cfg, LIN_MLP_UP), qkv = model_qkv_features(cfg);
     return fc > qkv ? fc : qkv;
 }
 
@@ -516,15 +519,15 @@ static inline float counter_normal(uint64_t seed, uint64_t index) {
 // Element `offset` of the parameter vector.
 static inline float gpt_init_value(const GPTConfig *cfg, uint64_t seed, size_t offset) {
     int tensor = param_tensor_at(cfg, offset);
-    if ((tensor == PT_WTE || tensor == PT_LMHEAD) &&
+    if ((tensor == PT_TOKEN_EMBED || tensor == PT_LM_HEAD) &&
         offset - param_offset(cfg, tensor, 0) >= (size_t)cfg->vocab_size * cfg->channels)
         return 0.0f;
     if (param_is_decayed(tensor)) {
         float residual_std = 0.02f / sqrtf(2.0f * (float)cfg->num_layers);
-        float std = (tensor == PT_ATTPROJW || tensor == PT_FCPROJW) ? residual_std : 0.02f;
+        float std = (tensor == PT_ATTN_OUT_W || tensor == PT_MLP_DOWN_W) ? residual_std : 0.02f;
         return std * counter_normal(seed, offset);
     }
-    return (tensor == PT_LN1W || tensor == PT_LN2W || tensor == PT_LNFW) ? 1.0f : 0.0f;
+    return (tensor == PT_ATTN_NORM_W || tensor == PT_MLP_NORM_W || tensor == PT_FINAL_NORM_W) ? 1.0f : 0.0f;
 }
 
 // out[i] = element begin + i of the parameter vector, for i < count.

@@ -259,7 +259,7 @@ static inline size_t norm_stats_floats(const GPTConfig *cfg) {
 // at start-up.
 static inline size_t reduce_scratch_floats(const GPTConfig *cfg, int B, int T) {
     size_t chunks = ((size_t)B * T + 127) / 128;
-    size_t columns = param_tensor_size(cfg, PT_LN1W) + param_tensor_size(cfg, PT_LN1B);
+    size_t columns = param_tensor_size(cfg, PT_ATTN_NORM_W) + param_tensor_size(cfg, PT_ATTN_NORM_B);
     for (int lin = 0; lin < NUM_BLOCK_LINEARS; lin++) {
         size_t bias = param_tensor_size(cfg, linear_weight_tensor(lin) + 1);
         if (bias > columns) columns = bias;
@@ -398,7 +398,7 @@ static inline void plan_weight_buffers(size_t *b, const GPTConfig *cfg, const Pl
 // 2F) -> GELU or SwiGLU (N, F) -> fcproj -> residual3. Norm stats: norm_stats_floats a token.
 static inline void memory_plan_compute(MemoryPlan *plan, const GPTConfig *cfg, const PlanSettings *s) {
     size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads;
-    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_FC), F = model_ffn_dim(cfg);
+    size_t QKV = model_qkv_features(cfg), FC = linear_out_features(cfg, LIN_MLP_UP), F = model_ffn_dim(cfg);
     size_t stats = norm_stats_floats(cfg), widest = model_widest_features(cfg);
     size_t N = (size_t)s->B * s->T, Vp = cfg->padded_vocab_size, bf = 2, f32 = 4;
     int fp8 = s->dtype == DTYPE_FLOAT8;

@@ -63,7 +63,7 @@ typedef struct {
 // Elements of our tensor (of one layer's slice) in the file: Llama's files hold the vocabulary unpadded,
 // so the padding rows of wte and lmhead are zeros in memory that the file leaves out.
 static inline size_t model_file_tensor_size(const GPTConfig *cfg, int tensor) {
-    if (cfg->arch == ARCH_LLAMA && (tensor == PT_WTE || tensor == PT_LMHEAD))
+    if (cfg->arch == ARCH_LLAMA && (tensor == PT_TOKEN_EMBED || tensor == PT_LM_HEAD))
         return (size_t)cfg->vocab_size * cfg->channels;
     return param_tensor_size(cfg, tensor);
 }
@@ -72,9 +72,9 @@ static inline size_t model_file_tensor_size(const GPTConfig *cfg, int tensor) {
 // feature of the weight before it).
 static inline size_t file_slot_size(const GPTConfig *cfg, const FileTensor *t) {
     if (t->part[0] == FILE_ZEROS)
-        return t->slot == PT_QKVB  ? (size_t)model_qkv_features(cfg)
-               : t->slot == PT_FCB ? (size_t)linear_out_features(cfg, LIN_FC)
-                                   : (size_t)cfg->channels;
+        return t->slot == PT_QKV_B      ? (size_t)model_qkv_features(cfg)
+               : t->slot == PT_MLP_UP_B ? (size_t)linear_out_features(cfg, LIN_MLP_UP)
+                                        : (size_t)cfg->channels;
     size_t n = model_file_tensor_size(cfg, t->part[0]);
     return t->part[1] == FILE_NO_PART ? n : n + model_file_tensor_size(cfg, t->part[1]);
 }
@@ -86,9 +86,9 @@ static inline int model_file_slots(const GPTConfig *cfg, ModelFileLayout layout,
     for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
         FileTensor slot = {t, {t, FILE_NO_PART}};
         if (layout == FILE_LLAMA3) {
-            if (t == PT_FCGATEW || t == PT_LMHEAD) continue; // packed with fc, in wpe's slot
-            if (t == PT_WPE) slot.part[0] = PT_LMHEAD;
-            if (t == PT_FCW) slot.part[1] = PT_FCGATEW;
+            if (t == PT_MLP_GATE_W || t == PT_LM_HEAD) continue; // packed with fc, in wpe's slot
+            if (t == PT_POS_EMBED) slot.part[0] = PT_LM_HEAD;
+            if (t == PT_MLP_UP_W) slot.part[1] = PT_MLP_GATE_W;
             if (!param_in_arch(cfg, slot.part[0])) slot.part[0] = FILE_ZEROS;
         } else if (!param_in_arch(cfg, t)) {
             continue;

@@ -93,8 +93,9 @@ static const GpuSpec GPU_SPECS[] = {
 // QK^T and PV over the T/2 earlier positions on average: 2 x 2 x C x T/2 forward, 3 times that with the
 // backward, 6 L C T. With grouped-query attention the scores are still NH query heads of C/NH each.
 static inline double model_flops_per_token(const GPTConfig *cfg, int T) {
-    double embeddings = (double)param_tensor_size(cfg, PT_WTE) + (double)param_tensor_size(cfg, PT_WPE) +
-                        (double)param_tensor_size(cfg, PT_LMHEAD);
+    double embeddings = (double)param_tensor_size(cfg, PT_TOKEN_EMBED) +
+                        (double)param_tensor_size(cfg, PT_POS_EMBED) +
+                        (double)param_tensor_size(cfg, PT_LM_HEAD);
     double matmul = (double)param_count(cfg) - embeddings + (double)cfg->padded_vocab_size * cfg->channels;
     return 6.0 * matmul + 6.0 * cfg->num_layers * cfg->channels * T;
 }
@@ -348,7 +349,7 @@ static inline StepCollectives step_collectives(const GPTConfig *cfg, const PlanS
 // 3C + F), output gradients (9C; QKV + C + 2F + C) and biases (9C; none).
 static inline double memory_bound_bytes(const GPTConfig *cfg, const PlanSettings *s, double tokens,
                                         size_t shard_params) {
-    double C = cfg->channels, F = model_ffn_dim(cfg), FC = linear_out_features(cfg, LIN_FC), b = 2;
+    double C = cfg->channels, F = model_ffn_dim(cfg), FC = linear_out_features(cfg, LIN_MLP_UP), b = 2;
     double inputs = (double)linear_input_features_sum(cfg),
            output_grads = (double)linear_output_features_sum(cfg);
     double biases = (double)linear_bias_features_sum(cfg);

@@ -21,7 +21,7 @@
 // Offset of linear `linear`'s weight within one layer's parameters.
 GPT_HD static inline size_t linear_weight_in_layer(const GPTConfig *cfg, int linear) {
     size_t offset = 0;
-    for (int t = PT_LN1W; t < linear_weight_tensor(linear); t++) offset += param_tensor_size(cfg, t);
+    for (int t = PT_ATTN_NORM_W; t < linear_weight_tensor(linear); t++) offset += param_tensor_size(cfg, t);
     return offset;
 }
 
@@ -30,7 +30,7 @@ GPT_HD static inline size_t linear_weight_in_layer(const GPTConfig *cfg, int lin
 GPT_HD static inline int linear_weight_at(const GPTConfig *cfg, size_t offset) {
     int tensor = param_tensor_at(cfg, offset);
     if (!param_is_per_layer(tensor)) return -1;
-    if (tensor == PT_FCGATEW) tensor = PT_FCW;
+    if (tensor == PT_MLP_GATE_W) tensor = PT_MLP_UP_W;
     int layer = (int)((offset - param_global_size(cfg)) / param_layer_size(cfg));
     for (int linear = 0; linear < NUM_BLOCK_LINEARS; linear++)
         if (linear_weight_tensor(linear) == tensor) return layer * NUM_BLOCK_LINEARS + linear;

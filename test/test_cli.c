@@ -307,45 +307,45 @@ static size_t llmc_tensor_elems(const GPTConfig *c, int t) {
     if (c->arch == ARCH_LLAMA) {
         size_t hs = C / (size_t)c->num_heads, F = (size_t)c->ffn_dim;
         switch (t) {
-        case PT_WTE:
-        case PT_LMHEAD:
+        case PT_TOKEN_EMBED:
+        case PT_LM_HEAD:
             return Vp * C;
-        case PT_LN1W:
-        case PT_LN2W:
-        case PT_LNFW:
+        case PT_ATTN_NORM_W:
+        case PT_MLP_NORM_W:
+        case PT_FINAL_NORM_W:
             return C;
-        case PT_QKVW:
+        case PT_QKV_W:
             return ((size_t)c->num_heads + 2 * (size_t)c->num_kv_heads) * hs * C; // q, k, v heads (QKV, C)
-        case PT_ATTPROJW:
+        case PT_ATTN_OUT_W:
             return C * C;
-        case PT_FCW:
-        case PT_FCGATEW:
+        case PT_MLP_UP_W:
+        case PT_MLP_GATE_W:
             return F * C; // up, gate (F, C)
-        case PT_FCPROJW:
+        case PT_MLP_DOWN_W:
             return C * F; // down (C, F)
         default:
             return 0; // no wpe, no biases
         }
     }
     switch (t) {
-    case PT_WTE:
+    case PT_TOKEN_EMBED:
         return Vp * C; // wte (Vp, C)
-    case PT_WPE:
+    case PT_POS_EMBED:
         return (size_t)c->max_seq_len * C; // wpe (maxT, C)
-    case PT_QKVW:
+    case PT_QKV_W:
         return 3 * C * C; // qkvw (3C, C)
-    case PT_QKVB:
+    case PT_QKV_B:
         return 3 * C; // qkvb (3C)
-    case PT_ATTPROJW:
+    case PT_ATTN_OUT_W:
         return C * C; // attprojw (C, C)
-    case PT_FCW:
+    case PT_MLP_UP_W:
         return 4 * C * C; // fcw (4C, C)
-    case PT_FCB:
+    case PT_MLP_UP_B:
         return 4 * C; // fcb
-    case PT_FCPROJW:
+    case PT_MLP_DOWN_W:
         return 4 * C * C; // fcprojw (C, 4C)
-    case PT_FCGATEW:
-    case PT_LMHEAD:
+    case PT_MLP_GATE_W:
+    case PT_LM_HEAD:
         return 0; // Llama's
     default:
         return C; // the LayerNorm weights and biases, attprojb, fcprojb
@@ -414,9 +414,9 @@ static void test_layout(void) {
         // one layer's tensors together, layers in order, after the global tensors
         int grouped = 1;
         size_t layer_size = 0;
-        for (int t = PT_LN1W; t <= PT_FCPROJB; t++) layer_size += llmc_tensor_elems(c, t);
+        for (int t = PT_ATTN_NORM_W; t <= PT_MLP_DOWN_B; t++) layer_size += llmc_tensor_elems(c, t);
         size_t global = param_count(c) - (size_t)c->num_layers * layer_size;
-        for (int t = PT_LN1W; t <= PT_FCPROJB; t++)
+        for (int t = PT_ATTN_NORM_W; t <= PT_MLP_DOWN_B; t++)
             for (int l = 0; l < c->num_layers; l++) {
                 size_t o = param_offset(c, t, l);
                 grouped &= o >= global + l * layer_size &&
@@ -644,7 +644,7 @@ static void test_model_files(void) {
     size_t qkv_at = (size_t)128 * 32 + 24 * 32 + 2 * 3 * 32;
     int qkv_ok = 1;
     for (int l = 0; l < 3; l++)
-        qkv_ok &= memcmp(file + qkv_at + (size_t)l * 3 * 32 * 32, params + param_offset(&c, PT_QKVW, l),
+        qkv_ok &= memcmp(file + qkv_at + (size_t)l * 3 * 32 * 32, params + param_offset(&c, PT_QKV_W, l),
                          3 * 32 * 32 * sizeof(float)) == 0;
     expect(qkv_ok, "qkvw of the 3 layers is not contiguous at element %zu of the file", qkv_at);
 
@@ -990,7 +990,8 @@ static void test_llama_model_file(void) {
     size_t P = param_count(&c), padding = (size_t)(Vp - V) * C;
     float *params = (float *)malloc(P * sizeof(float));
     for (size_t i = 0; i < P; i++) params[i] = counter_normal(6, i);
-    for (int t = PT_WTE; t <= PT_LMHEAD; t += PT_LMHEAD - PT_WTE) // the rows the file leaves out are zeros
+    for (int t = PT_TOKEN_EMBED; t <= PT_LM_HEAD;
+         t += PT_LM_HEAD - PT_TOKEN_EMBED) // the rows the file leaves out are zeros
         memset(params + param_offset(&c, t, 0) + (size_t)V * C, 0, padding * sizeof(float));
     char path[512];
     snprintf(path, sizeof(path), "%s/llama.bin", tmpdir);
@@ -1001,21 +1002,21 @@ static void test_llama_model_file(void) {
     const struct {
         int tensor, gate, per_layer;
         size_t elems;
-    } slots[16] = {{PT_WTE, 0, 0, (size_t)V * C},
-                   {PT_LMHEAD, 0, 0, (size_t)V * C},
-                   {PT_LN1W, 0, 1, C},
+    } slots[16] = {{PT_TOKEN_EMBED, 0, 0, (size_t)V * C},
+                   {PT_LM_HEAD, 0, 0, (size_t)V * C},
+                   {PT_ATTN_NORM_W, 0, 1, C},
                    {-1, 0, 1, C},
-                   {PT_QKVW, 0, 1, QKV * C},
+                   {PT_QKV_W, 0, 1, QKV * C},
                    {-1, 0, 1, QKV},
-                   {PT_ATTPROJW, 0, 1, (size_t)C * C},
+                   {PT_ATTN_OUT_W, 0, 1, (size_t)C * C},
                    {-1, 0, 1, C},
-                   {PT_LN2W, 0, 1, C},
+                   {PT_MLP_NORM_W, 0, 1, C},
                    {-1, 0, 1, C},
-                   {PT_FCW, 1, 1, (size_t)F * C},
+                   {PT_MLP_UP_W, 1, 1, (size_t)F * C},
                    {-1, 0, 1, 2 * (size_t)F},
-                   {PT_FCPROJW, 0, 1, (size_t)C * F},
+                   {PT_MLP_DOWN_W, 0, 1, (size_t)C * F},
                    {-1, 0, 1, C},
-                   {PT_LNFW, 0, 0, C},
+                   {PT_FINAL_NORM_W, 0, 0, C},
                    {-1, 0, 0, C}};
     size_t file_floats = 0;
     for (int k = 0; k < 16; k++)
@@ -1048,7 +1049,7 @@ static void test_llama_model_file(void) {
                     for (size_t i = 0; i < slots[k].elems; i++) order_ok &= file[at + i] == 0.0f;
                     continue;
                 }
-                int tensor = part ? PT_FCGATEW : slots[k].tensor;
+                int tensor = part ? PT_MLP_GATE_W : slots[k].tensor;
                 order_ok &= memcmp(file + at, params + param_offset(&c, tensor, l),
                                    slots[k].elems * sizeof(float)) == 0;
             }
@@ -1066,8 +1067,8 @@ static void test_llama_model_file(void) {
     // llm.c master's layout, written out: its int-only header (ffn_dim_multiplier 1.0 and norm_eps 1e-5 as
     // its writer truncates them, 1 and 0; F = 96 = 32 * ceil(int(8C/3) / 32) only through the file's size),
     // then wte, ln1w, qkvw, attprojw, ln2w, fcw (up), fcgatew, fcprojw, lnfw, lmhead: the same model loads
-    const int master_order[] = {PT_WTE, PT_LN1W,    PT_QKVW,    PT_ATTPROJW, PT_LN2W,
-                                PT_FCW, PT_FCGATEW, PT_FCPROJW, PT_LNFW,     PT_LMHEAD};
+    const int master_order[] = {PT_TOKEN_EMBED, PT_ATTN_NORM_W, PT_QKV_W,      PT_ATTN_OUT_W,   PT_MLP_NORM_W,
+                                PT_MLP_UP_W,    PT_MLP_GATE_W,  PT_MLP_DOWN_W, PT_FINAL_NORM_W, PT_LM_HEAD};
     char master[512];
     snprintf(master, sizeof(master), "%s/llama_master.bin", tmpdir);
     int master_header[256] = {20240803, 3, maxT, V, L, NH, KVH, C, 1, 32, 0, 10000, 0, 4, 3, 1};
@@ -1075,7 +1076,7 @@ static void test_llama_model_file(void) {
     fwrite(master_header, sizeof(int), 256, f);
     for (int k = 0; k < 10; k++) {
         int t = master_order[k];
-        size_t n = t == PT_WTE || t == PT_LMHEAD ? (size_t)V * C : param_tensor_size(&c, t);
+        size_t n = t == PT_TOKEN_EMBED || t == PT_LM_HEAD ? (size_t)V * C : param_tensor_size(&c, t);
         for (int l = 0; l < (param_is_per_layer(t) ? L : 1); l++)
             fwrite(params + param_offset(&c, t, l), sizeof(float), n, f);
     }

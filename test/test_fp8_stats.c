@@ -110,8 +110,8 @@ static void test_first_step(void) {
     fp8_state_init(&s, 1, &opts);
     enum { N = 1000 };
     static float x[N], q[N];
-    int input = fp8_tensor_index(0, LIN_FC, FP8_ROLE_INPUT),
-        grad = fp8_tensor_index(0, LIN_FC, FP8_ROLE_GRAD_OUTPUT);
+    int input = fp8_tensor_index(0, LIN_MLP_UP, FP8_ROLE_INPUT),
+        grad = fp8_tensor_index(0, LIN_MLP_UP, FP8_ROLE_GRAD_OUTPUT);
     check(fp8_history_empty(s.amax_history + (size_t)input * s.history_len, s.history_len),
           "a fresh run's histories are empty");
     fp8_scales_from_history(&s);

@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
         for (int l = 0; l < layers; l++) {
             float *p = model.params + param_offset(&cfg, tensor, l);
             size_t n = param_tensor_size(&cfg, tensor);
-            int ln_weight = tensor == PT_LN1W || tensor == PT_LN2W || tensor == PT_LNFW;
+            int ln_weight = tensor == PT_ATTN_NORM_W || tensor == PT_MLP_NORM_W || tensor == PT_FINAL_NORM_W;
             for (size_t i = 0; i < n; i++) {
                 if (ln_weight)
                     p[i] = 1.0f + 0.1f * counter_normal(99, (uint64_t)(p + i - model.params));
@@ -351,15 +351,15 @@ int main(int argc, char **argv) {
     // exact zeros: padded vocabulary rows of wte and lmhead, position rows t >= T of wpe
     size_t C = (size_t)cfg.channels;
     int nonzero = 0;
-    for (int tensor = PT_WTE; tensor <= PT_LMHEAD; tensor += PT_LMHEAD - PT_WTE) {
+    for (int tensor = PT_TOKEN_EMBED; tensor <= PT_LM_HEAD; tensor += PT_LM_HEAD - PT_TOKEN_EMBED) {
         if (!param_tensor_size(&cfg, tensor)) continue;
         for (size_t i = (size_t)cfg.vocab_size * C; i < (size_t)cfg.padded_vocab_size * C; i++)
             nonzero += grads[param_offset(&cfg, tensor, 0) + i] != 0.0f;
     }
     expect(nonzero == 0, "%d gradient elements of the padded vocabulary rows are nonzero", nonzero);
     nonzero = 0;
-    for (size_t i = (size_t)GC_T * C; i < (size_t)param_tensor_size(&cfg, PT_WPE); i++)
-        nonzero += grads[param_offset(&cfg, PT_WPE, 0) + i] != 0.0f;
+    for (size_t i = (size_t)GC_T * C; i < (size_t)param_tensor_size(&cfg, PT_POS_EMBED); i++)
+        nonzero += grads[param_offset(&cfg, PT_POS_EMBED, 0) + i] != 0.0f;
     expect(nonzero == 0, "%d gradient elements of the wpe rows t >= T are nonzero", nonzero);
 
     // the rounding model of the loss, measured
@@ -402,7 +402,7 @@ int main(int argc, char **argv) {
     expect(caught_element == slices, "checker missed a 5%% wrong element in %d slices",
            slices - caught_element);
     int caught_swap = 0, swaps = 0;
-    for (int tensor = PT_LN1W; tensor <= PT_FCPROJB; tensor++) {
+    for (int tensor = PT_ATTN_NORM_W; tensor <= PT_MLP_DOWN_B; tensor++) {
         size_t o0 = param_offset(&cfg, tensor, 0), o1 = param_offset(&cfg, tensor, 1),
                n = param_tensor_size(&cfg, tensor);
         if (!n) continue;

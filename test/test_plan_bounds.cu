@@ -117,9 +117,9 @@ static size_t max_size(size_t a, size_t b) {
 
 // The tensors cuBLASLt takes: the linear weights and biases, wte (GPT-2's LM head) and Llama's own head.
 static int is_gemm_tensor(int tensor) {
-    return tensor == PT_WTE || tensor == PT_LMHEAD ||
-           (param_is_per_layer(tensor) && tensor != PT_LN1W && tensor != PT_LN1B && tensor != PT_LN2W &&
-            tensor != PT_LN2B);
+    return tensor == PT_TOKEN_EMBED || tensor == PT_LM_HEAD ||
+           (param_is_per_layer(tensor) && tensor != PT_ATTN_NORM_W && tensor != PT_ATTN_NORM_B &&
+            tensor != PT_MLP_NORM_W && tensor != PT_MLP_NORM_B);
 }
 
 // Floats a norm's forward writes per token for its backward: LayerNorm's mean then rstd (stats, stats + N),
@@ -183,9 +183,9 @@ static void check_linear_weights(GPT *m) {
             float *g = grad_of(m, tensor, l);
             GEMM_IN_BUFFER(m, BUF_PARAMS_BF16, w, n);
             GEMM_IN_BUFFER(m, BUF_GRADS, g, n);
-            if (model_parts(cfg).mlp == MLP_SWIGLU && lin == LIN_FC)
-                expect_layout(weight_bf16(m, PT_FCGATEW, l) == w + F * C &&
-                                  grad_of(m, PT_FCGATEW, l) == g + F * C,
+            if (model_parts(cfg).mlp == MLP_SWIGLU && lin == LIN_MLP_UP)
+                expect_layout(weight_bf16(m, PT_MLP_GATE_W, l) == w + F * C &&
+                                  grad_of(m, PT_MLP_GATE_W, l) == g + F * C,
                               "fc's gate rows do not follow its up rows");
             if (m->zero_stage == 0) continue;
             size_t at, reduced_at;
@@ -270,8 +270,8 @@ static void check_block_factors(GPT *m) {
 static void check_activations(GPT *m) {
     const GPTConfig *cfg = &m->config;
     size_t N = (size_t)m->B * m->T, NC = N * cfg->channels, stats = N * norm_stats_per_token(cfg);
-    size_t QKV = linear_out_features(cfg, LIN_QKV), FC = linear_out_features(cfg, LIN_FC),
-           F = linear_in_features(cfg, LIN_FCPROJ);
+    size_t QKV = linear_out_features(cfg, LIN_QKV), FC = linear_out_features(cfg, LIN_MLP_UP),
+           F = linear_in_features(cfg, LIN_MLP_DOWN);
     for (int l = 0; l < cfg->num_layers; l++) {
         snprintf(scope_label, sizeof(scope_label), " | layer %d", l);
         LayerActs a = layer_acts(m, l);
@@ -309,7 +309,7 @@ static void check_model_buffers(GPT *m) {
     GEMM_IN_BUFFER(m, BUF_DRESIDUAL, m->work.dresidual, NC);
     GEMM_IN_BUFFER(m, BUF_DC, m->work.dc, NC);
     GEMM_IN_BUFFER(m, BUF_DQKV, m->work.dqkv, N * linear_out_features(cfg, LIN_QKV));
-    GEMM_IN_BUFFER(m, BUF_DFCH, m->work.dfch, N * linear_out_features(cfg, LIN_FC));
+    GEMM_IN_BUFFER(m, BUF_DFCH, m->work.dfch, N * linear_out_features(cfg, LIN_MLP_UP));
     IN_BUFFER(m, BUF_ATT_DELTA, m->work.att_delta, N * cfg->num_heads);
     if (m->dtype == DTYPE_FLOAT8) {
         GEMM_IN_BUFFER(m, BUF_CAST_FP8, m->work.cast_fp8, N * widest);
@@ -678,7 +678,7 @@ static void self_test(void) {
     // the end of its buffer, so one element more is past it.
     const char *wt_lo = buffer_start(&m, BUF_WEIGHTS_FP8_T);
     size_t wt_bytes = m.plan.bytes[BUF_WEIGHTS_FP8_T], fcproj = 4 * (size_t)cfg.channels * cfg.channels;
-    const fp8 *wt = weight_fp8_t(&m, 1, LIN_FCPROJ);
+    const fp8 *wt = weight_fp8_t(&m, 1, LIN_MLP_DOWN);
     check(region_fits(wt, fcproj, GEMM_ALIGN, wt_lo, wt_bytes) &&
               wt + fcproj == (const fp8 *)(wt_lo + wt_bytes),
           "self-test: layer 1's fcproj W^T ends its buffer exactly");

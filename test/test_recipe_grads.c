@@ -84,7 +84,7 @@ static float *gradient(const GPTConfig *cfg, const float *params, const char *dt
     memcpy(m.params, params, m.num_params * sizeof(float));
     refresh_compute_weights(&m);
     if (double_factor) { // the dequantized weight the GEMM multiplies, off by 2x
-        size_t offset = param_offset(cfg, PT_QKVW, 0), n = param_tensor_size(cfg, PT_QKVW);
+        size_t offset = param_offset(cfg, PT_QKV_W, 0), n = param_tensor_size(cfg, PT_QKV_W);
         for (size_t i = 0; i < n; i++) m.weights_fp8[offset + i] *= 2.0f;
     }
     memset(m.grads, 0, m.num_params * sizeof(float));
