@@ -39,20 +39,15 @@ typedef struct {
     void (*state_from_blocks)(void *trainer, const TrainState *state, StateBlock blocks[NUM_STATE_BLOCKS]);
 } CheckpointIO;
 
-static inline void rank_barrier(const CheckpointIO *io) {
-    double token = 0.0;
-    io->sum(io->sum_ctx, &token, 1);
-}
-
 // The model file of a checkpoint, written by every rank at once (model_file.h's parallel write).
 static inline void write_model_parallel(const CheckpointIO *io, const char *path, const GPTConfig *cfg) {
     char tmp[CHECKPOINT_PATH_LEN];
     if (io->rank == 0) model_file_create_sized(path, tmp, sizeof(tmp), cfg);
-    rank_barrier(io);
+    rank_sum_barrier(io->sum, io->sum_ctx);
     FILE *f = model_file_open_part(path, tmp, sizeof(tmp));
     io->write_model_part(io->trainer, f, tmp);
     atomic_close(f, tmp, path);
-    rank_barrier(io);
+    rank_sum_barrier(io->sum, io->sum_ctx);
     if (io->rank == 0) atomic_publish(tmp, path);
 }
 
@@ -82,7 +77,7 @@ static inline void checkpoint_save(const CheckpointIO *io, TrainOptions *opts, T
     free(staging);
     checkpoint_manifest(opts->output_dir, step, model_size, state->model_digest, io->rank, io->world_size,
                         io->sum, io->sum_ctx);
-    rank_barrier(io); // every rank's files are complete before the pointer moves on
+    rank_sum_barrier(io->sum, io->sum_ctx); // every rank's files are complete before the pointer moves on
     if (io->rank == 0) {
         write_latest_checkpoint(opts->output_dir, step);
         prune_checkpoints(opts->output_dir, step, opts->keep_checkpoints);

@@ -397,6 +397,12 @@ static inline void dist_sum_doubles_in_group(const Dist *d, double *buf, size_t 
 // run_control.h and run_files.h, over each trainer's own collectives (MPI on the CPU, NCCL on the GPU).
 typedef void (*RankSum)(void *ctx, double *values, int n);
 
+// Returns once every rank has called it: a sum of nothing over sum's collective.
+static inline void rank_sum_barrier(RankSum sum, void *ctx) {
+    double nothing = 0.0;
+    sum(ctx, &nothing, 1);
+}
+
 // RankSum over MPI's host collectives (the CPU trainer's).
 static inline void dist_rank_sum(void *dist, double *values, int n) {
     dist_sum_doubles((const Dist *)dist, values, (size_t)n);

@@ -198,8 +198,7 @@ static inline uint64_t checkpoint_model_digest(const char *path, int64_t *size, 
                                                RankSum sum, void *ctx) {
     char why[MANIFEST_WHY_LEN];
     uint64_t digest;
-    double barrier = 0.0;
-    sum(ctx, &barrier, 1); // rank 0 has renamed the file into place
+    rank_sum_barrier(sum, ctx); // rank 0 has renamed the file into place
     if (file_digest_part(path, model_file_values_from(path), rank, world, &digest, size, why, sizeof(why)) !=
         0)
         fail("checkpoint: %s: the model file just written does not read back", why);

@@ -54,6 +54,14 @@ static inline void host_name(char *host, size_t len) {
 // open too: the run knows both by identity (device and inode), not by name (run_dir_check_owned).
 static int run_lock_fd = -1, run_dir_fd = -1;
 
+// The lock file's content, which a run refused on the directory prints: this host and pid. 0 on failure.
+static inline int write_lock_holder(int fd) {
+    char host[128], line[256];
+    host_name(host, sizeof(host));
+    int len = snprintf(line, sizeof(line), "host %s, pid %ld\n", host, (long)getpid());
+    return ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) == len;
+}
+
 static inline void run_dir_lock(const char *dir) {
     char path[CHECKPOINT_PATH_LEN];
     run_file_path(dir, RUN_LOCK_NAME, path, sizeof(path));
@@ -86,11 +94,7 @@ static inline void run_dir_lock(const char *dir) {
              "directory",
              dir, *holder ? holder : "its host and pid not yet written", path);
     }
-    char host[128], line[256];
-    host_name(host, sizeof(host));
-    int len = snprintf(line, sizeof(line), "host %s, pid %ld\n", host, (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len)
-        fail("--output_dir: cannot write %s: %s", path, strerror(errno));
+    if (!write_lock_holder(fd)) fail("--output_dir: cannot write %s: %s", path, strerror(errno));
     run_lock_fd = fd;
 }
 
@@ -126,18 +130,15 @@ static inline int held_dir_path(char *path, size_t len) {
 // Rank 0, its lock file removed or replaced: the lock taken again where no other run holds it and the
 // directory's token is still this run's (a run that took the directory meanwhile wrote its own). 1 if so.
 static inline int run_lock_retake(const char *dir) {
-    char lock[CHECKPOINT_PATH_LEN], token_path[CHECKPOINT_PATH_LEN], token[64], line[256], host[128];
+    char lock[CHECKPOINT_PATH_LEN], token_path[CHECKPOINT_PATH_LEN], token[64];
     run_file_path(dir, RUN_LOCK_NAME, lock, sizeof(lock));
     run_file_path(dir, RUN_TOKEN_NAME, token_path, sizeof(token_path));
     snprintf(token, sizeof(token), "%s\n", run_tag);
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     struct stat st;
     if (fd < 0) return 0;
-    host_name(host, sizeof(host));
-    int len = snprintf(line, sizeof(line), "host %s, pid %ld\n", host, (long)getpid());
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || flock(fd, LOCK_EX | LOCK_NB) != 0 ||
-        !sees_run_token(token_path, token) || ftruncate(fd, 0) != 0 ||
-        pwrite(fd, line, (size_t)len, 0) != len) {
+        !sees_run_token(token_path, token) || !write_lock_holder(fd)) {
         close(fd);
         return 0;
     }
@@ -161,16 +162,14 @@ static char run_dir_moved_from[OPTION_STRING_LEN];
 
 // Rank 0: the state of the directory it holds, and in moved the name it now has where it was renamed.
 static inline RunDirState run_dir_state(const char *dir, char *moved, size_t len) {
-    if (path_is_open_file(dir, run_dir_fd)) {
-        char lock[CHECKPOINT_PATH_LEN];
-        run_file_path(dir, RUN_LOCK_NAME, lock, sizeof(lock));
-        if (path_is_open_file(lock, run_lock_fd)) return RUN_DIR_OWNED;
-        return run_lock_retake(dir) ? RUN_DIR_LOCK_RETAKEN : RUN_DIR_LOCK_LOST;
-    }
-    if (!held_dir_path(moved, len)) return RUN_DIR_REMOVED;
+    int renamed = !path_is_open_file(dir, run_dir_fd);
+    if (renamed && !held_dir_path(moved, len)) return RUN_DIR_REMOVED;
+    const char *now = renamed ? moved : dir;
     char lock[CHECKPOINT_PATH_LEN];
-    run_file_path(moved, RUN_LOCK_NAME, lock, sizeof(lock));
-    return path_is_open_file(lock, run_lock_fd) || run_lock_retake(moved) ? RUN_DIR_MOVED : RUN_DIR_LOCK_LOST;
+    run_file_path(now, RUN_LOCK_NAME, lock, sizeof(lock));
+    int lock_held = path_is_open_file(lock, run_lock_fd);
+    if (!lock_held && !run_lock_retake(now)) return RUN_DIR_LOCK_LOST;
+    return renamed ? RUN_DIR_MOVED : lock_held ? RUN_DIR_OWNED : RUN_DIR_LOCK_RETAKEN;
 }
 
 // Every rank, before a checkpoint is written: rank 0 checks that --output_dir is still the directory it
@@ -189,8 +188,7 @@ static inline RunDirState run_dir_check_owned(TrainOptions *opts, int rank, long
     sum(ctx, &state, 1);
     if (state == RUN_DIR_REMOVED)
         fail("--output_dir: %s was removed since this run took it: stopping, the checkpoint of step %ld "
-             "cannot "
-             "be written",
+             "cannot be written",
              opts->output_dir, step);
     if (state == RUN_DIR_LOCK_LOST)
         fail("--output_dir: %s lost its lock file since this run took it, and another run holds the lock or "
