@@ -132,7 +132,8 @@ for ((i = 1; i <= $#; i++)); do
     esac
     case "$choice" in usr2) stop_signal=USR2 ;; none) stop_signal=TERM ;; *) stop_signal=USR1 ;; esac
 done
-# mpirun in a session of its own: Ctrl-C and a closed terminal reach this script alone, which relays them.
+# mpirun under setsid, away from the terminal: Ctrl-C and a closed terminal reach this script alone, which
+# relays them.
 setsid "${cmd[@]}" &
 pid=$!
 relay() {
